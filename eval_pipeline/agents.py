@@ -1,0 +1,103 @@
+"""Agents behind one small interface, and the built-in reference agents.
+
+An agent works on a workspace (the repository at the base commit) and reports
+its trajectory and usage; the harness then takes the agent's patch as the diff
+of the workspace, so every agent, scripted or model-driven, yields patches the
+same way.
+"""
+
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from eval_pipeline.hashing import stable_hash
+from eval_pipeline.patches import apply_patch
+from eval_pipeline.sandbox import Workspace
+
+
+@dataclass(frozen=True)
+class AgentTask:
+    """What an agent is given. `reference_patch` is the gold fix: only reference agents read it."""
+
+    instance_id: str
+    problem_statement: str
+    hints_text: str
+    seed: int
+    reference_patch: str
+
+
+@dataclass
+class AgentOutput:
+    trajectory: list[dict[str, Any]] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class Agent(ABC):
+    name: ClassVar[str]
+
+    def __init__(self, **params: Any) -> None:
+        self.params = params
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """Everything that determines the agent's behaviour; its hash keys generation artifacts."""
+        return {"agent": self.name, "params": self.params}
+
+    @property
+    def config_hash(self) -> str:
+        return stable_hash(self.config)
+
+    @abstractmethod
+    def solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
+        """Work on the workspace's repository until done."""
+
+
+class OracleAgent(Agent):
+    """Applies the gold patch: the upper bound, and a check that the harness can resolve the task."""
+
+    name = "oracle"
+
+    def solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
+        result = apply_patch(workspace, task.reference_patch, "reference.patch")
+        return AgentOutput(trajectory=[{"action": "apply_reference_patch", "exit_code": result.exit_code}])
+
+
+class NullAgent(Agent):
+    """Changes nothing: the lower bound, and a check that no instance passes unfixed."""
+
+    name = "null"
+
+    def solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
+        return AgentOutput(trajectory=[{"action": "none"}])
+
+
+class FlakyAgent(Agent):
+    """Applies the gold patch with probability `p`, deterministically per (instance, seed)."""
+
+    name = "flaky"
+
+    def __init__(self, p: float = 0.5) -> None:
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"flaky agent: p must be in [0, 1], got {p}")
+        super().__init__(p=p)
+
+    def solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
+        draw = random.Random(f"{task.instance_id}:{task.seed}").random()
+        if draw >= self.params["p"]:
+            return AgentOutput(trajectory=[{"action": "give_up", "draw": draw}])
+        result = apply_patch(workspace, task.reference_patch, "reference.patch")
+        return AgentOutput(trajectory=[{"action": "apply_reference_patch", "draw": draw, "exit_code": result.exit_code}])
+
+
+AGENTS: dict[str, type[Agent]] = {agent.name: agent for agent in (OracleAgent, NullAgent, FlakyAgent)}
+
+
+def make_agent(name: str, params: dict[str, Any] | None = None) -> Agent:
+    try:
+        agent_class = AGENTS[name]
+    except KeyError:
+        raise ValueError(f"unknown agent {name!r} (known: {', '.join(sorted(AGENTS))})") from None
+    return agent_class(**(params or {}))

@@ -1,0 +1,168 @@
+"""The benchmark model: SWE-bench's instance schema, environment specs and repo sources."""
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eval_pipeline.hashing import stable_hash
+
+
+class InvalidInstanceError(ValueError):
+    """A dataset row that cannot become an Instance; the message names row, id and field."""
+
+
+def _test_ids(value: Any, *, row: int, instance_id: str, name: str) -> tuple[str, ...]:
+    """SWE-bench stores test lists as JSON strings in its parquet files; accept both forms."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise InvalidInstanceError(
+                f"row {row} ({instance_id!r}): field {name}: not a JSON list ({error})"
+            ) from None
+    if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
+        raise InvalidInstanceError(
+            f"row {row} ({instance_id!r}): field {name}: expected a list of test ids"
+        )
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One task in SWE-bench's schema: fix `repo` at `base_commit` so that the tests pass."""
+
+    instance_id: str
+    repo: str
+    base_commit: str
+    problem_statement: str
+    patch: str
+    test_patch: str
+    FAIL_TO_PASS: tuple[str, ...]
+    PASS_TO_PASS: tuple[str, ...]
+    version: str = ""
+    environment_setup_commit: str = ""
+    created_at: str = ""
+    hints_text: str = ""
+
+    REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch")
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], *, index: int = 0) -> "Instance":
+        instance_id = str(row.get("instance_id") or "")
+        for name in cls.REQUIRED:
+            if not isinstance(row.get(name), str) or not row[name].strip():
+                raise InvalidInstanceError(
+                    f"row {index} ({instance_id!r}): field {name}: missing or empty"
+                )
+        return cls(
+            instance_id=instance_id,
+            repo=row["repo"],
+            base_commit=row["base_commit"],
+            problem_statement=row["problem_statement"],
+            patch=row["patch"],
+            test_patch=row["test_patch"],
+            FAIL_TO_PASS=_test_ids(row.get("FAIL_TO_PASS", []), row=index, instance_id=instance_id, name="FAIL_TO_PASS"),
+            PASS_TO_PASS=_test_ids(row.get("PASS_TO_PASS", []), row=index, instance_id=instance_id, name="PASS_TO_PASS"),
+            version=str(row.get("version") or ""),
+            environment_setup_commit=str(row.get("environment_setup_commit") or row["base_commit"]),
+            created_at=str(row.get("created_at") or ""),
+            hints_text=str(row.get("hints_text") or ""),
+        )
+
+    def to_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row["FAIL_TO_PASS"] = list(self.FAIL_TO_PASS)
+        row["PASS_TO_PASS"] = list(self.PASS_TO_PASS)
+        return row
+
+    @property
+    def content_hash(self) -> str:
+        return stable_hash(self.to_row())
+
+    @property
+    def test_files(self) -> tuple[str, ...]:
+        """The test files that hold the graded tests, in first-seen order."""
+        files = (test_id.split("::", 1)[0] for test_id in self.FAIL_TO_PASS + self.PASS_TO_PASS)
+        return tuple(dict.fromkeys(files))
+
+
+@dataclass(frozen=True)
+class EnvironmentSpec:
+    """How to install and test one (repository, version), as SWE-bench's specs do.
+
+    `packages` are pip requirements installed once into the environment;
+    `install` are shell commands run once in the checked-out repository;
+    `test_cmd` is run per grading with the JUnit report option and test files
+    appended. Plugin autoloading is off by default: it costs seconds per run and
+    would pick up the harness's own plugins; specs that need a plugin load it
+    with `-p`.
+    """
+
+    packages: tuple[str, ...] = ()
+    install: tuple[str, ...] = ()
+    test_cmd: str = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -rA -p no:cacheprovider -o junit_family=xunit1"
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "EnvironmentSpec":
+        return cls(
+            packages=tuple(data.get("packages", ())),
+            install=tuple(data.get("install", ())),
+            test_cmd=data.get("test_cmd", cls.test_cmd),
+        )
+
+
+@dataclass(frozen=True)
+class RepoSource:
+    """Where repositories are cloned from: a URL template, or a local mirror directory.
+
+    A mirror holds `<mirror_dir>/<owner>/<name>` as git repositories, for offline
+    machines and internal forks; it wins over the URL template when set.
+    """
+
+    url_template: str = "https://github.com/{repo}.git"
+    mirror_dir: str | None = None
+
+    def location(self, repo: str) -> str:
+        if self.mirror_dir:
+            return str(Path(self.mirror_dir) / repo)
+        return self.url_template.format(repo=repo)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A dataset of instances plus what it takes to run them."""
+
+    name: str
+    instances: tuple[Instance, ...]
+    source: RepoSource = RepoSource()
+    environments: Mapping[str, EnvironmentSpec] = field(default_factory=dict)
+    default_environment: EnvironmentSpec = EnvironmentSpec()
+
+    @classmethod
+    def from_rows(cls, name: str, rows: Iterable[Mapping[str, Any]], **kwargs: Any) -> "Benchmark":
+        instances = tuple(Instance.from_row(row, index=i) for i, row in enumerate(rows))
+        seen: set[str] = set()
+        for index, instance in enumerate(instances):
+            if instance.instance_id in seen:
+                raise InvalidInstanceError(
+                    f"row {index} ({instance.instance_id!r}): field instance_id: duplicate id"
+                )
+            seen.add(instance.instance_id)
+        return cls(name=name, instances=instances, **kwargs)
+
+    @property
+    def version(self) -> str:
+        """The dataset's content hash: it changes when and only when a row changes."""
+        return stable_hash(sorted(i.content_hash for i in self.instances))
+
+    def instance(self, instance_id: str) -> Instance:
+        for candidate in self.instances:
+            if candidate.instance_id == instance_id:
+                return candidate
+        raise KeyError(f"instance {instance_id!r} is not in benchmark {self.name!r}")
+
+    def environment_for(self, instance: Instance) -> EnvironmentSpec:
+        """The spec for the instance's (repo, version), keyed as `repo@version`."""
+        return self.environments.get(f"{instance.repo}@{instance.version}", self.default_environment)

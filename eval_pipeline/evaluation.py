@@ -1,0 +1,132 @@
+"""Evaluation: grade a stored generation in a pristine workspace and keep every attempt.
+
+A scored verdict (resolved, unresolved, patch_apply_failed) is final: it is
+stored under a key derived from the generation, environment, grading version
+and resources, and reused from then on. A verdict that could not score the
+patch (timeout, error) is kept as an attempt under `attempts/` but never
+stored as final, so the next run of the same trial grades it again.
+"""
+
+import time
+import traceback
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from eval_pipeline import HARNESS_VERSION
+from eval_pipeline.artifacts import ArtifactStore
+from eval_pipeline.benchmark import EnvironmentSpec, Instance
+from eval_pipeline.generation import COMPLETED, Generation
+from eval_pipeline.grading import GRADING_VERSION, Verdict, grade
+from eval_pipeline.hashing import stable_hash
+from eval_pipeline.outcomes import Outcome
+from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    key: str
+    attempt_id: str
+    generation_key: str
+    instance_id: str
+    seed: int
+    agent_config_hash: str
+    patch_sha256: str
+    outcome: str
+    detail: str
+    tests: dict[str, str]
+    steps: list[dict[str, Any]]
+    environment_key: str
+    resources: dict[str, Any]
+    test_timeout_s: float
+    started_at: str
+    duration_s: float
+    harness_version: str
+    grading_version: str
+    reused: bool = False
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any], *, reused: bool) -> "Evaluation":
+        return cls(**{**payload, "reused": reused})
+
+    def payload(self) -> dict[str, Any]:
+        return {name: value for name, value in asdict(self).items() if name != "reused"}
+
+    @property
+    def outcome_type(self) -> Outcome:
+        return Outcome(self.outcome)
+
+
+def evaluation_key(
+    generation: Generation, environment: EnvironmentHandle, sandbox: SandboxBackend, test_timeout_s: float
+) -> str:
+    identity = {
+        "version": GRADING_VERSION,
+        "generation": generation.key,
+        "patch": generation.patch_sha256,
+        "environment": environment.key,
+        "resources": sandbox.resources_record(),
+        "test_timeout_s": test_timeout_s,
+    }
+    return f"evaluation/{stable_hash(identity)}.json"
+
+
+def _judge(
+    instance: Instance,
+    spec: EnvironmentSpec,
+    generation: Generation,
+    environment: EnvironmentHandle,
+    sandbox: SandboxBackend,
+    test_timeout_s: float,
+) -> Verdict:
+    if generation.status != COMPLETED:
+        return Verdict(Outcome.ERROR, detail=f"generation ended in {generation.status}: {generation.error[-500:]}")
+    try:
+        with sandbox.workspace(environment, label=f"eval-{generation.seed}") as workspace:
+            return grade(instance, spec, generation.patch, workspace, test_timeout_s)
+    except Exception:  # noqa: BLE001 - an infrastructure failure is an outcome, not a crash
+        return Verdict(Outcome.ERROR, detail=traceback.format_exc(limit=20))
+
+
+def evaluate(
+    instance: Instance,
+    spec: EnvironmentSpec,
+    generation: Generation,
+    environment: EnvironmentHandle,
+    sandbox: SandboxBackend,
+    store: ArtifactStore,
+    test_timeout_s: float,
+) -> Evaluation:
+    """The final evaluation of a generation, grading it only when none is stored."""
+    key = evaluation_key(generation, environment, sandbox, test_timeout_s)
+    if (stored := store.get(key)) is not None:
+        return Evaluation.from_payload(stored, reused=True)
+
+    started_at = datetime.now(UTC).isoformat()
+    clock = time.monotonic()
+    verdict = _judge(instance, spec, generation, environment, sandbox, test_timeout_s)
+    evaluation = Evaluation(
+        key=key,
+        attempt_id=uuid.uuid4().hex,
+        generation_key=generation.key,
+        instance_id=instance.instance_id,
+        seed=generation.seed,
+        agent_config_hash=generation.agent_config_hash,
+        patch_sha256=generation.patch_sha256,
+        outcome=verdict.outcome.value,
+        detail=verdict.detail,
+        tests=verdict.tests,
+        steps=verdict.steps,
+        environment_key=environment.key,
+        resources=sandbox.resources_record(),
+        test_timeout_s=test_timeout_s,
+        started_at=started_at,
+        duration_s=round(time.monotonic() - clock, 3),
+        harness_version=HARNESS_VERSION,
+        grading_version=GRADING_VERSION,
+    )
+    store.put(f"attempts/{key.removesuffix('.json')}/{evaluation.attempt_id}.json", evaluation.payload())
+    if verdict.outcome.is_scored and not store.put(key, evaluation.payload()):
+        return Evaluation.from_payload(store.get(key) or evaluation.payload(), reused=True)
+    return evaluation

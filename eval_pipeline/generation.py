@@ -1,0 +1,114 @@
+"""Generation: an agent works on a fresh workspace of the instance and leaves a patch.
+
+Generation is the expensive half of a trial (minutes and tokens with a real
+model), so its artifact is keyed by what determines it (instance content,
+agent config, seed) and never recomputed once stored, not even when its
+evaluation is re-run.
+"""
+
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from eval_pipeline import HARNESS_VERSION
+from eval_pipeline.agents import Agent, AgentTask
+from eval_pipeline.artifacts import ArtifactStore
+from eval_pipeline.benchmark import Instance
+from eval_pipeline.hashing import sha256_text, stable_hash
+from eval_pipeline.patches import workspace_diff
+from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
+
+# Bump when the generation procedure changes in a way that changes its results.
+GENERATION_VERSION = "1"
+
+COMPLETED, AGENT_ERROR = "completed", "agent_error"
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A stored generation: the patch, how it was made, and what it cost."""
+
+    key: str
+    instance_id: str
+    agent_config: dict[str, Any]
+    agent_config_hash: str
+    seed: int
+    status: str
+    error: str
+    patch: str
+    patch_sha256: str
+    trajectory: list[dict[str, Any]]
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    started_at: str
+    duration_s: float
+    harness_version: str
+    generation_version: str
+    reused: bool = False
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any], *, reused: bool) -> "Generation":
+        return cls(**{**payload, "reused": reused})
+
+    def payload(self) -> dict[str, Any]:
+        return {name: value for name, value in asdict(self).items() if name != "reused"}
+
+
+def generation_key(instance: Instance, agent: Agent, seed: int) -> str:
+    identity = {"version": GENERATION_VERSION, "instance": instance.content_hash, "agent": agent.config, "seed": seed}
+    return f"generation/{stable_hash(identity)}.json"
+
+
+def generate(
+    instance: Instance,
+    agent: Agent,
+    seed: int,
+    environment: EnvironmentHandle,
+    sandbox: SandboxBackend,
+    store: ArtifactStore,
+) -> Generation:
+    """The stored generation for (instance, agent, seed), running the agent only if there is none.
+
+    An exception raised by the agent is the agent's failure: it is stored as an
+    `agent_error` generation and not retried. A failing sandbox raises instead,
+    so nothing is stored and the step can be retried.
+    """
+    key = generation_key(instance, agent, seed)
+    if (stored := store.get(key)) is not None:
+        return Generation.from_payload(stored, reused=True)
+
+    task = AgentTask(instance.instance_id, instance.problem_statement, instance.hints_text, seed, instance.patch)
+    started_at = datetime.now(UTC).isoformat()
+    clock = time.monotonic()
+    with sandbox.workspace(environment, label=f"gen-{seed}") as workspace:
+        try:
+            output = agent.solve(task, workspace)
+            status, error = COMPLETED, ""
+        except Exception:  # noqa: BLE001 - any agent crash is recorded as the agent's failure
+            output, status, error = None, AGENT_ERROR, traceback.format_exc(limit=20)
+        patch = workspace_diff(workspace, instance.base_commit)
+    generation = Generation(
+        key=key,
+        instance_id=instance.instance_id,
+        agent_config=agent.config,
+        agent_config_hash=agent.config_hash,
+        seed=seed,
+        status=status,
+        error=error,
+        patch=patch,
+        patch_sha256=sha256_text(patch),
+        trajectory=output.trajectory if output else [],
+        input_tokens=output.input_tokens if output else 0,
+        output_tokens=output.output_tokens if output else 0,
+        cost_usd=output.cost_usd if output else 0.0,
+        started_at=started_at,
+        duration_s=round(time.monotonic() - clock, 3),
+        harness_version=HARNESS_VERSION,
+        generation_version=GENERATION_VERSION,
+    )
+    if not store.put(key, generation.payload()):  # a concurrent run stored it first: theirs is the record
+        return Generation.from_payload(store.get(key) or generation.payload(), reused=True)
+    return generation

@@ -1,0 +1,27 @@
+"""Running git with no dependence on the user's configuration."""
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+# Global and system config (hooks, signing, autocrlf) would make results differ by machine.
+_ISOLATED_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
+
+
+class GitError(RuntimeError):
+    pass
+
+
+def git(args: Sequence[str], cwd: Path | str, env: Mapping[str, str] | None = None) -> str:
+    """Run git in `cwd` and return its stdout; raise GitError naming the command on failure."""
+    completed = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env={**os.environ, **_ISOLATED_ENV, **(env or {})},
+        capture_output=True,
+        text=True,
+    )
+    if completed.returncode != 0:
+        raise GitError(f"git {' '.join(args)} in {cwd} failed: {completed.stderr.strip()}")
+    return completed.stdout

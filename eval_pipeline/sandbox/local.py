@@ -1,0 +1,262 @@
+"""The local process sandbox: the embedded default, needing nothing but Python and git.
+
+Each instance gets one prepared environment directory (the repository at its
+base commit and its own virtualenv, built once under a lock); each workspace is
+a copy-on-write copy (`cp --reflink=auto`, a plain copy where the file system
+cannot share blocks) of that repository, so a trial never touches the shared
+environment. Commands run in their own process group with a timeout, a memory
+ceiling (RLIMIT_AS), the CPU ceiling as a core affinity, and capped output.
+
+Process isolation is weaker than a container's: a hostile command can still
+reach the rest of the file system. The container backend closes that gap.
+"""
+
+import fcntl
+import math
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import venv
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
+from eval_pipeline.gitutil import git
+from eval_pipeline.hashing import stable_hash
+from eval_pipeline.sandbox.base import EnvironmentHandle, ExecResult, ResourceLimits, SandboxBackend, Workspace
+
+# Bump when the layout of a prepared environment changes, so old ones are not reused.
+ENVIRONMENT_LAYOUT_VERSION = "1"
+INSTALL_TIMEOUT_S = 1800.0
+_INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "PIP_INDEX_URL")
+
+
+def _read_capped(stream: IO[bytes], cap: int, sink: list[bytes], truncated: threading.Event) -> None:
+    """Keep the first `cap` bytes and drain the rest, so a chatty command never blocks or floods memory."""
+    kept = 0
+    while chunk := stream.read(65536):
+        room = cap - kept
+        if room > 0:
+            sink.append(chunk[:room])
+            kept += min(room, len(chunk))
+        if len(chunk) > room:
+            truncated.set()
+    stream.close()
+
+
+def _limit_child(limits: ResourceLimits) -> None:
+    """Runs in the forked child before exec: apply the ceilings the kernel can enforce."""
+    memory = limits.memory_ceiling_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, cores[: max(1, math.ceil(limits.cpu_ceiling))])
+
+
+def run_limited(
+    command: str, *, cwd: Path, env: Mapping[str, str], timeout_s: float, limits: ResourceLimits
+) -> ExecResult:
+    """Run a shell command in its own process group under `limits`; kill the group on timeout."""
+    started = time.monotonic()
+    process = subprocess.Popen(
+        ["/bin/sh", "-c", command],
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=lambda: _limit_child(limits),
+    )
+    timed_out = threading.Event()
+    truncated = threading.Event()
+
+    def kill_group() -> None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def on_timeout() -> None:
+        timed_out.set()
+        kill_group()
+
+    out: list[bytes] = []
+    err: list[bytes] = []
+    readers = [
+        threading.Thread(target=_read_capped, args=(process.stdout, limits.output_bytes, out, truncated), daemon=True),
+        threading.Thread(target=_read_capped, args=(process.stderr, limits.output_bytes, err, truncated), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    timer = threading.Timer(timeout_s, on_timeout)
+    timer.start()
+    try:
+        _, status, usage = os.wait4(process.pid, 0)
+    finally:
+        timer.cancel()
+    process.returncode = os.waitstatus_to_exitcode(status)
+    kill_group()  # background children left behind would hold the pipes open
+    for reader in readers:
+        reader.join()
+    return ExecResult(
+        command=command,
+        exit_code=process.returncode,
+        stdout=b"".join(out).decode("utf-8", errors="replace"),
+        stderr=b"".join(err).decode("utf-8", errors="replace"),
+        duration_s=time.monotonic() - started,
+        timed_out=timed_out.is_set(),
+        output_truncated=truncated.is_set(),
+        peak_memory_mb=round(usage.ru_maxrss / 1024, 1),
+    )
+
+
+def _fork_tree(source: Path, target: Path) -> None:
+    """Copy a directory tree, sharing blocks where the file system supports reflinks."""
+    try:
+        subprocess.run(["cp", "-a", "--reflink=auto", str(source), str(target)], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):  # no GNU cp (e.g. macOS)
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(source, target, symlinks=True)
+
+
+class LocalWorkspace(Workspace):
+    def __init__(self, root: Path, venv_dir: Path, limits: ResourceLimits) -> None:
+        self.root = root
+        self.repo = root / "repo"
+        self.harness = root / "harness"
+        self._venv = venv_dir
+        self._limits = limits
+
+    def _environ(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        inherited = {name: os.environ[name] for name in _INHERITED_ENV if name in os.environ}
+        home = self.root / "home"
+        tmp = self.root / "tmp"
+        home.mkdir(exist_ok=True)
+        tmp.mkdir(exist_ok=True)
+        return {
+            **inherited,
+            "PATH": f"{self._venv / 'bin'}{os.pathsep}{inherited.get('PATH', os.defpath)}",
+            "VIRTUAL_ENV": str(self._venv),
+            "HOME": str(home),
+            "TMPDIR": str(tmp),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **(extra or {}),
+        }
+
+    def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
+        return run_limited(command, cwd=self.repo, env=self._environ(env), timeout_s=timeout_s, limits=self._limits)
+
+    def harness_path(self, name: str) -> str:
+        return str(self.harness / name)
+
+    def write_harness_file(self, name: str, content: str) -> str:
+        path = self.harness / name
+        path.write_text(content)
+        return str(path)
+
+    def read_harness_file(self, name: str) -> bytes | None:
+        path = self.harness / name
+        return path.read_bytes() if path.is_file() else None
+
+
+class LocalSandbox(SandboxBackend):
+    """Environments and workspaces as directories under `root`, commands as local processes."""
+
+    name = "local"
+
+    def __init__(self, root: Path, limits: ResourceLimits) -> None:
+        super().__init__(limits)
+        self.root = root
+
+    def enforced_limits(self) -> dict[str, bool]:
+        return {
+            "memory_floor_mb": False,  # no reservation without cgroups
+            "memory_ceiling_mb": True,  # RLIMIT_AS: address space, an upper bound on memory
+            "cpu_floor": False,
+            "cpu_ceiling": True,  # core affinity, rounded up to whole cores
+            "pids": False,  # RLIMIT_NPROC counts all of a user's processes; use containers
+            "output_bytes": True,
+        }
+
+    def environment_key(self, instance: Instance, spec: EnvironmentSpec) -> str:
+        return stable_hash(
+            {
+                "layout": ENVIRONMENT_LAYOUT_VERSION,
+                "repo": instance.repo,
+                "base_commit": instance.base_commit,
+                "spec": spec.__dict__,
+                "python": sys.version_info[:2],
+            }
+        )
+
+    def prepare(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
+        key = self.environment_key(instance, spec)
+        directory = self.root / "environments" / key[:24]
+        handle = EnvironmentHandle(
+            backend=self.name,
+            instance_id=instance.instance_id,
+            key=key,
+            location=str(directory),
+            details={"base_commit": instance.base_commit},
+        )
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        with open(directory.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per environment, across processes
+            if not (directory / ".ready").exists():
+                shutil.rmtree(directory, ignore_errors=True)  # a build that died half-way
+                self._build(directory, instance, spec, source)
+                (directory / ".ready").write_text(key)
+        return handle
+
+    def _build(self, directory: Path, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> None:
+        repo = directory / "repo"
+        directory.mkdir(parents=True)
+        git(["clone", "-q", "--no-checkout", source.location(instance.repo), str(repo)], directory)
+        git(["checkout", "-q", "--detach", instance.base_commit], repo)
+        git(["remote", "remove", "origin"], repo)  # the agent must not fetch the fix from upstream
+        venv_dir = directory / "venv"
+        venv.create(venv_dir, with_pip=bool(spec.packages), symlinks=True)
+        self._expose_harness_test_tools(venv_dir)
+        workspace = LocalWorkspace(directory, venv_dir, self.limits)
+        commands = ([f"python -m pip install {' '.join(spec.packages)}"] if spec.packages else []) + list(spec.install)
+        for command in commands:
+            result = workspace.run(command, timeout_s=INSTALL_TIMEOUT_S)
+            if not result.ok:
+                raise RuntimeError(
+                    f"environment for {instance.instance_id}: install step {command!r} failed "
+                    f"(exit {result.exit_code}): {result.stderr[-1000:]}"
+                )
+
+    @staticmethod
+    def _expose_harness_test_tools(venv_dir: Path) -> None:
+        """Let the venv import pytest from the harness's own site-packages, after its own packages.
+
+        Grading needs pytest even on an offline machine; the environment's own
+        packages still come first on sys.path, so a pinned pytest wins.
+        """
+        import pytest
+
+        harness_site = Path(pytest.__file__).resolve().parents[1]
+        for site_packages in venv_dir.glob("lib/python*/site-packages"):
+            (site_packages / "zz_eval_pipeline_harness.pth").write_text(f"{harness_site}\n")
+
+    @contextmanager
+    def workspace(self, environment: EnvironmentHandle, label: str) -> Iterator[LocalWorkspace]:
+        source = Path(environment.location)
+        root = self.root / "workspaces" / f"{label}-{uuid.uuid4().hex[:8]}"
+        root.mkdir(parents=True)
+        try:
+            _fork_tree(source / "repo", root / "repo")
+            (root / "harness").mkdir()
+            yield LocalWorkspace(root, source / "venv", self.limits)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
