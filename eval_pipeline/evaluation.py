@@ -58,18 +58,21 @@ class Evaluation:
         return Outcome(self.outcome)
 
 
-def evaluation_key(
-    generation: Generation, environment: EnvironmentHandle, sandbox: SandboxBackend, test_timeout_s: float
-) -> str:
+def evaluation_key(generation: Generation, environment_key: str, sandbox: SandboxBackend, test_timeout_s: float) -> str:
     identity = {
         "version": GRADING_VERSION,
         "generation": generation.key,
         "patch": generation.patch_sha256,
-        "environment": environment.key,
+        "environment": environment_key,
         "resources": sandbox.resources_record(),
         "test_timeout_s": test_timeout_s,
     }
     return f"evaluation/{stable_hash(identity)}.json"
+
+
+def attempts_prefix(key: str) -> str:
+    """Where every attempt at the evaluation `key` is kept, final or not."""
+    return f"attempts/{key.removesuffix('.json')}"
 
 
 def _judge(
@@ -99,7 +102,7 @@ def evaluate(
     test_timeout_s: float,
 ) -> Evaluation:
     """The final evaluation of a generation, grading it only when none is stored."""
-    key = evaluation_key(generation, environment, sandbox, test_timeout_s)
+    key = evaluation_key(generation, environment.key, sandbox, test_timeout_s)
     if (stored := store.get(key)) is not None:
         return Evaluation.from_payload(stored, reused=True)
 
@@ -126,7 +129,7 @@ def evaluate(
         harness_version=HARNESS_VERSION,
         grading_version=GRADING_VERSION,
     )
-    store.put(f"attempts/{key.removesuffix('.json')}/{evaluation.attempt_id}.json", evaluation.payload())
+    store.put(f"{attempts_prefix(key)}/{evaluation.attempt_id}.json", evaluation.payload())
     if verdict.outcome.is_scored and not store.put(key, evaluation.payload()):
         return Evaluation.from_payload(store.get(key) or evaluation.payload(), reused=True)
     return evaluation

@@ -116,6 +116,10 @@ class SandboxBackend(ABC):
         self.limits = limits
 
     @abstractmethod
+    def environment_key(self, instance: Instance, spec: EnvironmentSpec) -> str:
+        """The content hash of the environment `prepare` makes, computable without making it."""
+
+    @abstractmethod
     def prepare(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
         """Make the instance's environment ready, once; later calls return the same one."""
 

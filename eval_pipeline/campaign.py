@@ -1,0 +1,171 @@
+"""Campaigns: which benchmark, which agent variants, how many seeds, on which sandbox.
+
+A campaign is a YAML file (or the name of a built-in one). Its trials are the
+variants crossed with the seeds; a trial's key (`<variant>-s<seed>`) is its
+Dagster partition key, crossed with the instance ids.
+"""
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from eval_pipeline.agents import Agent, make_agent
+from eval_pipeline.hashing import stable_hash
+from eval_pipeline.sandbox import ResourceLimits
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_KNOWN_FIELDS = {"name", "description", "benchmark", "variants", "seeds", "sandbox", "resources", "timeouts"}
+
+
+class CampaignError(ValueError):
+    """A campaign file that cannot be used; the message names the file and field."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    agent: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def make_agent(self) -> Agent:
+        return make_agent(self.agent, dict(self.params))
+
+
+@dataclass(frozen=True)
+class Trial:
+    variant: Variant
+    seed: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant.name}-s{self.seed}"
+
+
+@dataclass(frozen=True)
+class Campaign:
+    name: str
+    benchmark: Mapping[str, Any]
+    variants: tuple[Variant, ...]
+    seeds: tuple[int, ...]
+    sandbox_backend: str = "local"
+    resources: ResourceLimits = ResourceLimits()
+    test_timeout_s: float = 900.0
+    description: str = ""
+
+    @property
+    def trials(self) -> tuple[Trial, ...]:
+        return tuple(Trial(variant, seed) for variant in self.variants for seed in self.seeds)
+
+    def trial(self, key: str) -> Trial:
+        for trial in self.trials:
+            if trial.key == key:
+                return trial
+        raise KeyError(f"campaign {self.name!r} has no trial {key!r}")
+
+    @property
+    def plan_version(self) -> str:
+        """The hash of the trial plan: it changes when variants, seeds or settings change."""
+        return stable_hash(
+            {
+                "variants": [(v.name, v.agent, dict(v.params)) for v in self.variants],
+                "seeds": self.seeds,
+                "sandbox": self.sandbox_backend,
+                "resources": self.resources.as_record(),
+                "test_timeout_s": self.test_timeout_s,
+            }
+        )
+
+
+def _field(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...], origin: str, default: Any = None) -> Any:
+    value = data.get(name, default)
+    if not isinstance(value, kind):
+        raise CampaignError(f"{origin}: field {name}: expected {getattr(kind, '__name__', kind)}, got {value!r}")
+    return value
+
+
+def _variants(raw: Any, origin: str) -> tuple[Variant, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise CampaignError(f"{origin}: field variants: expected a non-empty list")
+    variants = []
+    for index, item in enumerate(raw):
+        where = f"{origin}: variants[{index}]"
+        if not isinstance(item, Mapping):
+            raise CampaignError(f"{where}: expected a mapping with name and agent")
+        name, agent = str(item.get("name", "")), str(item.get("agent", ""))
+        if not _NAME.match(name):
+            raise CampaignError(f"{where}: field name: {name!r} must be letters, digits and underscores")
+        variant = Variant(name=name, agent=agent, params=dict(item.get("params") or {}))
+        try:
+            variant.make_agent()
+        except (ValueError, TypeError) as error:
+            raise CampaignError(f"{where} ({name}): field agent/params: {error}") from None
+        variants.append(variant)
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise CampaignError(f"{origin}: field variants: duplicate variant names {names}")
+    return tuple(variants)
+
+
+def _seeds(raw: Any, origin: str) -> tuple[int, ...]:
+    """`seeds: 3` means seeds 0, 1, 2; a list names them."""
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0:
+        return tuple(range(raw))
+    if isinstance(raw, list) and raw and all(isinstance(s, int) and s >= 0 for s in raw) and len(set(raw)) == len(raw):
+        return tuple(raw)
+    raise CampaignError(f"{origin}: field seeds: expected a positive count or a list of distinct seeds, got {raw!r}")
+
+
+def parse_campaign(data: Any, origin: str) -> Campaign:
+    """Build a Campaign from parsed YAML; `origin` names the file in error messages."""
+    if not isinstance(data, Mapping):
+        raise CampaignError(f"{origin}: expected a mapping at the top level")
+    unknown = set(data) - _KNOWN_FIELDS
+    if unknown:
+        raise CampaignError(f"{origin}: unknown field(s) {sorted(unknown)}")
+    name = _field(data, "name", str, origin)
+    if not _NAME.match(name):
+        raise CampaignError(f"{origin}: field name: {name!r} must be letters, digits and underscores")
+    sandbox = _field(data, "sandbox", Mapping, origin, {})
+    timeouts = _field(data, "timeouts", Mapping, origin, {})
+    try:
+        limits = ResourceLimits.from_mapping(_field(data, "resources", Mapping, origin, {}))
+    except (ValueError, TypeError) as error:
+        raise CampaignError(f"{origin}: field resources: {error}") from None
+    return Campaign(
+        name=name,
+        description=str(data.get("description", "")),
+        benchmark=_field(data, "benchmark", Mapping, origin),
+        variants=_variants(data.get("variants"), origin),
+        seeds=_seeds(data.get("seeds", 1), origin),
+        sandbox_backend=str(sandbox.get("backend", "local")),
+        resources=limits,
+        test_timeout_s=float(timeouts.get("tests_s", Campaign.test_timeout_s)),
+    )
+
+
+def builtin_campaigns() -> list[str]:
+    return sorted(p.name.removesuffix(".yaml") for p in resources.files("eval_pipeline.campaigns").iterdir() if p.name.endswith(".yaml"))
+
+
+def load_campaign(name_or_path: str) -> Campaign:
+    """A built-in campaign by name, or a campaign YAML file by path."""
+    if name_or_path in builtin_campaigns():
+        text = resources.files("eval_pipeline.campaigns").joinpath(f"{name_or_path}.yaml").read_text()
+        origin = f"built-in campaign {name_or_path!r}"
+    else:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise CampaignError(
+                f"campaign {name_or_path!r}: no such file, and not a built-in campaign ({', '.join(builtin_campaigns())})"
+            )
+        text, origin = path.read_text(), str(path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise CampaignError(f"{origin}: not valid YAML: {error}") from None
+    return parse_campaign(data, origin)

@@ -1,0 +1,190 @@
+"""A campaign's assets. Each function is short: the work is in the plain core modules.
+
+dataset_snapshot -> environment[instance] -> generation[instance x trial]
+                                          -> evaluation[instance x trial] -> results -> report
+trial_plan registers the trial partitions from the campaign file.
+"""
+
+from pathlib import Path
+from typing import Any
+
+from dagster import (
+    AssetExecutionContext,
+    AssetIn,
+    AssetKey,
+    AssetsDefinition,
+    DataVersion,
+    DynamicPartitionsDefinition,
+    Failure,
+    MetadataValue,
+    MultiPartitionKey,
+    MultiToSingleDimensionPartitionMapping,
+    Output,
+    asset,
+)
+
+from eval_pipeline import HARNESS_VERSION
+from eval_pipeline.benchmark import Benchmark
+from eval_pipeline.campaign import Campaign, Trial
+from eval_pipeline.dataset_sources import load_benchmark
+from eval_pipeline.defs.partitions import INSTANCE, TRIAL, CampaignPartitions
+from eval_pipeline.defs.resources import EvalPipelineResource
+from eval_pipeline.evaluation import Evaluation, evaluate
+from eval_pipeline.generation import GENERATION_VERSION, Generation, generate
+from eval_pipeline.grading import GRADING_VERSION
+from eval_pipeline.hashing import stable_hash
+from eval_pipeline.report import build_report, render_markdown, write_report
+from eval_pipeline.results import collect_results, read_results_table, write_results_table
+from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
+from eval_pipeline.sandbox.local import ENVIRONMENT_LAYOUT_VERSION
+
+# Code versions of the assets whose logic has no version of its own in the core.
+SNAPSHOT_CODE_VERSION = "1"
+PLAN_CODE_VERSION = "1"
+RESULTS_CODE_VERSION = "1"
+
+
+def _register(context: AssetExecutionContext, partitions: DynamicPartitionsDefinition, keys: list[str]) -> int:
+    """Add the keys not yet registered; return how many were new."""
+    known = set(context.instance.get_dynamic_partitions(partitions.name))
+    new = [key for key in keys if key not in known]
+    if new:
+        context.instance.add_dynamic_partitions(partitions.name, new)
+    return len(new)
+
+
+def _lineage(benchmark: Benchmark, sandbox: SandboxBackend) -> dict[str, Any]:
+    return {
+        "harness_version": HARNESS_VERSION,
+        "dataset_version": benchmark.version,
+        "sandbox_backend": sandbox.name,
+        "resources": MetadataValue.json(sandbox.resources_record()),
+    }
+
+
+def _trial_lineage(benchmark: Benchmark, sandbox: SandboxBackend, trial: Trial, agent_config_hash: str) -> dict[str, Any]:
+    return {
+        **_lineage(benchmark, sandbox),
+        "variant": trial.variant.name,
+        "agent": trial.variant.agent,
+        "agent_config_hash": agent_config_hash,
+        "seed": trial.seed,
+    }
+
+
+def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) -> list[AssetsDefinition]:
+    prefix = [campaign.name]
+    snapshot_in = AssetIn(key=AssetKey([*prefix, "dataset_snapshot"]))
+    environment_in = AssetIn(
+        key=AssetKey([*prefix, "environment"]),
+        partition_mapping=MultiToSingleDimensionPartitionMapping(partition_dimension_name=INSTANCE),
+    )
+    common = {"key_prefix": prefix, "group_name": campaign.name}
+
+    def partition_of(context: AssetExecutionContext, benchmark: Benchmark):
+        keys = MultiPartitionKey(context.partition_key.keys_by_dimension).keys_by_dimension
+        return benchmark.instance(keys[INSTANCE]), campaign.trial(keys[TRIAL])
+
+    @asset(**common, code_version=SNAPSHOT_CODE_VERSION)
+    def dataset_snapshot(context: AssetExecutionContext, eval_pipeline: EvalPipelineResource) -> Output[Benchmark]:
+        """The benchmark's rows as evaluated; its content hash is the data version."""
+        benchmark = load_benchmark(campaign.benchmark, eval_pipeline.paths)
+        added = _register(context, partitions.instances, [i.instance_id for i in benchmark.instances])
+        return Output(
+            benchmark,
+            data_version=DataVersion(benchmark.version),
+            metadata={"instances": len(benchmark.instances), "new_partitions": added, "dataset_version": benchmark.version},
+        )
+
+    @asset(**common, code_version=PLAN_CODE_VERSION)
+    def trial_plan(context: AssetExecutionContext) -> Output[list[str]]:
+        """The campaign's trials (variant x seed), registered as partitions."""
+        keys = [trial.key for trial in campaign.trials]
+        added = _register(context, partitions.trials, keys)
+        return Output(keys, data_version=DataVersion(campaign.plan_version), metadata={"trials": len(keys), "new_partitions": added})
+
+    @asset(**common, partitions_def=partitions.instances, ins={"benchmark": snapshot_in}, code_version=ENVIRONMENT_LAYOUT_VERSION)
+    def environment(context: AssetExecutionContext, benchmark: Benchmark, eval_pipeline: EvalPipelineResource) -> Output[EnvironmentHandle]:
+        """The instance's long-lived environment: repository at base commit, dependencies installed."""
+        instance = benchmark.instance(context.partition_key)
+        sandbox = eval_pipeline.sandbox(campaign)
+        handle = sandbox.prepare(instance, benchmark.environment_for(instance), benchmark.source)
+        return Output(handle, data_version=DataVersion(handle.key), metadata={**_lineage(benchmark, sandbox), "environment_key": handle.key})
+
+    @asset(
+        **common,
+        partitions_def=partitions.trial_runs,
+        ins={"benchmark": snapshot_in, "environment": environment_in},
+        deps=[AssetKey([*prefix, "trial_plan"])],
+        code_version=GENERATION_VERSION,
+    )
+    def generation(
+        context: AssetExecutionContext, benchmark: Benchmark, environment: EnvironmentHandle, eval_pipeline: EvalPipelineResource
+    ) -> Output[Generation]:
+        """The agent's patch for one (instance, trial); stored once, never regenerated."""
+        instance, trial = partition_of(context, benchmark)
+        sandbox = eval_pipeline.sandbox(campaign)
+        result = generate(instance, trial.variant.make_agent(), trial.seed, environment, sandbox, eval_pipeline.artifact_store())
+        return Output(
+            result,
+            data_version=DataVersion(result.patch_sha256),
+            metadata={
+                **_trial_lineage(benchmark, sandbox, trial, result.agent_config_hash),
+                "status": result.status,
+                "reused": result.reused,
+                "artifact": result.key,
+                "patch_bytes": len(result.patch),
+                "duration_s": result.duration_s,
+            },
+        )
+
+    @asset(
+        **common,
+        partitions_def=partitions.trial_runs,
+        ins={"benchmark": snapshot_in, "environment": environment_in, "generation": AssetIn(key=AssetKey([*prefix, "generation"]))},
+        code_version=GRADING_VERSION,
+    )
+    def evaluation(
+        context: AssetExecutionContext,
+        benchmark: Benchmark,
+        environment: EnvironmentHandle,
+        generation: Generation,
+        eval_pipeline: EvalPipelineResource,
+    ) -> Output[Evaluation]:
+        """The graded outcome of the stored generation. An unscored outcome fails the partition, for re-runs."""
+        instance, trial = partition_of(context, benchmark)
+        sandbox = eval_pipeline.sandbox(campaign)
+        result = evaluate(
+            instance, benchmark.environment_for(instance), generation, environment, sandbox,
+            eval_pipeline.artifact_store(), campaign.test_timeout_s,
+        )
+        metadata = {
+            **_trial_lineage(benchmark, sandbox, trial, result.agent_config_hash),
+            "outcome": result.outcome,
+            "reused": result.reused,
+            "artifact": result.key,
+            "attempt_id": result.attempt_id,
+            "generation_artifact": generation.key,
+        }
+        if not result.outcome_type.is_scored:
+            raise Failure(description=f"{instance.instance_id} {trial.key}: {result.outcome}: {result.detail[-2000:]}", metadata=metadata)
+        return Output(result, data_version=DataVersion(stable_hash([result.key, result.outcome])), metadata=metadata)
+
+    @asset(**common, ins={"benchmark": snapshot_in}, deps=[evaluation], code_version=RESULTS_CODE_VERSION)
+    def results(context: AssetExecutionContext, benchmark: Benchmark, eval_pipeline: EvalPipelineResource) -> Output[str]:
+        """The DuckDB results table, one row per planned trial, rebuilt from stored artifacts."""
+        rows = collect_results(campaign, benchmark, eval_pipeline.sandbox(campaign), eval_pipeline.artifact_store())
+        path = write_results_table(rows, eval_pipeline.paths.results / f"{campaign.name}.duckdb")
+        scored = sum(row.scored for row in rows)
+        return Output(str(path), metadata={"path": MetadataValue.path(str(path)), "planned": len(rows), "scored": scored, "dataset_version": benchmark.version})
+
+    @asset(**common, ins={"benchmark": snapshot_in, "results_path": AssetIn(key=AssetKey([*prefix, "results"]))}, code_version=RESULTS_CODE_VERSION)
+    def report(context: AssetExecutionContext, benchmark: Benchmark, results_path: str, eval_pipeline: EvalPipelineResource) -> Output[dict]:
+        """Per-variant resolved rates with confidence intervals and coverage."""
+        rows = read_results_table(Path(results_path))
+        summary = build_report(campaign.name, benchmark.version, campaign.plan_version, rows)
+        path = write_report(summary, eval_pipeline.paths.reports / campaign.name)
+        summary["report_path"] = str(path)
+        return Output(summary, metadata={"path": MetadataValue.path(str(path)), "summary": MetadataValue.md(render_markdown(summary))})
+
+    return [dataset_snapshot, trial_plan, environment, generation, evaluation, results, report]

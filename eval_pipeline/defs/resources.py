@@ -1,0 +1,26 @@
+"""The one resource the assets need: where data lives, and the stores and sandboxes there."""
+
+from pathlib import Path
+
+from dagster import ConfigurableResource
+
+from eval_pipeline.artifacts import ArtifactStore, LocalArtifactStore
+from eval_pipeline.campaign import Campaign
+from eval_pipeline.sandbox import SandboxBackend, make_sandbox
+from eval_pipeline.settings import Paths
+
+
+class EvalPipelineResource(ConfigurableResource):
+    """eval_pipeline's storage root (EVAL_PIPELINE_DATA_DIR) and the backends built on it."""
+
+    data_dir: str
+
+    @property
+    def paths(self) -> Paths:
+        return Paths(Path(self.data_dir))
+
+    def artifact_store(self) -> ArtifactStore:
+        return LocalArtifactStore(self.paths.artifacts)
+
+    def sandbox(self, campaign: Campaign) -> SandboxBackend:
+        return make_sandbox(campaign.sandbox_backend, self.paths.sandboxes, campaign.resources)

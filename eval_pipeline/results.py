@@ -1,0 +1,146 @@
+"""The results table: one row per planned trial, rebuilt from the artifact store alone.
+
+Every key is recomputed from the campaign and the benchmark, so the table
+reflects exactly what is stored, whatever Dagster did or did not record, and
+a planned trial with no final evaluation shows as its last attempt's outcome
+or as `missing`. The DuckDB file is written to a temporary path and moved into
+place, so readers never see a half-written table.
+"""
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from eval_pipeline import HARNESS_VERSION
+from eval_pipeline.artifacts import ArtifactStore
+from eval_pipeline.benchmark import Benchmark, Instance
+from eval_pipeline.campaign import Campaign, Trial
+from eval_pipeline.evaluation import Evaluation, attempts_prefix, evaluation_key
+from eval_pipeline.generation import Generation, generation_key
+from eval_pipeline.outcomes import Outcome
+from eval_pipeline.sandbox import SandboxBackend
+
+MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    campaign: str
+    instance_id: str
+    repo: str
+    trial: str
+    variant: str
+    seed: int
+    agent: str
+    agent_config_hash: str
+    outcome: str
+    scored: bool
+    resolved: bool
+    attempts: int
+    generation_key: str | None
+    evaluation_key: str | None
+    patch_sha256: str | None
+    generation_duration_s: float | None
+    evaluation_duration_s: float | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    harness_version: str
+    dataset_version: str
+    sandbox_backend: str
+    memory_floor_mb: int
+    memory_ceiling_mb: int
+    cpu_floor: float
+    cpu_ceiling: float
+    pids_limit: int
+    enforced_limits: str
+
+
+def _latest_attempt(store: ArtifactStore, key: str) -> tuple[Evaluation | None, int]:
+    attempts = [store.get(k) for k in store.keys(attempts_prefix(key))]
+    kept = sorted((a for a in attempts if a), key=lambda a: a["started_at"])
+    return (Evaluation.from_payload(kept[-1], reused=True) if kept else None), len(kept)
+
+
+def trial_result(
+    campaign: Campaign, benchmark: Benchmark, instance: Instance, trial: Trial, sandbox: SandboxBackend, store: ArtifactStore
+) -> TrialResult:
+    agent = trial.variant.make_agent()
+    gen_key = generation_key(instance, agent, trial.seed)
+    stored_generation = store.get(gen_key)
+    generation = Generation.from_payload(stored_generation, reused=True) if stored_generation else None
+    evaluation, eval_key, attempts = None, None, 0
+    if generation:
+        environment_key = sandbox.environment_key(instance, benchmark.environment_for(instance))
+        eval_key = evaluation_key(generation, environment_key, sandbox, campaign.test_timeout_s)
+        evaluation, attempts = _latest_attempt(store, eval_key)
+        if (final := store.get(eval_key)) is not None:
+            evaluation = Evaluation.from_payload(final, reused=True)
+    outcome = Outcome(evaluation.outcome) if evaluation else None
+    limits = sandbox.limits
+    return TrialResult(
+        campaign=campaign.name,
+        instance_id=instance.instance_id,
+        repo=instance.repo,
+        trial=trial.key,
+        variant=trial.variant.name,
+        seed=trial.seed,
+        agent=trial.variant.agent,
+        agent_config_hash=agent.config_hash,
+        outcome=outcome.value if outcome else MISSING,
+        scored=bool(outcome and outcome.is_scored),
+        resolved=bool(outcome and outcome.is_resolved),
+        attempts=attempts,
+        generation_key=gen_key if generation else None,
+        evaluation_key=eval_key if evaluation else None,
+        patch_sha256=generation.patch_sha256 if generation else None,
+        generation_duration_s=generation.duration_s if generation else None,
+        evaluation_duration_s=evaluation.duration_s if evaluation else None,
+        input_tokens=generation.input_tokens if generation else 0,
+        output_tokens=generation.output_tokens if generation else 0,
+        cost_usd=generation.cost_usd if generation else 0.0,
+        harness_version=evaluation.harness_version if evaluation else HARNESS_VERSION,
+        dataset_version=benchmark.version,
+        sandbox_backend=sandbox.name,
+        memory_floor_mb=limits.memory_floor_mb,
+        memory_ceiling_mb=limits.memory_ceiling_mb,
+        cpu_floor=limits.cpu_floor,
+        cpu_ceiling=limits.cpu_ceiling,
+        pids_limit=limits.pids,
+        enforced_limits=json.dumps(sandbox.enforced_limits(), sort_keys=True),
+    )
+
+
+def collect_results(
+    campaign: Campaign, benchmark: Benchmark, sandbox: SandboxBackend, store: ArtifactStore
+) -> list[TrialResult]:
+    """One result per planned (instance, trial), in a stable order."""
+    return [
+        trial_result(campaign, benchmark, instance, trial, sandbox, store)
+        for instance in sorted(benchmark.instances, key=lambda i: i.instance_id)
+        for trial in campaign.trials
+    ]
+
+
+def write_results_table(results: list[TrialResult], path: Path) -> Path:
+    """Write the `trials` table to a DuckDB file atomically; return its path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    scratch.unlink(missing_ok=True)
+    frame = pd.DataFrame([asdict(result) for result in results], columns=list(TrialResult.__dataclass_fields__))
+    with duckdb.connect(str(scratch)) as connection:
+        connection.register("results_frame", frame)
+        connection.execute("CREATE TABLE trials AS SELECT * FROM results_frame")
+    os.replace(scratch, path)
+    return path
+
+
+def read_results_table(path: Path) -> list[TrialResult]:
+    with duckdb.connect(str(path), read_only=True) as connection:
+        cursor = connection.execute("SELECT * FROM trials ORDER BY instance_id, trial")
+        columns = [column[0] for column in cursor.description]
+        return [TrialResult(**dict(zip(columns, row, strict=True))) for row in cursor.fetchall()]
