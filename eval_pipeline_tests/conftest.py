@@ -1,0 +1,38 @@
+"""Shared fixtures: the demo benchmark built once per session, local sandboxes, stores."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from eval_pipeline.artifacts import LocalArtifactStore
+from eval_pipeline.benchmark import Benchmark
+from eval_pipeline.demo_benchmark import build_demo_benchmark
+from eval_pipeline.sandbox import ResourceLimits
+from eval_pipeline.sandbox.local import LocalSandbox
+
+
+@pytest.fixture(scope="session")
+def demo_benchmark(tmp_path_factory: pytest.TempPathFactory) -> Benchmark:
+    return build_demo_benchmark(tmp_path_factory.mktemp("mirrors"))
+
+
+@pytest.fixture(scope="session")
+def shared_sandbox(tmp_path_factory: pytest.TempPathFactory) -> LocalSandbox:
+    """One sandbox for the session, so each demo environment is prepared once."""
+    return LocalSandbox(tmp_path_factory.mktemp("sandbox"), ResourceLimits(memory_ceiling_mb=1024, output_bytes=200_000))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LocalArtifactStore:
+    return LocalArtifactStore(tmp_path / "artifacts")
+
+
+@pytest.fixture
+def campaign_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A fresh DAGSTER_HOME and data directory, set for this process and returned for subprocesses."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.delenv("EVAL_PIPELINE_DATA_DIR", raising=False)
+    return {**os.environ, "DAGSTER_HOME": str(home)}

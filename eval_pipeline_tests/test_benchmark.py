@@ -1,0 +1,75 @@
+import json
+
+import pytest
+
+from eval_pipeline.benchmark import Benchmark, EnvironmentSpec, Instance, InvalidInstanceError, RepoSource
+
+
+def row(**overrides):
+    base = {
+        "instance_id": "octo__lib-1",
+        "repo": "octo/lib",
+        "base_commit": "abc123",
+        "problem_statement": "it breaks",
+        "hints_text": "",
+        "patch": "diff --git a/x.py b/x.py\n",
+        "test_patch": "diff --git a/tests/test_x.py b/tests/test_x.py\n",
+        "FAIL_TO_PASS": ["tests/test_x.py::test_new"],
+        "PASS_TO_PASS": ["tests/test_x.py::test_old", "tests/test_y.py::TestY::test_z"],
+        "version": "1.0",
+        "environment_setup_commit": "abc123",
+        "created_at": "2024-01-01T00:00:00Z",
+    }
+    return {**base, **overrides}
+
+
+def test_test_lists_accept_swebench_json_strings():
+    instance = Instance.from_row(row(FAIL_TO_PASS=json.dumps(["a.py::t"]), PASS_TO_PASS="[]"))
+    assert instance.FAIL_TO_PASS == ("a.py::t",)
+    assert instance.PASS_TO_PASS == ()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"instance_id": ""}, "instance_id"),
+        ({"patch": None}, "patch"),
+        ({"FAIL_TO_PASS": "not json"}, "FAIL_TO_PASS"),
+        ({"PASS_TO_PASS": [1, 2]}, "PASS_TO_PASS"),
+    ],
+)
+def test_bad_rows_are_reported_with_row_id_and_field(overrides, field):
+    with pytest.raises(InvalidInstanceError) as error:
+        Instance.from_row(row(**overrides), index=7)
+    assert "row 7" in str(error.value)
+    assert f"field {field}" in str(error.value)
+
+
+def test_duplicate_ids_are_rejected_naming_the_row():
+    with pytest.raises(InvalidInstanceError, match=r"row 1 \('octo__lib-1'\): field instance_id: duplicate"):
+        Benchmark.from_rows("b", [row(), row()])
+
+
+def test_dataset_version_is_stable_and_changes_with_any_field():
+    first = Benchmark.from_rows("b", [row(), row(instance_id="octo__lib-2")])
+    again = Benchmark.from_rows("b", [row(instance_id="octo__lib-2"), row()])
+    changed = Benchmark.from_rows("b", [row(), row(instance_id="octo__lib-2", hints_text="try harder")])
+    assert first.version == again.version
+    assert first.version != changed.version
+
+
+def test_test_files_come_from_the_graded_test_ids():
+    assert Instance.from_row(row()).test_files == ("tests/test_x.py", "tests/test_y.py")
+
+
+def test_repo_source_prefers_a_mirror_over_the_url_template():
+    assert RepoSource().location("octo/lib") == "https://github.com/octo/lib.git"
+    assert RepoSource(url_template="https://git.internal/{repo}").location("octo/lib") == "https://git.internal/octo/lib"
+    assert RepoSource(mirror_dir="/srv/mirror").location("octo/lib") == "/srv/mirror/octo/lib"
+
+
+def test_environment_spec_is_chosen_by_repo_and_version():
+    special = EnvironmentSpec(packages=("numpy",))
+    benchmark = Benchmark.from_rows("b", [row(), row(instance_id="octo__lib-2", version="2.0")], environments={"octo/lib@1.0": special})
+    assert benchmark.environment_for(benchmark.instance("octo__lib-1")) == special
+    assert benchmark.environment_for(benchmark.instance("octo__lib-2")) == EnvironmentSpec()

@@ -1,0 +1,110 @@
+"""Agents, generation and evaluation: typed outcomes, reuse, and kept attempts."""
+
+from dataclasses import replace
+
+import pytest
+
+from eval_pipeline.agents import Agent, AgentOutput, FlakyAgent, make_agent
+from eval_pipeline.benchmark import EnvironmentSpec
+from eval_pipeline.evaluation import attempts_prefix, evaluate
+from eval_pipeline.generation import AGENT_ERROR, generate
+from eval_pipeline.outcomes import Outcome
+
+
+class CrashingAgent(Agent):
+    name = "crashing"
+
+    def solve(self, task, workspace):
+        workspace.run("echo partial > partial.txt", timeout_s=10)
+        raise RuntimeError("model API returned garbage")
+
+
+class CountingAgent(Agent):
+    name = "counting"
+    calls = 0
+
+    def solve(self, task, workspace):
+        CountingAgent.calls += 1
+        return AgentOutput(trajectory=[{"step": 1}], input_tokens=100, output_tokens=20, cost_usd=0.01)
+
+
+@pytest.fixture
+def instance(demo_benchmark):
+    return demo_benchmark.instances[2]
+
+
+@pytest.fixture
+def environment(shared_sandbox, demo_benchmark, instance):
+    return shared_sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+
+
+def test_flaky_agent_is_deterministic_per_instance_and_seed(demo_benchmark, shared_sandbox, store):
+    outcomes = {}
+    for instance in demo_benchmark.instances:
+        environment = shared_sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+        for seed in (0, 1, 2):
+            generation = generate(instance, FlakyAgent(p=0.5), seed, environment, shared_sandbox, store)
+            outcomes[(instance.instance_id, seed)] = bool(generation.patch)
+    assert 0 < sum(outcomes.values()) < len(outcomes), "p=0.5 should both fix and give up"
+    for (instance_id, seed), fixed in list(outcomes.items())[:4]:
+        instance = demo_benchmark.instance(instance_id)
+        environment = shared_sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+        again = generate(instance, FlakyAgent(p=0.5), seed, environment, shared_sandbox, type(store)(store.root / "fresh"))
+        assert bool(again.patch) == fixed
+
+
+@pytest.mark.parametrize(("p", "fixes"), [(0.0, False), (1.0, True)])
+def test_flaky_agent_extremes(instance, environment, shared_sandbox, store, p, fixes):
+    generation = generate(instance, FlakyAgent(p=p), 0, environment, shared_sandbox, store)
+    assert bool(generation.patch) is fixes
+
+
+def test_oracle_patch_is_the_workspace_diff_and_null_is_empty(instance, environment, shared_sandbox, store):
+    oracle = generate(instance, make_agent("oracle"), 0, environment, shared_sandbox, store)
+    null = generate(instance, make_agent("null"), 0, environment, shared_sandbox, store)
+    assert "raise ValueError" in oracle.patch and oracle.patch.startswith("diff --git")
+    assert null.patch == ""
+    assert (oracle.input_tokens, oracle.output_tokens, oracle.cost_usd) == (0, 0, 0.0)
+    assert oracle.agent_config_hash != null.agent_config_hash
+
+
+def test_generation_is_reused_not_recomputed(instance, environment, shared_sandbox, store):
+    CountingAgent.calls = 0
+    first = generate(instance, CountingAgent(), 3, environment, shared_sandbox, store)
+    second = generate(instance, CountingAgent(), 3, environment, shared_sandbox, store)
+    other_seed = generate(instance, CountingAgent(), 4, environment, shared_sandbox, store)
+    assert CountingAgent.calls == 2
+    assert (first.reused, second.reused, other_seed.reused) == (False, True, False)
+    assert second.payload() == first.payload()
+    assert second.input_tokens == 100 and second.cost_usd == 0.01
+
+
+def test_an_agent_crash_is_recorded_as_agent_error_with_its_partial_patch(instance, environment, shared_sandbox, store):
+    generation = generate(instance, CrashingAgent(), 0, environment, shared_sandbox, store)
+    assert generation.status == AGENT_ERROR
+    assert "model API returned garbage" in generation.error
+    assert "partial.txt" in generation.patch
+    evaluation = evaluate(instance, EnvironmentSpec(), generation, environment, shared_sandbox, store, 60)
+    assert evaluation.outcome_type is Outcome.ERROR
+
+
+def test_scored_evaluations_are_final_and_reused(instance, environment, shared_sandbox, store, demo_benchmark):
+    generation = generate(instance, make_agent("oracle"), 0, environment, shared_sandbox, store)
+    spec = demo_benchmark.environment_for(instance)
+    first = evaluate(instance, spec, generation, environment, shared_sandbox, store, 60)
+    second = evaluate(instance, spec, generation, environment, shared_sandbox, store, 60)
+    assert first.outcome_type is Outcome.RESOLVED and not first.reused
+    assert second.reused and second.attempt_id == first.attempt_id
+    assert first.resources["requested"]["memory_ceiling_mb"] == 1024
+
+
+def test_unscored_attempts_are_kept_and_graded_again(instance, environment, shared_sandbox, store, demo_benchmark):
+    generation = generate(instance, make_agent("oracle"), 0, environment, shared_sandbox, store)
+    spec = demo_benchmark.environment_for(instance)
+    slow = replace(spec, test_cmd="sleep 30; " + spec.test_cmd)
+    timed_out = evaluate(instance, slow, generation, environment, shared_sandbox, store, 0.5)
+    assert timed_out.outcome_type is Outcome.TIMEOUT
+    assert store.get(timed_out.key) is None, "an unscored verdict must not become final"
+    retried = evaluate(instance, slow, generation, environment, shared_sandbox, store, 0.5)
+    assert not retried.reused and retried.attempt_id != timed_out.attempt_id
+    assert len(store.keys(attempts_prefix(timed_out.key))) == 2, "every attempt is kept"

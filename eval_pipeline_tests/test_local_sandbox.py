@@ -1,0 +1,104 @@
+"""The local sandbox: one environment per instance, isolated workspaces, enforced limits."""
+
+import os
+import time
+
+import pytest
+
+from eval_pipeline.gitutil import git
+from eval_pipeline.sandbox import ResourceLimits
+from eval_pipeline.sandbox.local import LocalSandbox
+
+
+@pytest.fixture
+def instance(demo_benchmark):
+    return demo_benchmark.instances[0]
+
+
+@pytest.fixture
+def environment(shared_sandbox, demo_benchmark, instance):
+    return shared_sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+
+
+def test_environment_is_prepared_once_at_the_base_commit(shared_sandbox, demo_benchmark, instance, environment):
+    ready = os.path.join(environment.location, ".ready")
+    built_at = os.stat(ready).st_mtime_ns
+    again = shared_sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    assert again == environment
+    assert os.stat(ready).st_mtime_ns == built_at
+    repo = os.path.join(environment.location, "repo")
+    assert git(["rev-parse", "HEAD"], repo).strip() == instance.base_commit
+    assert git(["remote"], repo).strip() == "", "the agent must not be able to fetch upstream"
+
+
+def test_a_half_built_environment_is_rebuilt(tmp_path, demo_benchmark, instance):
+    sandbox = LocalSandbox(tmp_path, ResourceLimits())
+    handle = sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    os.remove(os.path.join(handle.location, ".ready"))
+    os.remove(os.path.join(handle.location, "repo", "README.md"))
+    sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    assert os.path.exists(os.path.join(handle.location, "repo", "README.md"))
+
+
+def test_workspaces_are_isolated_from_each_other_and_the_environment(shared_sandbox, environment):
+    with shared_sandbox.workspace(environment, "a") as first, shared_sandbox.workspace(environment, "b") as second:
+        assert first.run("echo agent-a > README.md && rm -r tests", timeout_s=10).ok
+        assert second.run("cat README.md && ls tests", timeout_s=10).stdout.startswith("# calclib")
+        first_root = first.root
+    assert not first_root.exists(), "workspaces are removed after use"
+    repo = os.path.join(environment.location, "repo")
+    assert git(["status", "--porcelain"], repo) == ""
+
+
+def test_commands_run_in_the_environment_virtualenv(shared_sandbox, environment):
+    with shared_sandbox.workspace(environment, "venv") as workspace:
+        result = workspace.run("python -c 'import sys, pytest; print(sys.prefix)'", timeout_s=30)
+    assert result.ok, result.stderr
+    assert result.stdout.strip() == os.path.join(environment.location, "venv")
+
+
+def test_timeout_kills_the_whole_process_group(shared_sandbox, environment, tmp_path):
+    marker = tmp_path / "survivor"
+    with shared_sandbox.workspace(environment, "timeout") as workspace:
+        started = time.monotonic()
+        result = workspace.run(f"(sleep 2; touch {marker}) & sleep 30", timeout_s=0.5)
+    assert result.timed_out and not result.ok
+    assert time.monotonic() - started < 5
+    time.sleep(2.5)
+    assert not marker.exists(), "a background child outlived the timeout"
+
+
+def test_output_is_capped_and_drained(tmp_path, demo_benchmark, instance):
+    sandbox = LocalSandbox(tmp_path, ResourceLimits(output_bytes=1000))
+    environment = sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    with sandbox.workspace(environment, "output") as workspace:
+        result = workspace.run("head -c 50000000 /dev/zero | tr '\\0' x", timeout_s=30)
+    assert result.ok
+    assert len(result.stdout) == 1000 and result.output_truncated
+
+
+def test_memory_ceiling_stops_an_allocation_above_it(tmp_path, demo_benchmark, instance):
+    sandbox = LocalSandbox(tmp_path, ResourceLimits(memory_floor_mb=128, memory_ceiling_mb=300))
+    environment = sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    with sandbox.workspace(environment, "memory") as workspace:
+        small = workspace.run("python -c 'x = bytearray(50 * 2**20)'", timeout_s=30)
+        large = workspace.run("python -c 'x = bytearray(600 * 2**20)'", timeout_s=30)
+    assert small.ok, small.stderr
+    assert not large.ok and "MemoryError" in large.stderr
+    assert small.peak_memory_mb and small.peak_memory_mb >= 50
+
+
+def test_cpu_ceiling_pins_commands_to_that_many_cores(tmp_path, demo_benchmark, instance):
+    sandbox = LocalSandbox(tmp_path, ResourceLimits(cpu_floor=0.5, cpu_ceiling=1))
+    environment = sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    with sandbox.workspace(environment, "cpu") as workspace:
+        result = workspace.run("python -c 'import os; print(len(os.sched_getaffinity(0)))'", timeout_s=30)
+    assert result.stdout.strip() == "1"
+
+
+def test_limits_are_recorded_requested_and_enforced(shared_sandbox):
+    record = shared_sandbox.resources_record()
+    assert record["backend"] == "local"
+    assert record["requested"]["memory_ceiling_mb"] == 1024
+    assert record["enforced"]["memory_ceiling_mb"] is True
+    assert record["enforced"]["memory_floor_mb"] is False
