@@ -1,0 +1,88 @@
+"""SIGKILL a campaign mid-way, run it again: no finished trial runs twice, results match a clean run."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import duckdb
+
+CAMPAIGN = """
+name: interrupted
+benchmark: {kind: demo}
+variants:
+  - {name: oracle, agent: oracle}
+  - {name: flaky, agent: flaky, params: {p: 0.5}}
+seeds: 1
+"""
+PLANNED = 16
+
+
+def start(env: dict[str, str], campaign: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        ["eval-pipeline", "run", "--campaign", str(campaign), "--json"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+
+
+def finish(process: subprocess.Popen) -> dict:
+    stdout, stderr = process.communicate(timeout=900)
+    assert process.returncode == 0, stderr[-3000:]
+    return json.loads(stdout)
+
+
+def stored(artifacts: Path, kind: str) -> dict[str, tuple[str, int]]:
+    """Each stored artifact's content hash and modification time."""
+    directory = artifacts / kind
+    if not directory.is_dir():
+        return {}
+    return {
+        path.name: (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
+        for path in directory.iterdir() if not path.name.startswith(".tmp-")
+    }
+
+
+def results(home: Path) -> list[tuple]:
+    with duckdb.connect(str(home / "eval_pipeline" / "results" / "interrupted.duckdb"), read_only=True) as db:
+        return db.execute("SELECT instance_id, trial, outcome, resolved, patch_sha256 FROM trials ORDER BY 1, 2").fetchall()
+
+
+def test_sigkill_mid_campaign_then_resume(tmp_path):
+    campaign = tmp_path / "interrupted.yaml"
+    campaign.write_text(CAMPAIGN)
+    homes = {name: tmp_path / name for name in ("clean", "killed")}
+    envs = {name: {**os.environ, "DAGSTER_HOME": str(home)} for name, home in homes.items()}
+    for env in envs.values():
+        env.pop("EVAL_PIPELINE_DATA_DIR", None)
+    artifacts = homes["killed"] / "eval_pipeline" / "artifacts"
+
+    clean = start(envs["clean"], campaign)
+    killed = start(envs["killed"], campaign)
+    deadline = time.monotonic() + 600
+    while len(stored(artifacts, "evaluation")) < 5:
+        assert killed.poll() is None, "the campaign finished before it could be interrupted"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(killed.pid, signal.SIGKILL)  # the runner and any test process it started
+    killed.wait()
+
+    generations_before = stored(artifacts, "generation")
+    evaluations_before = stored(artifacts, "evaluation")
+    assert 5 <= len(evaluations_before) < PLANNED
+
+    resumed = finish(start(envs["killed"], campaign))
+    assert resumed["generation"]["computed"] == PLANNED - len(generations_before), "a finished generation ran again"
+    assert resumed["evaluation"]["computed"] == PLANNED - len(evaluations_before), "a finished evaluation ran again"
+    assert resumed["scored"] == resumed["planned"] == PLANNED
+    generations_after = stored(artifacts, "generation")
+    evaluations_after = stored(artifacts, "evaluation")
+    assert all(generations_after[name] == before for name, before in generations_before.items()), "an artifact was rewritten"
+    assert all(evaluations_after[name] == before for name, before in evaluations_before.items()), "an artifact was rewritten"
+    assert len(generations_after) == len(evaluations_after) == PLANNED
+
+    uninterrupted = finish(clean)
+    assert uninterrupted["variants"] == resumed["variants"]
+    assert results(homes["clean"]) == results(homes["killed"])
