@@ -89,7 +89,9 @@ class FlakyAgent(Agent):
         if draw >= self.params["p"]:
             return AgentOutput(trajectory=[{"action": "give_up", "draw": draw}])
         result = apply_patch(workspace, task.reference_patch, "reference.patch")
-        return AgentOutput(trajectory=[{"action": "apply_reference_patch", "draw": draw, "exit_code": result.exit_code}])
+        return AgentOutput(
+            trajectory=[{"action": "apply_reference_patch", "draw": draw, "exit_code": result.exit_code}]
+        )
 
 
 AGENTS: dict[str, type[Agent]] = {agent.name: agent for agent in (OracleAgent, NullAgent, FlakyAgent)}

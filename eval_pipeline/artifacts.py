@@ -13,12 +13,26 @@ import os
 import tempfile
 import time
 from abc import ABC, abstractmethod
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from eval_pipeline.hashing import canonical_json, sha256_text
 
 logger = logging.getLogger(__name__)
+
+
+class StoredRecord:
+    """Mixin for a frozen dataclass kept as an artifact; its `reused` field says it came from the store."""
+
+    reused: bool
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any], *, reused: bool) -> Self:
+        return cls(**{**payload, "reused": reused})
+
+    def payload(self) -> dict[str, Any]:
+        return {name: value for name, value in asdict(self).items() if name != "reused"}  # type: ignore[call-overload]
 
 
 class ArtifactStore(ABC):
@@ -103,5 +117,7 @@ class LocalArtifactStore(ArtifactStore):
         if not base.is_dir():
             return []
         return sorted(
-            str(path.relative_to(self.root)) for path in base.rglob("*") if path.is_file() and not path.name.startswith(".tmp-")
+            str(path.relative_to(self.root))
+            for path in base.rglob("*")
+            if path.is_file() and not path.name.startswith(".tmp-")
         )

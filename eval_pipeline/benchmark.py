@@ -23,9 +23,7 @@ def _test_ids(value: Any, *, row: int, instance_id: str, name: str) -> tuple[str
                 f"row {row} ({instance_id!r}): field {name}: not a JSON list ({error})"
             ) from None
     if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
-        raise InvalidInstanceError(
-            f"row {row} ({instance_id!r}): field {name}: expected a list of test ids"
-        )
+        raise InvalidInstanceError(f"row {row} ({instance_id!r}): field {name}: expected a list of test ids")
     return tuple(value)
 
 
@@ -53,9 +51,7 @@ class Instance:
         instance_id = str(row.get("instance_id") or "")
         for name in cls.REQUIRED:
             if not isinstance(row.get(name), str) or not row[name].strip():
-                raise InvalidInstanceError(
-                    f"row {index} ({instance_id!r}): field {name}: missing or empty"
-                )
+                raise InvalidInstanceError(f"row {index} ({instance_id!r}): field {name}: missing or empty")
         return cls(
             instance_id=instance_id,
             repo=row["repo"],
@@ -63,8 +59,12 @@ class Instance:
             problem_statement=row["problem_statement"],
             patch=row["patch"],
             test_patch=row["test_patch"],
-            FAIL_TO_PASS=_test_ids(row.get("FAIL_TO_PASS", []), row=index, instance_id=instance_id, name="FAIL_TO_PASS"),
-            PASS_TO_PASS=_test_ids(row.get("PASS_TO_PASS", []), row=index, instance_id=instance_id, name="PASS_TO_PASS"),
+            FAIL_TO_PASS=_test_ids(
+                row.get("FAIL_TO_PASS", []), row=index, instance_id=instance_id, name="FAIL_TO_PASS"
+            ),
+            PASS_TO_PASS=_test_ids(
+                row.get("PASS_TO_PASS", []), row=index, instance_id=instance_id, name="PASS_TO_PASS"
+            ),
             version=str(row.get("version") or ""),
             environment_setup_commit=str(row.get("environment_setup_commit") or row["base_commit"]),
             created_at=str(row.get("created_at") or ""),
@@ -146,9 +146,7 @@ class Benchmark:
         seen: set[str] = set()
         for index, instance in enumerate(instances):
             if instance.instance_id in seen:
-                raise InvalidInstanceError(
-                    f"row {index} ({instance.instance_id!r}): field instance_id: duplicate id"
-                )
+                raise InvalidInstanceError(f"row {index} ({instance.instance_id!r}): field instance_id: duplicate id")
             seen.add(instance.instance_id)
         return cls(name=name, instances=instances, **kwargs)
 

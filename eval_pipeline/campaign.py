@@ -149,7 +149,11 @@ def parse_campaign(data: Any, origin: str) -> Campaign:
 
 
 def builtin_campaigns() -> list[str]:
-    return sorted(p.name.removesuffix(".yaml") for p in resources.files("eval_pipeline.campaigns").iterdir() if p.name.endswith(".yaml"))
+    return sorted(
+        p.name.removesuffix(".yaml")
+        for p in resources.files("eval_pipeline.campaigns").iterdir()
+        if p.name.endswith(".yaml")
+    )
 
 
 def load_campaign(name_or_path: str) -> Campaign:

@@ -28,7 +28,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"eval-pipeline: {error}", file=sys.stderr)
         return 2
     with DagsterInstance.get() as instance:
-        run = run_campaign(campaign, build_definitions([campaign]), instance, progress=lambda line: print(line, file=sys.stderr))
+        run = run_campaign(
+            campaign,
+            build_definitions([campaign]),
+            instance,
+            progress=lambda line: print(line, file=sys.stderr),
+            workers=args.workers,
+        )
     if args.json:
         print(json.dumps(run.as_json(), indent=2, sort_keys=True))
     else:
@@ -43,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="run or resume a campaign in process")
     run.add_argument("--campaign", default="demo", help="a built-in campaign name or a campaign YAML path")
     run.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=min(4, os.cpu_count() or 1),
+        help="trial runs in parallel processes (default: cores, at most 4)",
+    )
     run.set_defaults(handler=_run)
     args = parser.parse_args(argv)
     return args.handler(args)

@@ -79,7 +79,7 @@ def gcd(a, b):
         a, b = b, a % b
     return a
 ''',
-                "tests/test_arith.py": '''from calclib.arith import clamp, gcd
+                "tests/test_arith.py": """from calclib.arith import clamp, gcd
 
 
 def test_clamp_below():
@@ -92,7 +92,7 @@ def test_clamp_at_low_edge():
 
 def test_gcd_positive():
     assert gcd(12, 18) == 6
-''',
+""",
             },
             bugs=(
                 DemoBug(
@@ -134,7 +134,7 @@ def median(values):
     ordered = sorted(values)
     return ordered[len(ordered) // 2]
 ''',
-                "tests/test_stats.py": '''import pytest
+                "tests/test_stats.py": """import pytest
 
 from calclib.stats import mean, median
 
@@ -145,7 +145,7 @@ def test_mean_of_integers():
 
 def test_median_odd_length():
     assert median([3, 1, 2]) == 2
-''',
+""",
             },
             bugs=(
                 DemoBug(
@@ -196,7 +196,7 @@ def count_words(text):
     """The number of whitespace-separated words."""
     return len(text.split(" "))
 ''',
-                "tests/test_words.py": '''from textkit.words import count_words, slugify
+                "tests/test_words.py": """from textkit.words import count_words, slugify
 
 
 def test_slugify_simple():
@@ -205,7 +205,7 @@ def test_slugify_simple():
 
 def test_count_words_simple():
     assert count_words("one two three") == 3
-''',
+""",
             },
             bugs=(
                 DemoBug(
@@ -251,7 +251,7 @@ def title_case(text):
     words = text.lower().split()
     return " ".join(w if w in SMALL_WORDS else w.capitalize() for w in words)
 ''',
-                "tests/test_format.py": '''from textkit.format import title_case, truncate
+                "tests/test_format.py": """from textkit.format import title_case, truncate
 
 
 def test_truncate_short_text_unchanged():
@@ -260,7 +260,7 @@ def test_truncate_short_text_unchanged():
 
 def test_title_case_keeps_small_words():
     assert title_case("war and peace") == "War and Peace"
-''',
+""",
             },
             bugs=(
                 DemoBug(

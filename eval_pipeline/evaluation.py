@@ -10,12 +10,12 @@ stored as final, so the next run of the same trial grades it again.
 import time
 import traceback
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
-from eval_pipeline.artifacts import ArtifactStore
+from eval_pipeline.artifacts import ArtifactStore, StoredRecord
 from eval_pipeline.benchmark import EnvironmentSpec, Instance
 from eval_pipeline.generation import COMPLETED, Generation
 from eval_pipeline.grading import GRADING_VERSION, Verdict, grade
@@ -25,7 +25,7 @@ from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 
 
 @dataclass(frozen=True)
-class Evaluation:
+class Evaluation(StoredRecord):
     key: str
     attempt_id: str
     generation_key: str
@@ -45,13 +45,6 @@ class Evaluation:
     harness_version: str
     grading_version: str
     reused: bool = False
-
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any], *, reused: bool) -> "Evaluation":
-        return cls(**{**payload, "reused": reused})
-
-    def payload(self) -> dict[str, Any]:
-        return {name: value for name, value in asdict(self).items() if name != "reused"}
 
     @property
     def outcome_type(self) -> Outcome:

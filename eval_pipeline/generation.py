@@ -8,13 +8,13 @@ evaluation is re-run.
 
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.agents import Agent, AgentTask
-from eval_pipeline.artifacts import ArtifactStore
+from eval_pipeline.artifacts import ArtifactStore, StoredRecord
 from eval_pipeline.benchmark import Instance
 from eval_pipeline.hashing import sha256_text, stable_hash
 from eval_pipeline.patches import workspace_diff
@@ -27,7 +27,7 @@ COMPLETED, AGENT_ERROR = "completed", "agent_error"
 
 
 @dataclass(frozen=True)
-class Generation:
+class Generation(StoredRecord):
     """A stored generation: the patch, how it was made, and what it cost."""
 
     key: str
@@ -48,13 +48,6 @@ class Generation:
     harness_version: str
     generation_version: str
     reused: bool = False
-
-    @classmethod
-    def from_payload(cls, payload: dict[str, Any], *, reused: bool) -> "Generation":
-        return cls(**{**payload, "reused": reused})
-
-    def payload(self) -> dict[str, Any]:
-        return {name: value for name, value in asdict(self).items() if name != "reused"}
 
 
 def generation_key(instance: Instance, agent: Agent, seed: int) -> str:

@@ -5,10 +5,10 @@ resolved rate) or *infrastructure* (the harness could not judge it: it is left
 out of the rate and shows in coverage, never as a zero).
 """
 
-from enum import Enum
+from enum import StrEnum
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     RESOLVED = "resolved"
     UNRESOLVED = "unresolved"
     PATCH_APPLY_FAILED = "patch_apply_failed"

@@ -31,7 +31,9 @@ def _variant_summary(results: Sequence[TrialResult]) -> dict[str, Any]:
     }
 
 
-def build_report(campaign: str, dataset_version: str, plan_version: str, results: Sequence[TrialResult]) -> dict[str, Any]:
+def build_report(
+    campaign: str, dataset_version: str, plan_version: str, results: Sequence[TrialResult]
+) -> dict[str, Any]:
     by_variant: dict[str, list[TrialResult]] = defaultdict(list)
     for result in results:
         by_variant[result.variant].append(result)
@@ -70,7 +72,10 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| {name} | {_number(variant['resolved_rate'])} | {ci} | {ci_repo} | {variant['n']} "
             f"| {variant['scored']}/{variant['planned']} | {outcomes} |"
         )
-    lines += ["", "Rates average seeds within each instance first; trials that ended in an infrastructure outcome are not scored."]
+    lines += [
+        "",
+        "Rates average seeds within each instance first; trials that ended in an infrastructure outcome are not scored.",
+    ]
     return "\n".join(lines) + "\n"
 
 

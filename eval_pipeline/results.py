@@ -67,7 +67,12 @@ def _latest_attempt(store: ArtifactStore, key: str) -> tuple[Evaluation | None, 
 
 
 def trial_result(
-    campaign: Campaign, benchmark: Benchmark, instance: Instance, trial: Trial, sandbox: SandboxBackend, store: ArtifactStore
+    campaign: Campaign,
+    benchmark: Benchmark,
+    instance: Instance,
+    trial: Trial,
+    sandbox: SandboxBackend,
+    store: ArtifactStore,
 ) -> TrialResult:
     agent = trial.variant.make_agent()
     gen_key = generation_key(instance, agent, trial.seed)

@@ -8,16 +8,25 @@ run as a whole), and the artifact store makes a re-run of a finished trial
 cost a lookup, not a regeneration.
 """
 
-from collections.abc import Callable
+import multiprocessing
+import warnings
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from dagster import AssetKey, DagsterInstance, Definitions, ExecuteInProcessResult
+from dagster import AssetKey, BetaWarning, DagsterInstance, Definitions, ExecuteInProcessResult
 
 from eval_pipeline.campaign import Campaign
-from eval_pipeline.defs import stage_job_name
+from eval_pipeline.defs import build_definitions, stage_job_name
 from eval_pipeline.defs.partitions import trial_run_key
 from eval_pipeline.results import collect_results
+from eval_pipeline.settings import Paths
+
+if TYPE_CHECKING:
+    from dagster._core.instance.ref import InstanceRef
 
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
@@ -30,17 +39,24 @@ class StageCounts:
     reused: int = 0
     failed: int = 0
 
-    def count(self, run: ExecuteInProcessResult, node: str) -> str:
-        materializations = run.asset_materializations_for_node(node)
-        if not materializations:
-            self.failed += 1
-            return "failed"
-        reused = materializations[0].metadata["reused"].value
-        if reused:
-            self.reused += 1
-        else:
-            self.computed += 1
-        return "reused" if reused else "computed"
+    def add(self, status: str) -> None:
+        setattr(self, status, getattr(self, status) + 1)
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """What one trial partition's run did, small enough to send back from a worker process."""
+
+    generation: str
+    evaluation: str
+    outcome: str
+
+
+def _status(run: ExecuteInProcessResult, node: str) -> str:
+    materializations = run.asset_materializations_for_node(node)
+    if not materializations:
+        return "failed"
+    return "reused" if materializations[0].metadata["reused"].value else "computed"
 
 
 @dataclass
@@ -52,7 +68,10 @@ class CampaignRun:
 
     def as_json(self) -> dict[str, Any]:
         variants = {
-            name: {key: summary[key] for key in ("resolved_rate", "n", "ci_low", "ci_high", "scored", "planned", "coverage", "outcomes")}
+            name: {
+                key: summary[key]
+                for key in ("resolved_rate", "n", "ci_low", "ci_high", "scored", "planned", "coverage", "outcomes")
+            }
             for name, summary in self.report["variants"].items()
         }
         return {
@@ -69,45 +88,128 @@ class CampaignRun:
         }
 
 
+class CampaignExecutor:
+    """Executes a campaign's stage jobs in this process against one Dagster instance."""
+
+    def __init__(self, campaign: Campaign, defs: Definitions, instance: DagsterInstance) -> None:
+        self.campaign = campaign
+        self.defs = defs
+        self.instance = instance
+
+    def asset_key(self, name: str) -> AssetKey:
+        return AssetKey([self.campaign.name, name])
+
+    def execute(self, stage: str, **kwargs: Any) -> ExecuteInProcessResult:
+        job = self.defs.resolve_job_def(stage_job_name(self.campaign, stage))
+        return job.execute_in_process(
+            instance=self.instance, run_config=QUIET_RUN_CONFIG, raise_on_error=False, **kwargs
+        )
+
+    def prepare_environment(self, instance_id: str) -> bool:
+        return self.execute("environments", partition_key=instance_id).success
+
+    def run_trial(self, instance_id: str, trial_key: str) -> TrialRun:
+        result = self.execute("trials", partition_key=trial_run_key(instance_id, trial_key))
+        outcome = (
+            result.asset_value(self.asset_key("evaluation")).outcome
+            if result.success
+            else f"failed (run {result.run_id})"
+        )
+        return TrialRun(
+            generation=_status(result, f"{self.campaign.name}__generation"),
+            evaluation=_status(result, f"{self.campaign.name}__evaluation"),
+            outcome=outcome,
+        )
+
+
+_worker: CampaignExecutor | None = None
+
+
+def _start_worker(campaign: Campaign, data_dir: str, instance_ref: "InstanceRef") -> None:
+    """Each worker process builds its own definitions and opens the same Dagster instance."""
+    global _worker
+    warnings.filterwarnings("ignore", category=BetaWarning)
+    _worker = CampaignExecutor(
+        campaign, build_definitions([campaign], Paths(Path(data_dir))), DagsterInstance.from_ref(instance_ref)
+    )
+
+
+def _in_worker(method: str, *args: str) -> Any:
+    return getattr(_worker, method)(*args)
+
+
+@contextmanager
+def _executor_pool(executor: CampaignExecutor, workers: int) -> Iterator[Callable[..., Iterator[tuple[tuple, Any]]]]:
+    """A map over (method, args) jobs: in this process for one worker, else in spawned processes.
+
+    Dagster's SQLite event log keeps one file per run, so runs in parallel
+    processes do not contend on one database file.
+    """
+    if workers <= 1:
+        yield lambda method, jobs: ((args, getattr(executor, method)(*args)) for args in jobs)
+        return
+    data_dir = executor.defs.resources["eval_pipeline"].data_dir
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_start_worker,
+        initargs=(executor.campaign, data_dir, executor.instance.get_ref()),
+    ) as pool:
+
+        def parallel_map(method: str, jobs: list[tuple]) -> Iterator[tuple[tuple, Any]]:
+            futures = {pool.submit(_in_worker, method, *args): args for args in jobs}
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+
+        yield parallel_map
+
+
 def run_campaign(
-    campaign: Campaign, defs: Definitions, instance: DagsterInstance, progress: Callable[[str], None] = lambda _: None
+    campaign: Campaign,
+    defs: Definitions,
+    instance: DagsterInstance,
+    progress: Callable[[str], None] = lambda _: None,
+    workers: int = 1,
 ) -> CampaignRun:
-    def execute(stage: str, **kwargs: Any) -> ExecuteInProcessResult:
-        job = defs.resolve_job_def(stage_job_name(campaign, stage))
-        return job.execute_in_process(instance=instance, run_config=QUIET_RUN_CONFIG, raise_on_error=False, **kwargs)
-
-    def asset_key(name: str) -> AssetKey:
-        return AssetKey([campaign.name, name])
-
-    prepared = execute("prepare")
+    executor = CampaignExecutor(campaign, defs, instance)
+    prepared = executor.execute("prepare")
     if not prepared.success:
         raise RuntimeError(f"campaign {campaign.name}: preparing the dataset failed (Dagster run {prepared.run_id})")
-    benchmark = prepared.asset_value(asset_key("dataset_snapshot"))
-    progress(f"{campaign.name}: {len(benchmark.instances)} instances x {len(campaign.trials)} trials, dataset {benchmark.version[:12]}")
+    benchmark = prepared.asset_value(executor.asset_key("dataset_snapshot"))
+    progress(
+        f"{campaign.name}: {len(benchmark.instances)} instances x {len(campaign.trials)} trials, dataset {benchmark.version[:12]}"
+    )
 
     run = CampaignRun(report={})
-    ready = instance.get_materialized_partitions(asset_key("environment"))
-    for item in benchmark.instances:
-        if item.instance_id not in ready:
-            if not execute("environments", partition_key=item.instance_id).success:
-                raise RuntimeError(f"{item.instance_id}: preparing the environment failed")
-            run.environments_prepared += 1
-            progress(f"environment ready: {item.instance_id}")
-
+    ready = instance.get_materialized_partitions(executor.asset_key("environment"))
+    missing_environments = [(i.instance_id,) for i in benchmark.instances if i.instance_id not in ready]
     eval_pipeline = defs.resources["eval_pipeline"]
     rows = collect_results(campaign, benchmark, eval_pipeline.sandbox(campaign), eval_pipeline.artifact_store())
-    recorded = instance.get_materialized_partitions(asset_key("evaluation"))
-    pending = [row for row in rows if not row.scored or str(trial_run_key(row.instance_id, row.trial)) not in recorded]
-    progress(f"{len(rows) - len(pending)} of {len(rows)} trials already done; running {len(pending)}")
-    for number, row in enumerate(pending, start=1):
-        result = execute("trials", partition_key=trial_run_key(row.instance_id, row.trial))
-        generated = run.generation.count(result, f"{campaign.name}__generation")
-        evaluated = run.evaluation.count(result, f"{campaign.name}__evaluation")
-        outcome = result.asset_value(asset_key("evaluation")).outcome if result.success else f"failed (run {result.run_id})"
-        progress(f"[{number}/{len(pending)}] {row.instance_id} {row.trial}: {outcome} (generation {generated}, evaluation {evaluated})")
+    recorded = instance.get_materialized_partitions(executor.asset_key("evaluation"))
+    pending = [
+        (r.instance_id, r.trial)
+        for r in rows
+        if not r.scored or str(trial_run_key(r.instance_id, r.trial)) not in recorded
+    ]
+    progress(
+        f"{len(rows) - len(pending)} of {len(rows)} trials already done; running {len(pending)} with {workers} worker(s)"
+    )
 
-    finished = execute("results")
+    with _executor_pool(executor, workers) as parallel_map:
+        for (instance_id,), ok in parallel_map("prepare_environment", missing_environments):
+            if not ok:
+                raise RuntimeError(f"{instance_id}: preparing the environment failed")
+            run.environments_prepared += 1
+            progress(f"environment ready: {instance_id}")
+        for number, ((instance_id, trial_key), trial) in enumerate(parallel_map("run_trial", pending), start=1):
+            run.generation.add(trial.generation)
+            run.evaluation.add(trial.evaluation)
+            progress(
+                f"[{number}/{len(pending)}] {instance_id} {trial_key}: {trial.outcome} (generation {trial.generation}, evaluation {trial.evaluation})"
+            )
+
+    finished = executor.execute("results")
     if not finished.success:
         raise RuntimeError(f"campaign {campaign.name}: building results failed (Dagster run {finished.run_id})")
-    run.report = finished.asset_value(asset_key("report"))
+    run.report = finished.asset_value(executor.asset_key("report"))
     return run

@@ -20,7 +20,9 @@ def demo_benchmark(tmp_path_factory: pytest.TempPathFactory) -> Benchmark:
 @pytest.fixture(scope="session")
 def shared_sandbox(tmp_path_factory: pytest.TempPathFactory) -> LocalSandbox:
     """One sandbox for the session, so each demo environment is prepared once."""
-    return LocalSandbox(tmp_path_factory.mktemp("sandbox"), ResourceLimits(memory_ceiling_mb=1024, output_bytes=200_000))
+    return LocalSandbox(
+        tmp_path_factory.mktemp("sandbox"), ResourceLimits(memory_ceiling_mb=1024, output_bytes=200_000)
+    )
 
 
 @pytest.fixture

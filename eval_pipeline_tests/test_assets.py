@@ -53,7 +53,9 @@ def test_prepare_registers_instances_and_trials_as_partitions(defs, dagster_inst
     result = run(defs, dagster_instance, "prepare")
     assert result.success
     benchmark = result.asset_value(AssetKey(["small", "dataset_snapshot"]))
-    assert sorted(dagster_instance.get_dynamic_partitions("small__instances")) == sorted(i.instance_id for i in benchmark.instances)
+    assert sorted(dagster_instance.get_dynamic_partitions("small__instances")) == sorted(
+        i.instance_id for i in benchmark.instances
+    )
     assert dagster_instance.get_dynamic_partitions("small__trials") == ["oracle-s0", "none-s0"]
     snapshot = latest(dagster_instance, "dataset_snapshot")
     assert snapshot.tags["dagster/data_version"] == benchmark.version
@@ -69,7 +71,9 @@ def test_a_trial_materializes_with_lineage_and_evaluation_never_regenerates(defs
     generation = latest(dagster_instance, "generation", str(key))
     assert evaluation.metadata["outcome"].value == "resolved"
     assert LINEAGE <= set(evaluation.metadata) and LINEAGE <= set(generation.metadata)
-    assert evaluation.metadata["resources"].value["requested"]["memory_ceiling_mb"] == CAMPAIGN.resources.memory_ceiling_mb
+    assert (
+        evaluation.metadata["resources"].value["requested"]["memory_ceiling_mb"] == CAMPAIGN.resources.memory_ceiling_mb
+    )
 
     artifact = tmp_path / "data" / "artifacts" / generation.metadata["artifact"].value
     written = artifact.stat().st_mtime_ns
@@ -84,7 +88,12 @@ def test_a_trial_materializes_with_lineage_and_evaluation_never_regenerates(defs
 
 def test_an_unscored_outcome_fails_the_partition_and_keeps_the_attempt(tmp_path, dagster_instance):
     impatient = parse_campaign(
-        {"name": "small", "benchmark": {"kind": "demo"}, "variants": [{"name": "oracle", "agent": "oracle"}], "timeouts": {"tests_s": 0.05}},
+        {
+            "name": "small",
+            "benchmark": {"kind": "demo"},
+            "variants": [{"name": "oracle", "agent": "oracle"}],
+            "timeouts": {"tests_s": 0.05},
+        },
         "test",
     )
     defs = build_definitions([impatient], Paths(tmp_path / "data"))

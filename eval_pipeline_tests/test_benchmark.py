@@ -64,12 +64,16 @@ def test_test_files_come_from_the_graded_test_ids():
 
 def test_repo_source_prefers_a_mirror_over_the_url_template():
     assert RepoSource().location("octo/lib") == "https://github.com/octo/lib.git"
-    assert RepoSource(url_template="https://git.internal/{repo}").location("octo/lib") == "https://git.internal/octo/lib"
+    assert (
+        RepoSource(url_template="https://git.internal/{repo}").location("octo/lib") == "https://git.internal/octo/lib"
+    )
     assert RepoSource(mirror_dir="/srv/mirror").location("octo/lib") == "/srv/mirror/octo/lib"
 
 
 def test_environment_spec_is_chosen_by_repo_and_version():
     special = EnvironmentSpec(packages=("numpy",))
-    benchmark = Benchmark.from_rows("b", [row(), row(instance_id="octo__lib-2", version="2.0")], environments={"octo/lib@1.0": special})
+    benchmark = Benchmark.from_rows(
+        "b", [row(), row(instance_id="octo__lib-2", version="2.0")], environments={"octo/lib@1.0": special}
+    )
     assert benchmark.environment_for(benchmark.instance("octo__lib-1")) == special
     assert benchmark.environment_for(benchmark.instance("octo__lib-2")) == EnvironmentSpec()

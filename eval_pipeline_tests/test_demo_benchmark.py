@@ -33,7 +33,9 @@ def test_gold_resolves_every_instance_and_empty_none(demo_benchmark, shared_sand
         spec = demo_benchmark.environment_for(instance)
         environment = shared_sandbox.prepare(instance, spec, demo_benchmark.source)
         with shared_sandbox.workspace(environment, "test") as workspace:
-            verdict = grade(instance, spec, instance.patch if patch_kind == "gold" else "", workspace, test_timeout_s=60)
+            verdict = grade(
+                instance, spec, instance.patch if patch_kind == "gold" else "", workspace, test_timeout_s=60
+            )
         expected = Outcome.RESOLVED if patch_kind == "gold" else Outcome.UNRESOLVED
         assert verdict.outcome is expected, (instance.instance_id, verdict.detail, verdict.tests)
         if patch_kind == "empty":

@@ -49,7 +49,9 @@ def test_flaky_agent_is_deterministic_per_instance_and_seed(demo_benchmark, shar
     for (instance_id, seed), fixed in list(outcomes.items())[:4]:
         instance = demo_benchmark.instance(instance_id)
         environment = shared_sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
-        again = generate(instance, FlakyAgent(p=0.5), seed, environment, shared_sandbox, type(store)(store.root / "fresh"))
+        again = generate(
+            instance, FlakyAgent(p=0.5), seed, environment, shared_sandbox, type(store)(store.root / "fresh")
+        )
         assert bool(again.patch) == fixed
 
 

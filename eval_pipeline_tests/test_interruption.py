@@ -24,7 +24,11 @@ PLANNED = 16
 def start(env: dict[str, str], campaign: Path) -> subprocess.Popen:
     return subprocess.Popen(
         ["eval-pipeline", "run", "--campaign", str(campaign), "--json"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
 
 
@@ -41,13 +45,16 @@ def stored(artifacts: Path, kind: str) -> dict[str, tuple[str, int]]:
         return {}
     return {
         path.name: (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
-        for path in directory.iterdir() if not path.name.startswith(".tmp-")
+        for path in directory.iterdir()
+        if not path.name.startswith(".tmp-")
     }
 
 
 def results(home: Path) -> list[tuple]:
     with duckdb.connect(str(home / "eval_pipeline" / "results" / "interrupted.duckdb"), read_only=True) as db:
-        return db.execute("SELECT instance_id, trial, outcome, resolved, patch_sha256 FROM trials ORDER BY 1, 2").fetchall()
+        return db.execute(
+            "SELECT instance_id, trial, outcome, resolved, patch_sha256 FROM trials ORDER BY 1, 2"
+        ).fetchall()
 
 
 def test_sigkill_mid_campaign_then_resume(tmp_path):
@@ -79,8 +86,12 @@ def test_sigkill_mid_campaign_then_resume(tmp_path):
     assert resumed["scored"] == resumed["planned"] == PLANNED
     generations_after = stored(artifacts, "generation")
     evaluations_after = stored(artifacts, "evaluation")
-    assert all(generations_after[name] == before for name, before in generations_before.items()), "an artifact was rewritten"
-    assert all(evaluations_after[name] == before for name, before in evaluations_before.items()), "an artifact was rewritten"
+    assert all(generations_after[name] == before for name, before in generations_before.items()), (
+        "an artifact was rewritten"
+    )
+    assert all(evaluations_after[name] == before for name, before in evaluations_before.items()), (
+        "an artifact was rewritten"
+    )
     assert len(generations_after) == len(evaluations_after) == PLANNED
 
     uninterrupted = finish(clean)

@@ -17,14 +17,13 @@ from dagster import (
     DynamicPartitionsDefinition,
     Failure,
     MetadataValue,
-    MultiPartitionKey,
     MultiToSingleDimensionPartitionMapping,
     Output,
     asset,
 )
 
 from eval_pipeline import HARNESS_VERSION
-from eval_pipeline.benchmark import Benchmark
+from eval_pipeline.benchmark import Benchmark, Instance
 from eval_pipeline.campaign import Campaign, Trial
 from eval_pipeline.dataset_sources import load_benchmark
 from eval_pipeline.defs.partitions import INSTANCE, TRIAL, CampaignPartitions
@@ -62,7 +61,9 @@ def _lineage(benchmark: Benchmark, sandbox: SandboxBackend) -> dict[str, Any]:
     }
 
 
-def _trial_lineage(benchmark: Benchmark, sandbox: SandboxBackend, trial: Trial, agent_config_hash: str) -> dict[str, Any]:
+def _trial_lineage(
+    benchmark: Benchmark, sandbox: SandboxBackend, trial: Trial, agent_config_hash: str
+) -> dict[str, Any]:
     return {
         **_lineage(benchmark, sandbox),
         "variant": trial.variant.name,
@@ -81,8 +82,8 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
     )
     common = {"key_prefix": prefix, "group_name": campaign.name}
 
-    def partition_of(context: AssetExecutionContext, benchmark: Benchmark):
-        keys = MultiPartitionKey(context.partition_key.keys_by_dimension).keys_by_dimension
+    def partition_of(context: AssetExecutionContext, benchmark: Benchmark) -> tuple[Instance, Trial]:
+        keys = context.partition_key.keys_by_dimension
         return benchmark.instance(keys[INSTANCE]), campaign.trial(keys[TRIAL])
 
     @asset(**common, code_version=SNAPSHOT_CODE_VERSION)
@@ -93,7 +94,11 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         return Output(
             benchmark,
             data_version=DataVersion(benchmark.version),
-            metadata={"instances": len(benchmark.instances), "new_partitions": added, "dataset_version": benchmark.version},
+            metadata={
+                "instances": len(benchmark.instances),
+                "new_partitions": added,
+                "dataset_version": benchmark.version,
+            },
         )
 
     @asset(**common, code_version=PLAN_CODE_VERSION)
@@ -101,15 +106,30 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         """The campaign's trials (variant x seed), registered as partitions."""
         keys = [trial.key for trial in campaign.trials]
         added = _register(context, partitions.trials, keys)
-        return Output(keys, data_version=DataVersion(campaign.plan_version), metadata={"trials": len(keys), "new_partitions": added})
+        return Output(
+            keys,
+            data_version=DataVersion(campaign.plan_version),
+            metadata={"trials": len(keys), "new_partitions": added},
+        )
 
-    @asset(**common, partitions_def=partitions.instances, ins={"benchmark": snapshot_in}, code_version=ENVIRONMENT_LAYOUT_VERSION)
-    def environment(context: AssetExecutionContext, benchmark: Benchmark, eval_pipeline: EvalPipelineResource) -> Output[EnvironmentHandle]:
+    @asset(
+        **common,
+        partitions_def=partitions.instances,
+        ins={"benchmark": snapshot_in},
+        code_version=ENVIRONMENT_LAYOUT_VERSION,
+    )
+    def environment(
+        context: AssetExecutionContext, benchmark: Benchmark, eval_pipeline: EvalPipelineResource
+    ) -> Output[EnvironmentHandle]:
         """The instance's long-lived environment: repository at base commit, dependencies installed."""
         instance = benchmark.instance(context.partition_key)
         sandbox = eval_pipeline.sandbox(campaign)
         handle = sandbox.prepare(instance, benchmark.environment_for(instance), benchmark.source)
-        return Output(handle, data_version=DataVersion(handle.key), metadata={**_lineage(benchmark, sandbox), "environment_key": handle.key})
+        return Output(
+            handle,
+            data_version=DataVersion(handle.key),
+            metadata={**_lineage(benchmark, sandbox), "environment_key": handle.key},
+        )
 
     @asset(
         **common,
@@ -119,12 +139,17 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         code_version=GENERATION_VERSION,
     )
     def generation(
-        context: AssetExecutionContext, benchmark: Benchmark, environment: EnvironmentHandle, eval_pipeline: EvalPipelineResource
+        context: AssetExecutionContext,
+        benchmark: Benchmark,
+        environment: EnvironmentHandle,
+        eval_pipeline: EvalPipelineResource,
     ) -> Output[Generation]:
         """The agent's patch for one (instance, trial); stored once, never regenerated."""
         instance, trial = partition_of(context, benchmark)
         sandbox = eval_pipeline.sandbox(campaign)
-        result = generate(instance, trial.variant.make_agent(), trial.seed, environment, sandbox, eval_pipeline.artifact_store())
+        result = generate(
+            instance, trial.variant.make_agent(), trial.seed, environment, sandbox, eval_pipeline.artifact_store()
+        )
         return Output(
             result,
             data_version=DataVersion(result.patch_sha256),
@@ -141,7 +166,11 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
     @asset(
         **common,
         partitions_def=partitions.trial_runs,
-        ins={"benchmark": snapshot_in, "environment": environment_in, "generation": AssetIn(key=AssetKey([*prefix, "generation"]))},
+        ins={
+            "benchmark": snapshot_in,
+            "environment": environment_in,
+            "generation": AssetIn(key=AssetKey([*prefix, "generation"])),
+        },
         code_version=GRADING_VERSION,
     )
     def evaluation(
@@ -155,8 +184,13 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         instance, trial = partition_of(context, benchmark)
         sandbox = eval_pipeline.sandbox(campaign)
         result = evaluate(
-            instance, benchmark.environment_for(instance), generation, environment, sandbox,
-            eval_pipeline.artifact_store(), campaign.test_timeout_s,
+            instance,
+            benchmark.environment_for(instance),
+            generation,
+            environment,
+            sandbox,
+            eval_pipeline.artifact_store(),
+            campaign.test_timeout_s,
         )
         metadata = {
             **_trial_lineage(benchmark, sandbox, trial, result.agent_config_hash),
@@ -167,24 +201,46 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             "generation_artifact": generation.key,
         }
         if not result.outcome_type.is_scored:
-            raise Failure(description=f"{instance.instance_id} {trial.key}: {result.outcome}: {result.detail[-2000:]}", metadata=metadata)
+            raise Failure(
+                description=f"{instance.instance_id} {trial.key}: {result.outcome}: {result.detail[-2000:]}",
+                metadata=metadata,
+            )
         return Output(result, data_version=DataVersion(stable_hash([result.key, result.outcome])), metadata=metadata)
 
     @asset(**common, ins={"benchmark": snapshot_in}, deps=[evaluation], code_version=RESULTS_CODE_VERSION)
-    def results(context: AssetExecutionContext, benchmark: Benchmark, eval_pipeline: EvalPipelineResource) -> Output[str]:
+    def results(
+        context: AssetExecutionContext, benchmark: Benchmark, eval_pipeline: EvalPipelineResource
+    ) -> Output[str]:
         """The DuckDB results table, one row per planned trial, rebuilt from stored artifacts."""
         rows = collect_results(campaign, benchmark, eval_pipeline.sandbox(campaign), eval_pipeline.artifact_store())
         path = write_results_table(rows, eval_pipeline.paths.results / f"{campaign.name}.duckdb")
         scored = sum(row.scored for row in rows)
-        return Output(str(path), metadata={"path": MetadataValue.path(str(path)), "planned": len(rows), "scored": scored, "dataset_version": benchmark.version})
+        return Output(
+            str(path),
+            metadata={
+                "path": MetadataValue.path(str(path)),
+                "planned": len(rows),
+                "scored": scored,
+                "dataset_version": benchmark.version,
+            },
+        )
 
-    @asset(**common, ins={"benchmark": snapshot_in, "results_path": AssetIn(key=AssetKey([*prefix, "results"]))}, code_version=RESULTS_CODE_VERSION)
-    def report(context: AssetExecutionContext, benchmark: Benchmark, results_path: str, eval_pipeline: EvalPipelineResource) -> Output[dict]:
+    @asset(
+        **common,
+        ins={"benchmark": snapshot_in, "results_path": AssetIn(key=AssetKey([*prefix, "results"]))},
+        code_version=RESULTS_CODE_VERSION,
+    )
+    def report(
+        context: AssetExecutionContext, benchmark: Benchmark, results_path: str, eval_pipeline: EvalPipelineResource
+    ) -> Output[dict]:
         """Per-variant resolved rates with confidence intervals and coverage."""
         rows = read_results_table(Path(results_path))
         summary = build_report(campaign.name, benchmark.version, campaign.plan_version, rows)
         path = write_report(summary, eval_pipeline.paths.reports / campaign.name)
         summary["report_path"] = str(path)
-        return Output(summary, metadata={"path": MetadataValue.path(str(path)), "summary": MetadataValue.md(render_markdown(summary))})
+        return Output(
+            summary,
+            metadata={"path": MetadataValue.path(str(path)), "summary": MetadataValue.md(render_markdown(summary))},
+        )
 
     return [dataset_snapshot, trial_plan, environment, generation, evaluation, results, report]
