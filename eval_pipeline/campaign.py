@@ -16,7 +16,7 @@ import yaml
 
 from eval_pipeline.agents import Agent, make_agent
 from eval_pipeline.hashing import stable_hash
-from eval_pipeline.sandbox import ResourceLimits
+from eval_pipeline.sandbox import BACKENDS, ResourceLimits
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _KNOWN_FIELDS = {"name", "description", "benchmark", "variants", "seeds", "sandbox", "resources", "timeouts"}
@@ -131,6 +131,11 @@ def parse_campaign(data: Any, origin: str) -> Campaign:
     if not _NAME.match(name):
         raise CampaignError(f"{origin}: field name: {name!r} must be letters, digits and underscores")
     sandbox = _field(data, "sandbox", Mapping, origin, {})
+    backend = str(sandbox.get("backend", "local"))
+    if backend not in BACKENDS:
+        raise CampaignError(
+            f"{origin}: field sandbox.backend: unknown backend {backend!r} (known: {', '.join(BACKENDS)})"
+        )
     timeouts = _field(data, "timeouts", Mapping, origin, {})
     try:
         limits = ResourceLimits.from_mapping(_field(data, "resources", Mapping, origin, {}))
@@ -142,7 +147,7 @@ def parse_campaign(data: Any, origin: str) -> Campaign:
         benchmark=_field(data, "benchmark", Mapping, origin),
         variants=_variants(data.get("variants"), origin),
         seeds=_seeds(data.get("seeds", 1), origin),
-        sandbox_backend=str(sandbox.get("backend", "local")),
+        sandbox_backend=backend,
         resources=limits,
         test_timeout_s=float(timeouts.get("tests_s", Campaign.test_timeout_s)),
     )

@@ -35,6 +35,7 @@ def test_plan_version_follows_the_plan():
         ({"resources": {"memory_floor_mb": 4096, "memory_ceiling_mb": 1024}}, "floor is above its ceiling"),
         ({"resources": {"gpus": 1}}, "unknown field"),
         ({"typo": 1}, "unknown field"),
+        ({"sandbox": {"backend": "vmware"}}, "field sandbox.backend: unknown backend 'vmware'"),
     ],
 )
 def test_bad_campaigns_name_the_file_and_field(change, message):

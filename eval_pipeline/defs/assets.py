@@ -97,6 +97,7 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             metadata={
                 "instances": len(benchmark.instances),
                 "new_partitions": added,
+                "harness_version": HARNESS_VERSION,
                 "dataset_version": benchmark.version,
             },
         )
@@ -212,16 +213,16 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         context: AssetExecutionContext, benchmark: Benchmark, eval_pipeline: EvalPipelineResource
     ) -> Output[str]:
         """The DuckDB results table, one row per planned trial, rebuilt from stored artifacts."""
-        rows = collect_results(campaign, benchmark, eval_pipeline.sandbox(campaign), eval_pipeline.artifact_store())
+        sandbox = eval_pipeline.sandbox(campaign)
+        rows = collect_results(campaign, benchmark, sandbox, eval_pipeline.artifact_store())
         path = write_results_table(rows, eval_pipeline.paths.results / f"{campaign.name}.duckdb")
-        scored = sum(row.scored for row in rows)
         return Output(
             str(path),
             metadata={
+                **_lineage(benchmark, sandbox),
                 "path": MetadataValue.path(str(path)),
                 "planned": len(rows),
-                "scored": scored,
-                "dataset_version": benchmark.version,
+                "scored": sum(row.scored for row in rows),
             },
         )
 
@@ -240,7 +241,11 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         summary["report_path"] = str(path)
         return Output(
             summary,
-            metadata={"path": MetadataValue.path(str(path)), "summary": MetadataValue.md(render_markdown(summary))},
+            metadata={
+                **_lineage(benchmark, eval_pipeline.sandbox(campaign)),
+                "path": MetadataValue.path(str(path)),
+                "summary": MetadataValue.md(render_markdown(summary)),
+            },
         )
 
     return [dataset_snapshot, trial_plan, environment, generation, evaluation, results, report]

@@ -36,6 +36,7 @@ from eval_pipeline.sandbox.base import EnvironmentHandle, ExecResult, ResourceLi
 # Bump when the layout of a prepared environment changes, so old ones are not reused.
 ENVIRONMENT_LAYOUT_VERSION = "1"
 INSTALL_TIMEOUT_S = 1800.0
+_HAS_AFFINITY = hasattr(os, "sched_setaffinity")  # Linux; not macOS
 _INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "PIP_INDEX_URL")
 
 
@@ -57,8 +58,9 @@ def _limit_child(limits: ResourceLimits) -> None:
     memory = limits.memory_ceiling_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    cores = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, cores[: max(1, math.ceil(limits.cpu_ceiling))])
+    if _HAS_AFFINITY:
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, cores[: max(1, math.ceil(limits.cpu_ceiling))])
 
 
 def run_limited(
@@ -182,7 +184,7 @@ class LocalSandbox(SandboxBackend):
             "memory_floor_mb": False,  # no reservation without cgroups
             "memory_ceiling_mb": True,  # RLIMIT_AS: address space, an upper bound on memory
             "cpu_floor": False,
-            "cpu_ceiling": True,  # core affinity, rounded up to whole cores
+            "cpu_ceiling": _HAS_AFFINITY,  # core affinity, rounded up to whole cores
             "pids": False,  # RLIMIT_NPROC counts all of a user's processes; use containers
             "output_bytes": True,
         }
