@@ -191,6 +191,7 @@ def run_campaign(
         for r in rows
         if not r.scored or str(trial_run_key(r.instance_id, r.trial)) not in recorded
     ]
+    workers = max(1, min(workers, max(len(pending), len(missing_environments))))  # spawn no idle workers
     progress(
         f"{len(rows) - len(pending)} of {len(rows)} trials already done; running {len(pending)} with {workers} worker(s)"
     )
