@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from eval_pipeline.artifacts import LocalArtifactStore
-from eval_pipeline.benchmark import Benchmark
+from eval_pipeline.benchmark import Benchmark, Instance
 from eval_pipeline.demo_benchmark import build_demo_benchmark
-from eval_pipeline.sandbox import ResourceLimits
+from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend
 from eval_pipeline.sandbox.local import LocalSandbox
 
 
@@ -23,6 +23,16 @@ def shared_sandbox(tmp_path_factory: pytest.TempPathFactory) -> LocalSandbox:
     return LocalSandbox(
         tmp_path_factory.mktemp("sandbox"), ResourceLimits(memory_ceiling_mb=1024, output_bytes=200_000)
     )
+
+
+@pytest.fixture
+def prepare(demo_benchmark: Benchmark, shared_sandbox: LocalSandbox):
+    """Prepare a demo instance's environment, on the shared sandbox unless another is given."""
+
+    def prepare_environment(instance: Instance, sandbox: SandboxBackend = shared_sandbox) -> EnvironmentHandle:
+        return sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+
+    return prepare_environment
 
 
 @pytest.fixture

@@ -34,21 +34,21 @@ def instance(demo_benchmark):
 
 
 @pytest.fixture
-def environment(shared_sandbox, demo_benchmark, instance):
-    return shared_sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+def environment(prepare, instance):
+    return prepare(instance)
 
 
-def test_flaky_agent_is_deterministic_per_instance_and_seed(demo_benchmark, shared_sandbox, store):
+def test_flaky_agent_is_deterministic_per_instance_and_seed(demo_benchmark, shared_sandbox, prepare, store):
     outcomes = {}
     for instance in demo_benchmark.instances:
-        environment = shared_sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+        environment = prepare(instance)
         for seed in (0, 1, 2):
             generation = generate(instance, FlakyAgent(p=0.5), seed, environment, shared_sandbox, store)
             outcomes[(instance.instance_id, seed)] = bool(generation.patch)
     assert 0 < sum(outcomes.values()) < len(outcomes), "p=0.5 should both fix and give up"
     for (instance_id, seed), fixed in list(outcomes.items())[:4]:
         instance = demo_benchmark.instance(instance_id)
-        environment = shared_sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+        environment = prepare(instance)
         again = generate(
             instance, FlakyAgent(p=0.5), seed, environment, shared_sandbox, type(store)(store.root / "fresh")
         )

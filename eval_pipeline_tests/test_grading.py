@@ -39,37 +39,39 @@ def instance(demo_benchmark):
     return demo_benchmark.instances[0]
 
 
-def run_grade(shared_sandbox, demo_benchmark, instance, patch, spec=None, timeout=60):
+def run_grade(shared_sandbox, prepare, demo_benchmark, instance, patch, spec=None, timeout=60):
     spec = spec or demo_benchmark.environment_for(instance)
-    environment = shared_sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    environment = prepare(instance)
     with shared_sandbox.workspace(environment, "grade") as workspace:
         return grade(instance, spec, patch, workspace, test_timeout_s=timeout)
 
 
-def test_a_patch_that_does_not_apply(shared_sandbox, demo_benchmark, instance):
+def test_a_patch_that_does_not_apply(shared_sandbox, prepare, demo_benchmark, instance):
     broken = instance.patch.replace("-    if value > low:", "-    if value >= low:")
-    verdict = run_grade(shared_sandbox, demo_benchmark, instance, broken)
+    verdict = run_grade(shared_sandbox, prepare, demo_benchmark, instance, broken)
     assert verdict.outcome is Outcome.PATCH_APPLY_FAILED
 
 
-def test_a_patch_that_rewrites_the_graded_tests_does_not_help(shared_sandbox, demo_benchmark, instance):
+def test_a_patch_that_rewrites_the_graded_tests_does_not_help(shared_sandbox, prepare, demo_benchmark, instance):
     cheat = (
         "diff --git a/tests/test_arith.py b/tests/test_arith.py\n"
         "--- a/tests/test_arith.py\n+++ b/tests/test_arith.py\n"
         "@@ -1,4 +1,8 @@\n from calclib.arith import clamp, gcd\n+\n+\n+def test_clamp_inside_interval():\n+    pass\n \n \n def test_clamp_below():\n"
     )
-    verdict = run_grade(shared_sandbox, demo_benchmark, instance, cheat)
+    verdict = run_grade(shared_sandbox, prepare, demo_benchmark, instance, cheat)
     assert verdict.outcome is Outcome.UNRESOLVED
     assert verdict.tests["tests/test_arith.py::test_clamp_inside_interval"] == "failed"
 
 
-def test_tests_that_run_too_long_end_in_timeout_not_unresolved(shared_sandbox, demo_benchmark, instance):
+def test_tests_that_run_too_long_end_in_timeout_not_unresolved(shared_sandbox, prepare, demo_benchmark, instance):
     slow = replace(EnvironmentSpec(), test_cmd="sleep 30; " + EnvironmentSpec().test_cmd)
-    verdict = run_grade(shared_sandbox, demo_benchmark, instance, instance.patch, spec=slow, timeout=1)
+    verdict = run_grade(shared_sandbox, prepare, demo_benchmark, instance, instance.patch, spec=slow, timeout=1)
     assert verdict.outcome is Outcome.TIMEOUT
     assert not verdict.outcome.is_scored
 
 
-def test_no_report_is_an_error_not_a_failure(shared_sandbox, demo_benchmark, instance):
-    verdict = run_grade(shared_sandbox, demo_benchmark, instance, instance.patch, spec=EnvironmentSpec(test_cmd="true"))
+def test_no_report_is_an_error_not_a_failure(shared_sandbox, prepare, demo_benchmark, instance):
+    verdict = run_grade(
+        shared_sandbox, prepare, demo_benchmark, instance, instance.patch, spec=EnvironmentSpec(test_cmd="true")
+    )
     assert verdict.outcome is Outcome.ERROR and "no report" in verdict.detail

@@ -16,14 +16,14 @@ def instance(demo_benchmark):
 
 
 @pytest.fixture
-def environment(shared_sandbox, demo_benchmark, instance):
-    return shared_sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+def environment(prepare, instance):
+    return prepare(instance)
 
 
-def test_environment_is_prepared_once_at_the_base_commit(shared_sandbox, demo_benchmark, instance, environment):
+def test_environment_is_prepared_once_at_the_base_commit(prepare, instance, environment):
     ready = os.path.join(environment.location, ".ready")
     built_at = os.stat(ready).st_mtime_ns
-    again = shared_sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    again = prepare(instance)
     assert again == environment
     assert os.stat(ready).st_mtime_ns == built_at
     repo = os.path.join(environment.location, "repo")
@@ -31,12 +31,12 @@ def test_environment_is_prepared_once_at_the_base_commit(shared_sandbox, demo_be
     assert git(["remote"], repo).strip() == "", "the agent must not be able to fetch upstream"
 
 
-def test_a_half_built_environment_is_rebuilt(tmp_path, demo_benchmark, instance):
+def test_a_half_built_environment_is_rebuilt(tmp_path, prepare, instance):
     sandbox = LocalSandbox(tmp_path, ResourceLimits())
-    handle = sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    handle = prepare(instance, sandbox)
     os.remove(os.path.join(handle.location, ".ready"))
     os.remove(os.path.join(handle.location, "repo", "README.md"))
-    sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    prepare(instance, sandbox)
     assert os.path.exists(os.path.join(handle.location, "repo", "README.md"))
 
 
@@ -68,18 +68,18 @@ def test_timeout_kills_the_whole_process_group(shared_sandbox, environment, tmp_
     assert not marker.exists(), "a background child outlived the timeout"
 
 
-def test_output_is_capped_and_drained(tmp_path, demo_benchmark, instance):
+def test_output_is_capped_and_drained(tmp_path, prepare, instance):
     sandbox = LocalSandbox(tmp_path, ResourceLimits(output_bytes=1000))
-    environment = sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    environment = prepare(instance, sandbox)
     with sandbox.workspace(environment, "output") as workspace:
         result = workspace.run("head -c 50000000 /dev/zero | tr '\\0' x", timeout_s=30)
     assert result.ok
     assert len(result.stdout) == 1000 and result.output_truncated
 
 
-def test_memory_ceiling_stops_an_allocation_above_it(tmp_path, demo_benchmark, instance):
+def test_memory_ceiling_stops_an_allocation_above_it(tmp_path, prepare, instance):
     sandbox = LocalSandbox(tmp_path, ResourceLimits(memory_floor_mb=128, memory_ceiling_mb=300))
-    environment = sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    environment = prepare(instance, sandbox)
     with sandbox.workspace(environment, "memory") as workspace:
         small = workspace.run("python -c 'x = bytearray(50 * 2**20)'", timeout_s=30)
         large = workspace.run("python -c 'x = bytearray(600 * 2**20)'", timeout_s=30)
@@ -88,9 +88,9 @@ def test_memory_ceiling_stops_an_allocation_above_it(tmp_path, demo_benchmark, i
     assert small.peak_memory_mb and small.peak_memory_mb >= 50
 
 
-def test_cpu_ceiling_pins_commands_to_that_many_cores(tmp_path, demo_benchmark, instance):
+def test_cpu_ceiling_pins_commands_to_that_many_cores(tmp_path, prepare, instance):
     sandbox = LocalSandbox(tmp_path, ResourceLimits(cpu_floor=0.5, cpu_ceiling=1))
-    environment = sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    environment = prepare(instance, sandbox)
     with sandbox.workspace(environment, "cpu") as workspace:
         result = workspace.run("python -c 'import os; print(len(os.sched_getaffinity(0)))'", timeout_s=30)
     assert result.stdout.strip() == "1"
