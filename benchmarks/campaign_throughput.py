@@ -28,7 +28,7 @@ def core_costs(root: Path) -> dict[str, float]:
     """Environment preparation, workspace fork, generation and evaluation, without Dagster."""
     campaign = load_campaign("demo")
     benchmark = build_demo_benchmark(root / "mirrors")
-    sandbox = make_sandbox("local", root / "sandboxes", campaign.resources)
+    sandbox = make_sandbox(campaign.sandbox, root / "sandboxes", campaign.resources, campaign.name)
     store = LocalArtifactStore(root / "artifacts")
     built, hits, fork, trial = [], [], [], []
     for instance in benchmark.instances:

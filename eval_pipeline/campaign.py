@@ -16,7 +16,7 @@ import yaml
 
 from eval_pipeline.agents import Agent, make_agent
 from eval_pipeline.hashing import stable_hash
-from eval_pipeline.sandbox import BACKENDS, ResourceLimits
+from eval_pipeline.sandbox import BACKENDS, ResourceLimits, SandboxSettings
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _KNOWN_FIELDS = {"name", "description", "benchmark", "variants", "seeds", "sandbox", "resources", "timeouts"}
@@ -52,7 +52,7 @@ class Campaign:
     benchmark: Mapping[str, Any]
     variants: tuple[Variant, ...]
     seeds: tuple[int, ...]
-    sandbox_backend: str = "local"
+    sandbox: SandboxSettings = SandboxSettings()
     resources: ResourceLimits = ResourceLimits()
     test_timeout_s: float = 900.0
     description: str = ""
@@ -74,7 +74,8 @@ class Campaign:
             {
                 "variants": [(v.name, v.agent, dict(v.params)) for v in self.variants],
                 "seeds": self.seeds,
-                "sandbox": self.sandbox_backend,
+                "sandbox": self.sandbox.backend,
+                "mode": self.sandbox.mode,
                 "resources": self.resources.as_record(),
                 "test_timeout_s": self.test_timeout_s,
             }
@@ -130,11 +131,13 @@ def parse_campaign(data: Any, origin: str) -> Campaign:
     name = _field(data, "name", str, origin)
     if not _NAME.match(name):
         raise CampaignError(f"{origin}: field name: {name!r} must be letters, digits and underscores")
-    sandbox = _field(data, "sandbox", Mapping, origin, {})
-    backend = str(sandbox.get("backend", "local"))
-    if backend not in BACKENDS:
+    try:
+        sandbox = SandboxSettings.from_mapping(_field(data, "sandbox", Mapping, origin, {}))
+    except (ValueError, TypeError) as error:
+        raise CampaignError(f"{origin}: field sandbox: {error}") from None
+    if sandbox.backend not in BACKENDS:
         raise CampaignError(
-            f"{origin}: field sandbox.backend: unknown backend {backend!r} (known: {', '.join(BACKENDS)})"
+            f"{origin}: field sandbox.backend: unknown backend {sandbox.backend!r} (known: {', '.join(BACKENDS)})"
         )
     timeouts = _field(data, "timeouts", Mapping, origin, {})
     try:
@@ -147,7 +150,7 @@ def parse_campaign(data: Any, origin: str) -> Campaign:
         benchmark=_field(data, "benchmark", Mapping, origin),
         variants=_variants(data.get("variants"), origin),
         seeds=_seeds(data.get("seeds", 1), origin),
-        sandbox_backend=backend,
+        sandbox=sandbox,
         resources=limits,
         test_timeout_s=float(timeouts.get("tests_s", Campaign.test_timeout_s)),
     )

@@ -103,6 +103,9 @@ def grade(
     if tests.timed_out:
         verdict.outcome, verdict.detail = Outcome.TIMEOUT, f"the tests ran over {test_timeout_s:g}s"
         return verdict
+    if tests.oom_killed:
+        verdict.outcome, verdict.detail = Outcome.OOM_KILLED, "the tests were OOM-killed at the memory ceiling"
+        return verdict
     report = workspace.read_harness_file(REPORT_NAME)
     if report is None:
         verdict.detail = f"the test run wrote no report (exit {tests.exit_code})"

@@ -15,6 +15,8 @@ class Outcome(StrEnum):
     # The tests did not finish in time. Slow machines and noisy neighbours cause
     # this as often as bad patches do, so it is not held against the agent.
     TIMEOUT = "timeout"
+    # The kernel killed the tests at the memory ceiling: a resource verdict, not the agent's.
+    OOM_KILLED = "oom_killed"
     ERROR = "error"
 
     @property

@@ -56,6 +56,8 @@ class TrialResult:
     memory_ceiling_mb: int
     cpu_floor: float
     cpu_ceiling: float
+    resource_multiplier: float | None
+    effective_memory_ceiling_mb: int | None
     pids_limit: int
     enforced_limits: str
 
@@ -115,6 +117,8 @@ def trial_result(
         memory_ceiling_mb=limits.memory_ceiling_mb,
         cpu_floor=limits.cpu_floor,
         cpu_ceiling=limits.cpu_ceiling,
+        resource_multiplier=limits.multiplier,
+        effective_memory_ceiling_mb=limits.effective_memory_ceiling_mb,
         pids_limit=limits.pids,
         enforced_limits=json.dumps(sandbox.enforced_limits(), sort_keys=True),
     )

@@ -8,7 +8,7 @@ import pytest
 from eval_pipeline.artifacts import LocalArtifactStore
 from eval_pipeline.benchmark import Benchmark, Instance
 from eval_pipeline.demo_benchmark import build_demo_benchmark
-from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend
+from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
 
 
@@ -21,7 +21,10 @@ def demo_benchmark(tmp_path_factory: pytest.TempPathFactory) -> Benchmark:
 def shared_sandbox(tmp_path_factory: pytest.TempPathFactory) -> LocalSandbox:
     """One sandbox for the session, so each demo environment is prepared once."""
     return LocalSandbox(
-        tmp_path_factory.mktemp("sandbox"), ResourceLimits(memory_ceiling_mb=1024, output_bytes=200_000)
+        tmp_path_factory.mktemp("sandbox"),
+        ResourceLimits(memory_ceiling_mb=1024, output_bytes=200_000),
+        SandboxSettings(),
+        "test",
     )
 
 

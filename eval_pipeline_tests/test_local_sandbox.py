@@ -6,7 +6,7 @@ import time
 import pytest
 
 from eval_pipeline.gitutil import git
-from eval_pipeline.sandbox import ResourceLimits
+from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
 
 
@@ -32,7 +32,7 @@ def test_environment_is_prepared_once_at_the_base_commit(prepare, instance, envi
 
 
 def test_a_half_built_environment_is_rebuilt(tmp_path, prepare, instance):
-    sandbox = LocalSandbox(tmp_path, ResourceLimits())
+    sandbox = LocalSandbox(tmp_path, ResourceLimits(), SandboxSettings(), "test")
     handle = prepare(instance, sandbox)
     os.remove(os.path.join(handle.location, ".ready"))
     os.remove(os.path.join(handle.location, "repo", "README.md"))
@@ -69,7 +69,7 @@ def test_timeout_kills_the_whole_process_group(shared_sandbox, environment, tmp_
 
 
 def test_output_is_capped_and_drained(tmp_path, prepare, instance):
-    sandbox = LocalSandbox(tmp_path, ResourceLimits(output_bytes=1000))
+    sandbox = LocalSandbox(tmp_path, ResourceLimits(output_bytes=1000), SandboxSettings(), "test")
     environment = prepare(instance, sandbox)
     with sandbox.workspace(environment, "output") as workspace:
         result = workspace.run("head -c 50000000 /dev/zero | tr '\\0' x", timeout_s=30)
@@ -78,7 +78,9 @@ def test_output_is_capped_and_drained(tmp_path, prepare, instance):
 
 
 def test_memory_ceiling_stops_an_allocation_above_it(tmp_path, prepare, instance):
-    sandbox = LocalSandbox(tmp_path, ResourceLimits(memory_floor_mb=128, memory_ceiling_mb=300))
+    sandbox = LocalSandbox(
+        tmp_path, ResourceLimits(memory_floor_mb=128, memory_ceiling_mb=300), SandboxSettings(), "test"
+    )
     environment = prepare(instance, sandbox)
     with sandbox.workspace(environment, "memory") as workspace:
         small = workspace.run("python -c 'x = bytearray(50 * 2**20)'", timeout_s=30)
@@ -89,7 +91,7 @@ def test_memory_ceiling_stops_an_allocation_above_it(tmp_path, prepare, instance
 
 
 def test_cpu_ceiling_pins_commands_to_that_many_cores(tmp_path, prepare, instance):
-    sandbox = LocalSandbox(tmp_path, ResourceLimits(cpu_floor=0.5, cpu_ceiling=1))
+    sandbox = LocalSandbox(tmp_path, ResourceLimits(cpu_floor=0.5, cpu_ceiling=1), SandboxSettings(), "test")
     environment = prepare(instance, sandbox)
     with sandbox.workspace(environment, "cpu") as workspace:
         result = workspace.run("python -c 'import os; print(len(os.sched_getaffinity(0)))'", timeout_s=30)

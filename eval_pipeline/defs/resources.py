@@ -23,4 +23,4 @@ class EvalPipelineResource(ConfigurableResource):
         return LocalArtifactStore(self.paths.artifacts)
 
     def sandbox(self, campaign: Campaign) -> SandboxBackend:
-        return make_sandbox(campaign.sandbox_backend, self.paths.sandboxes, campaign.resources)
+        return make_sandbox(campaign.sandbox, self.paths.sandboxes, campaign.resources, campaign.name)

@@ -2,7 +2,14 @@
 
 from pathlib import Path
 
-from eval_pipeline.sandbox.base import EnvironmentHandle, ExecResult, ResourceLimits, SandboxBackend, Workspace
+from eval_pipeline.sandbox.base import (
+    EnvironmentHandle,
+    ExecResult,
+    ResourceLimits,
+    SandboxBackend,
+    SandboxSettings,
+    Workspace,
+)
 from eval_pipeline.sandbox.local import LocalSandbox
 
 __all__ = [
@@ -11,15 +18,18 @@ __all__ = [
     "ExecResult",
     "ResourceLimits",
     "SandboxBackend",
+    "SandboxSettings",
     "Workspace",
     "make_sandbox",
 ]
 
-BACKENDS: dict[str, type[LocalSandbox]] = {LocalSandbox.name: LocalSandbox}
+BACKENDS: dict[str, type[SandboxBackend]] = {LocalSandbox.name: LocalSandbox}
 
 
-def make_sandbox(backend: str, root: Path, limits: ResourceLimits) -> SandboxBackend:
-    """The sandbox backend called `backend`, keeping its state under `root/backend`."""
-    if backend not in BACKENDS:
-        raise ValueError(f"sandbox.backend: unknown backend {backend!r} (known: {', '.join(sorted(BACKENDS))})")
-    return BACKENDS[backend](root / backend, limits)
+def make_sandbox(settings: SandboxSettings, root: Path, limits: ResourceLimits, campaign: str) -> SandboxBackend:
+    """The backend `settings.backend`, keeping its state under `root/<backend>`, labelled for `campaign`."""
+    if settings.backend not in BACKENDS:
+        raise ValueError(
+            f"sandbox.backend: unknown backend {settings.backend!r} (known: {', '.join(sorted(BACKENDS))})"
+        )
+    return BACKENDS[settings.backend](root / settings.backend, limits, settings, campaign)

@@ -6,18 +6,34 @@ for every agent run and every grading. Backends differ in how they isolate
 (processes, containers, Kubernetes pods); callers see only this interface.
 """
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
 
 
+def parse_multiplier(value: Any) -> float | None:
+    """`1`, `3`, `"3x"` or `"uncapped"` (None: no ceiling at all)."""
+    if value in (None, "uncapped"):
+        return None
+    number = float(str(value).removesuffix("x"))
+    if number <= 0:
+        raise ValueError(f"multiplier must be positive or 'uncapped', got {value!r}")
+    return number
+
+
 @dataclass(frozen=True)
 class ResourceLimits:
-    """A task's guaranteed allocation (floor) and its hard limit (ceiling), recorded per trial."""
+    """A task's guaranteed allocation (floor) and its hard limit (ceiling), recorded per trial.
+
+    The multiplier scales the ceilings (1x, 3x, or None for uncapped) so that
+    resources can be varied as an experimental variable; floors stay as given.
+    """
 
     memory_floor_mb: int = 512
     memory_ceiling_mb: int = 2048
@@ -25,19 +41,76 @@ class ResourceLimits:
     cpu_ceiling: float = 2.0
     pids: int = 512
     output_bytes: int = 1_000_000
+    multiplier: float | None = 1.0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "ResourceLimits":
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"resources: unknown field(s) {sorted(unknown)}")
-        limits = cls(**data)
+        values = dict(data)
+        if "multiplier" in values:
+            values["multiplier"] = parse_multiplier(values["multiplier"])
+        limits = cls(**values)
         if limits.memory_floor_mb > limits.memory_ceiling_mb or limits.cpu_floor > limits.cpu_ceiling:
             raise ValueError("resources: a floor is above its ceiling")
         return limits
 
+    def with_multiplier(self, multiplier: float | None) -> "ResourceLimits":
+        return replace(self, multiplier=multiplier)
+
+    @property
+    def effective_memory_ceiling_mb(self) -> int | None:
+        return None if self.multiplier is None else int(self.memory_ceiling_mb * self.multiplier)
+
+    @property
+    def effective_cpu_ceiling(self) -> float | None:
+        return None if self.multiplier is None else self.cpu_ceiling * self.multiplier
+
     def as_record(self) -> dict[str, Any]:
-        return asdict(self)
+        return {
+            **asdict(self),
+            "effective_memory_ceiling_mb": self.effective_memory_ceiling_mb,
+            "effective_cpu_ceiling": self.effective_cpu_ceiling,
+        }
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """The `sandbox:` section of a campaign.
+
+    `mode` (container backend): `pod` runs one long-lived container per
+    instance that serves many trials, each in its own workspace and uid;
+    `strict` starts a fresh container per workspace. `pod_parallelism` is how
+    many trials share a pod at once (its limits are that many times a trial's).
+    The base image and an extra CA bundle (for TLS-inspecting proxies) are
+    machine settings as much as campaign settings, so EVAL_PIPELINE_BASE_IMAGE
+    and EVAL_PIPELINE_EXTRA_CA_BUNDLE override them.
+    """
+
+    backend: str = "local"
+    mode: str = "pod"
+    base_image: str = "python:3.11-slim"
+    extra_ca_bundle: str | None = None
+    pod_parallelism: int = 1
+
+    MODES = ("pod", "strict")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "SandboxSettings":
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown field(s) {sorted(unknown)}")
+        settings = cls(**data)
+        if settings.mode not in cls.MODES:
+            raise ValueError(f"mode must be one of {cls.MODES}, got {settings.mode!r}")
+        if settings.pod_parallelism < 1:
+            raise ValueError("pod_parallelism must be at least 1")
+        return replace(
+            settings,
+            base_image=os.environ.get("EVAL_PIPELINE_BASE_IMAGE") or settings.base_image,
+            extra_ca_bundle=os.environ.get("EVAL_PIPELINE_EXTRA_CA_BUNDLE") or settings.extra_ca_bundle,
+        )
 
 
 @dataclass(frozen=True)
@@ -52,6 +125,7 @@ class ExecResult:
     timed_out: bool = False
     output_truncated: bool = False
     peak_memory_mb: float | None = None
+    oom_killed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -66,6 +140,7 @@ class ExecResult:
             "duration_s": round(self.duration_s, 3),
             "output_truncated": self.output_truncated,
             "peak_memory_mb": self.peak_memory_mb,
+            "oom_killed": self.oom_killed,
             "stdout_tail": self.stdout[-tail:],
             "stderr_tail": self.stderr[-tail:],
         }
@@ -112,8 +187,11 @@ class SandboxBackend(ABC):
 
     name: str
 
-    def __init__(self, limits: ResourceLimits) -> None:
+    def __init__(self, root: Path, limits: ResourceLimits, settings: SandboxSettings, campaign: str) -> None:
+        self.root = root
         self.limits = limits
+        self.settings = settings
+        self.campaign = campaign
 
     @abstractmethod
     def environment_key(self, instance: Instance, spec: EnvironmentSpec) -> str:
@@ -131,6 +209,21 @@ class SandboxBackend(ABC):
     def enforced_limits(self) -> dict[str, bool]:
         """Which of the limits this backend actually enforces, by field name."""
 
+    def build(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
+        """Build what `prepare` starts from (an image, a directory), once; return its identity.
+
+        The default has nothing to build apart from what `prepare` does.
+        """
+        return {"environment_key": self.environment_key(instance, spec), "built": []}
+
+    def release(self) -> None:  # noqa: B027 - a no-op for backends that keep nothing running
+        """Stop what this backend keeps running between trials; `prepare` or `workspace` restart it."""
+
     def resources_record(self) -> dict[str, Any]:
         """Requested and enforced resources, as recorded in every trial's lineage."""
-        return {"backend": self.name, "requested": self.limits.as_record(), "enforced": self.enforced_limits()}
+        return {
+            "backend": self.name,
+            "mode": self.settings.mode,
+            "requested": self.limits.as_record(),
+            "enforced": self.enforced_limits(),
+        }

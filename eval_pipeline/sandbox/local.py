@@ -12,113 +12,26 @@ reach the rest of the file system. The container backend closes that gap.
 """
 
 import fcntl
-import math
 import os
-import resource
 import shutil
-import signal
 import subprocess
 import sys
-import threading
-import time
 import uuid
 import venv
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
 
 from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
 from eval_pipeline.gitutil import git
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.sandbox.base import EnvironmentHandle, ExecResult, ResourceLimits, SandboxBackend, Workspace
+from eval_pipeline.sandbox.limited_exec import run_limited
 
 # Bump when the layout of a prepared environment changes, so old ones are not reused.
 ENVIRONMENT_LAYOUT_VERSION = "1"
 INSTALL_TIMEOUT_S = 1800.0
-_HAS_AFFINITY = hasattr(os, "sched_setaffinity")  # Linux; not macOS
 _INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "PIP_INDEX_URL")
-
-
-def _read_capped(stream: IO[bytes], cap: int, sink: list[bytes], truncated: threading.Event) -> None:
-    """Keep the first `cap` bytes and drain the rest, so a chatty command never blocks or floods memory."""
-    kept = 0
-    while chunk := stream.read(65536):
-        room = cap - kept
-        if room > 0:
-            sink.append(chunk[:room])
-            kept += min(room, len(chunk))
-        if len(chunk) > room:
-            truncated.set()
-    stream.close()
-
-
-def _limit_child(limits: ResourceLimits) -> None:
-    """Runs in the forked child before exec: apply the ceilings the kernel can enforce."""
-    memory = limits.memory_ceiling_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if _HAS_AFFINITY:
-        cores = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, cores[: max(1, math.ceil(limits.cpu_ceiling))])
-
-
-def run_limited(
-    command: str, *, cwd: Path, env: Mapping[str, str], timeout_s: float, limits: ResourceLimits
-) -> ExecResult:
-    """Run a shell command in its own process group under `limits`; kill the group on timeout."""
-    started = time.monotonic()
-    process = subprocess.Popen(
-        ["/bin/sh", "-c", command],
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        preexec_fn=lambda: _limit_child(limits),
-    )
-    timed_out = threading.Event()
-    truncated = threading.Event()
-
-    def kill_group() -> None:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    def on_timeout() -> None:
-        timed_out.set()
-        kill_group()
-
-    out: list[bytes] = []
-    err: list[bytes] = []
-    readers = [
-        threading.Thread(target=_read_capped, args=(process.stdout, limits.output_bytes, out, truncated), daemon=True),
-        threading.Thread(target=_read_capped, args=(process.stderr, limits.output_bytes, err, truncated), daemon=True),
-    ]
-    for reader in readers:
-        reader.start()
-    timer = threading.Timer(timeout_s, on_timeout)
-    timer.start()
-    try:
-        _, status, usage = os.wait4(process.pid, 0)
-    finally:
-        timer.cancel()
-    process.returncode = os.waitstatus_to_exitcode(status)
-    kill_group()  # background children left behind would hold the pipes open
-    for reader in readers:
-        reader.join()
-    return ExecResult(
-        command=command,
-        exit_code=process.returncode,
-        stdout=b"".join(out).decode("utf-8", errors="replace"),
-        stderr=b"".join(err).decode("utf-8", errors="replace"),
-        duration_s=time.monotonic() - started,
-        timed_out=timed_out.is_set(),
-        output_truncated=truncated.is_set(),
-        peak_memory_mb=round(usage.ru_maxrss / 1024, 1),
-    )
 
 
 def _fork_tree(source: Path, target: Path) -> None:
@@ -155,7 +68,16 @@ class LocalWorkspace(Workspace):
         }
 
     def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
-        return run_limited(command, cwd=self.repo, env=self._environ(env), timeout_s=timeout_s, limits=self._limits)
+        result = run_limited(
+            command,
+            cwd=str(self.repo),
+            env=self._environ(env),
+            timeout_s=timeout_s,
+            output_bytes=self._limits.output_bytes,
+            memory_ceiling_mb=self._limits.effective_memory_ceiling_mb,
+            cpu_ceiling=self._limits.effective_cpu_ceiling,
+        )
+        return ExecResult(**result)
 
     def harness_path(self, name: str) -> str:
         return str(self.harness / name)
@@ -175,16 +97,12 @@ class LocalSandbox(SandboxBackend):
 
     name = "local"
 
-    def __init__(self, root: Path, limits: ResourceLimits) -> None:
-        super().__init__(limits)
-        self.root = root
-
     def enforced_limits(self) -> dict[str, bool]:
         return {
             "memory_floor_mb": False,  # no reservation without cgroups
             "memory_ceiling_mb": True,  # RLIMIT_AS: address space, an upper bound on memory
             "cpu_floor": False,
-            "cpu_ceiling": _HAS_AFFINITY,  # core affinity, rounded up to whole cores
+            "cpu_ceiling": hasattr(os, "sched_setaffinity"),  # core affinity, rounded up; not on macOS
             "pids": False,  # RLIMIT_NPROC counts all of a user's processes; use containers
             "output_bytes": True,
         }

@@ -1,0 +1,150 @@
+"""Run one shell command under limits and report what it did: the sandboxes' common executor.
+
+Standard library only, and compatible with Python 3.9: the local backend
+imports it, and the container backend copies this file into its base image
+and runs it as root (`python3 limited_exec.py REQUEST_JSON`), where it drops to
+the trial's uid for the command and prints one JSON result. The command's
+output travels inside that JSON, already capped, so a command cannot forge the
+result, and gigabytes of output never leave the container.
+"""
+
+import json
+import math
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+_HAS_AFFINITY = hasattr(os, "sched_setaffinity")  # Linux; not macOS
+_OOM_COUNTERS = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events")
+
+
+def _read_capped(stream, cap, sink, truncated):
+    """Keep the first `cap` bytes and drain the rest, so a chatty command never blocks or floods memory."""
+    kept = 0
+    while True:
+        chunk = stream.read(65536)
+        if not chunk:
+            break
+        room = cap - kept
+        if room > 0:
+            sink.append(chunk[:room])
+            kept += min(room, len(chunk))
+        if len(chunk) > room:
+            truncated.set()
+    stream.close()
+
+
+def cgroup_oom_kills():
+    """The kernel's OOM-kill count for this process's memory cgroup, or None where unreadable."""
+    for path in _OOM_COUNTERS:
+        try:
+            with open(path) as counters:
+                for line in counters:
+                    name, _, value = line.partition(" ")
+                    if name == "oom_kill":
+                        return int(value)
+        except OSError:
+            continue
+    return None
+
+
+def _limit_child(memory_ceiling_mb, cpu_ceiling, uid):
+    """Runs in the forked child before exec: apply the ceilings the kernel can enforce, then drop privileges."""
+    if memory_ceiling_mb:
+        memory = memory_ceiling_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if cpu_ceiling and _HAS_AFFINITY:
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, cores[: max(1, math.ceil(cpu_ceiling))])
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+
+
+def run_limited(
+    command,
+    cwd,
+    env,
+    timeout_s,
+    output_bytes,
+    memory_ceiling_mb=None,
+    cpu_ceiling=None,
+    uid=None,
+    watch_cgroup_oom=False,
+):
+    """Run `sh -c command` in its own process group; kill the group on timeout. Returns a JSON-ready dict.
+
+    `memory_ceiling_mb` sets RLIMIT_AS and `cpu_ceiling` a core affinity, for
+    hosts without cgroups; containers leave both to the engine's cgroup and set
+    `watch_cgroup_oom` to tell an OOM kill from any other SIGKILL.
+    """
+    oom_before = cgroup_oom_kills() if watch_cgroup_oom else None
+    started = time.monotonic()
+    process = subprocess.Popen(
+        ["/bin/sh", "-c", command],
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=lambda: _limit_child(memory_ceiling_mb, cpu_ceiling, uid),
+    )
+    timed_out = threading.Event()
+    truncated = threading.Event()
+
+    def kill_group():
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def on_timeout():
+        timed_out.set()
+        kill_group()
+
+    out, err = [], []
+    readers = [
+        threading.Thread(target=_read_capped, args=(process.stdout, output_bytes, out, truncated), daemon=True),
+        threading.Thread(target=_read_capped, args=(process.stderr, output_bytes, err, truncated), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    timer = threading.Timer(timeout_s, on_timeout)
+    timer.start()
+    try:
+        _, status, usage = os.wait4(process.pid, 0)
+    finally:
+        timer.cancel()
+    process.returncode = os.waitstatus_to_exitcode(status)
+    kill_group()  # background children left behind would hold the pipes open
+    for reader in readers:
+        reader.join()
+    oom_after = cgroup_oom_kills() if watch_cgroup_oom else None
+    return {
+        "command": command,
+        "exit_code": process.returncode,
+        "stdout": b"".join(out).decode("utf-8", errors="replace"),
+        "stderr": b"".join(err).decode("utf-8", errors="replace"),
+        "duration_s": time.monotonic() - started,
+        "timed_out": timed_out.is_set(),
+        "output_truncated": truncated.is_set(),
+        "peak_memory_mb": round(usage.ru_maxrss / 1024, 1),
+        "oom_killed": bool(
+            oom_before is not None
+            and oom_after is not None
+            and oom_after > oom_before
+            and process.returncode == -signal.SIGKILL
+            and not timed_out.is_set()
+        ),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(run_limited(**json.loads(sys.argv[1]))))

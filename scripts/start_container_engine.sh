@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Install and start a container engine that speaks the Docker Engine API, for tests and CI.
+#
+# Where no Docker daemon runs, Podman serves the Docker API on a socket; the
+# `docker` SDK talks to it unchanged. Nothing can be pulled from a registry
+# here, so the base image is built locally from Debian packages and tagged
+# localhost/eval-base:bookworm (users with a registry use python:3.11-slim).
+# Prints the DOCKER_HOST to use. Idempotent.
+set -euo pipefail
+
+SOCKET=/run/podman/podman.sock
+BASE_IMAGE=${EVAL_PIPELINE_BASE_IMAGE:-localhost/eval-base:bookworm}
+
+if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap >/dev/null
+fi
+
+# crun fails on this kind of host ("cgroups in hybrid mode"); podman's default
+# ulimits exceed the host's hard limits.
+mkdir -p /etc/containers
+cat > /etc/containers/containers.conf <<'CONF'
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
+[engine]
+runtime = "runc"
+CONF
+
+if ! curl -sf --unix-socket "$SOCKET" http://d/_ping >/dev/null 2>&1; then
+  mkdir -p "$(dirname "$SOCKET")"
+  nohup podman system service --time=0 "unix://$SOCKET" >/tmp/podman-service.log 2>&1 &
+  for _ in $(seq 1 50); do
+    curl -sf --unix-socket "$SOCKET" http://d/_ping >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+fi
+
+if ! podman image exists "$BASE_IMAGE"; then
+  rootfs=$(mktemp -d)
+  debootstrap --variant=minbase --include=python3,python3-venv,git,patch,ca-certificates \
+    bookworm "$rootfs" http://deb.debian.org/debian >/tmp/debootstrap.log 2>&1
+  tar -C "$rootfs" -c . | podman import - "$BASE_IMAGE" >/dev/null
+  rm -rf "$rootfs"
+fi
+
+echo "unix://$SOCKET"
