@@ -25,3 +25,13 @@ def git(args: Sequence[str], cwd: Path | str, env: Mapping[str, str] | None = No
     if completed.returncode != 0:
         raise GitError(f"git {' '.join(args)} in {cwd} failed: {completed.stderr.strip()}")
     return completed.stdout
+
+
+def clone_at(location: str, commit: str, target: Path) -> None:
+    """Clone `location` into `target` checked out at `commit`, with no remote.
+
+    Without the remote an agent cannot fetch the upstream fix.
+    """
+    git(["clone", "-q", "--no-checkout", location, str(target)], target.parent)
+    git(["checkout", "-q", "--detach", commit], target)
+    git(["remote", "remove", "origin"], target)

@@ -10,6 +10,7 @@ from eval_pipeline.sandbox.base import (
     SandboxSettings,
     Workspace,
 )
+from eval_pipeline.sandbox.container import ContainerSandbox
 from eval_pipeline.sandbox.local import LocalSandbox
 
 __all__ = [
@@ -23,7 +24,7 @@ __all__ = [
     "make_sandbox",
 ]
 
-BACKENDS: dict[str, type[SandboxBackend]] = {LocalSandbox.name: LocalSandbox}
+BACKENDS: dict[str, type[SandboxBackend]] = {backend.name: backend for backend in (LocalSandbox, ContainerSandbox)}
 
 
 def make_sandbox(settings: SandboxSettings, root: Path, limits: ResourceLimits, campaign: str) -> SandboxBackend:

@@ -3,7 +3,8 @@
 Standard library only, and compatible with Python 3.9: the local backend
 imports it, and the container backend copies this file into its base image
 and runs it as root (`python3 limited_exec.py REQUEST_JSON`), where it drops to
-the trial's uid for the command and prints one JSON result. The command's
+the trial's uid for the command and prints one JSON result (`--reap` makes it
+an environment pod's PID 1). The command's
 output travels inside that JSON, already capped, so a command cannot forge the
 result, and gigabytes of output never leave the container.
 """
@@ -136,15 +137,28 @@ def run_limited(
         "timed_out": timed_out.is_set(),
         "output_truncated": truncated.is_set(),
         "peak_memory_mb": round(usage.ru_maxrss / 1024, 1),
+        # The killed process may be the shell's child, so the shell exits 137 rather than dying
+        # of SIGKILL itself: what tells an OOM kill apart is the cgroup's counter rising.
         "oom_killed": bool(
             oom_before is not None
             and oom_after is not None
             and oom_after > oom_before
-            and process.returncode == -signal.SIGKILL
+            and process.returncode != 0
             and not timed_out.is_set()
         ),
     }
 
 
+def reap_forever():
+    """PID 1 of an environment pod: reap the orphans that trials leave behind, until killed."""
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            time.sleep(1)
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--reap":
+        reap_forever()
     print(json.dumps(run_limited(**json.loads(sys.argv[1]))))

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
-from eval_pipeline.gitutil import git
+from eval_pipeline.gitutil import clone_at
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.sandbox.base import EnvironmentHandle, ExecResult, ResourceLimits, SandboxBackend, Workspace
 from eval_pipeline.sandbox.limited_exec import run_limited
@@ -140,9 +140,7 @@ class LocalSandbox(SandboxBackend):
     def _build(self, directory: Path, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> None:
         repo = directory / "repo"
         directory.mkdir(parents=True)
-        git(["clone", "-q", "--no-checkout", source.location(instance.repo), str(repo)], directory)
-        git(["checkout", "-q", "--detach", instance.base_commit], repo)
-        git(["remote", "remove", "origin"], repo)  # the agent must not fetch the fix from upstream
+        clone_at(source.location(instance.repo), instance.base_commit, repo)
         venv_dir = directory / "venv"
         venv.create(venv_dir, with_pip=bool(spec.packages), symlinks=True)
         self._expose_harness_test_tools(venv_dir)

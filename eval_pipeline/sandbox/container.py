@@ -1,0 +1,313 @@
+"""The container backend: environment images and pods on any Docker Engine API.
+
+Docker Engine for users, Podman's Docker-compatible service in CI; both are
+reached through the `docker` SDK (DOCKER_HOST selects the engine).
+
+In `pod` mode each instance gets one long-lived container, started once, that
+serves many trials: each workspace is a copy of /testbed under /workspaces,
+owned by its own uid and closed to every other (mode 0700), while /testbed is
+read-only to trials. At most `pod_parallelism` trials share a pod at once, and
+the pod's cgroup limits are that many times a trial's, so with the default of
+one the limits are exactly the trial's. In `strict` mode every workspace gets a
+fresh container from the instance image, with the trial's limits.
+
+Every command runs through limited_exec.py inside the container, as root
+dropping to the workspace's uid: timeout, capped output and the cgroup's OOM
+counter are read in the container, and one JSON result comes back.
+"""
+
+import fcntl
+import io
+import json
+import os
+import re
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+
+from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
+from eval_pipeline.gitutil import clone_at
+from eval_pipeline.sandbox.base import EnvironmentHandle, ExecResult, SandboxBackend, Workspace
+from eval_pipeline.sandbox.images import (
+    CA_BUNDLE,
+    EXEC_SCRIPT,
+    MANAGED_LABEL,
+    PATH,
+    TESTBED,
+    WORKSPACES,
+    ImageBuilder,
+    ImageLayer,
+    base_layer,
+    env_layer,
+    instance_layer,
+)
+
+# Commands are timed out inside the container; the client waits as long as they may run.
+CLIENT_TIMEOUT_S = 24 * 3600
+FIRST_TRIAL_UID = 20000
+
+
+class SandboxError(RuntimeError):
+    """The engine or a container failed, not the command run in it: an infrastructure failure."""
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_.-]", "-", text)[:100]
+
+
+class ContainerWorkspace(Workspace):
+    def __init__(
+        self, container: Container, root: str, uid: int, extra_env: Mapping[str, str], output_bytes: int
+    ) -> None:
+        self.container = container
+        self.root = root
+        self.repo = f"{root}/repo"
+        self.uid = uid
+        self._extra_env = extra_env
+        self._output_bytes = output_bytes
+
+    def _as_root(self, command: str) -> None:
+        result = self.container.exec_run(["sh", "-c", command], user="0")
+        if result.exit_code != 0:
+            raise SandboxError(f"{self.container.name}: {command!r} failed: {result.output.decode(errors='replace')}")
+
+    def create(self) -> None:
+        root, uid = self.root, self.uid
+        self._as_root(
+            f"rm -rf {root} && mkdir -p {root}/harness {root}/home {root}/tmp && cp -a {TESTBED} {root}/repo"
+            f" && chown -R {uid}:{uid} {root} && chmod 700 {root}"
+        )
+
+    def destroy(self) -> None:
+        self._as_root(f"rm -rf {self.root}")
+
+    def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
+        request = {
+            "command": command,
+            "cwd": self.repo,
+            "env": {
+                "PATH": PATH,
+                "HOME": f"{self.root}/home",
+                "TMPDIR": f"{self.root}/tmp",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                **self._extra_env,
+                **(env or {}),
+            },
+            "timeout_s": timeout_s,
+            "output_bytes": self._output_bytes,
+            "uid": self.uid,
+            "watch_cgroup_oom": True,
+        }
+        api = self.container.client.api
+        try:
+            exec_id = api.exec_create(self.container.id, ["python3", EXEC_SCRIPT, json.dumps(request)], user="0")["Id"]
+            output = api.exec_start(exec_id)
+            exit_code = api.exec_inspect(exec_id)["ExitCode"]
+        except docker.errors.APIError as error:
+            raise SandboxError(f"{self.container.name}: exec failed: {error}") from error
+        if exit_code != 0:
+            raise SandboxError(f"{self.container.name}: the command runner failed: {output[-2000:]!r}")
+        return ExecResult(**json.loads(output.decode().strip().splitlines()[-1]))
+
+    def harness_path(self, name: str) -> str:
+        return f"{self.root}/harness/{name}"
+
+    def write_harness_file(self, name: str, content: str) -> str:
+        data = content.encode()
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size, info.uid, info.gid, info.mode = len(data), self.uid, self.uid, 0o600
+            tar.addfile(info, io.BytesIO(data))
+        if not self.container.put_archive(f"{self.root}/harness", archive.getvalue()):
+            raise SandboxError(f"{self.container.name}: could not write {name}")
+        return self.harness_path(name)
+
+    def read_harness_file(self, name: str) -> bytes | None:
+        try:
+            chunks, _ = self.container.get_archive(self.harness_path(name))
+        except docker.errors.NotFound:
+            return None
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+            member = tar.extractfile(tar.getmembers()[0])
+            return member.read() if member else None
+
+
+class ContainerSandbox(SandboxBackend):
+    name = "container"
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if not hasattr(self, "_client"):
+            self._client = docker.from_env(timeout=CLIENT_TIMEOUT_S)
+        return self._client
+
+    def _labels(self, **extra: str) -> dict[str, str]:
+        return {MANAGED_LABEL: "true", "eval_pipeline.campaign": self.campaign, **extra}
+
+    def _checkout_dir(self, instance: Instance) -> Path:
+        return self.root / "checkouts" / _slug(f"{instance.repo}@{instance.base_commit}")
+
+    def _layers(self, instance: Instance, spec: EnvironmentSpec) -> ImageLayer:
+        base = base_layer(self.settings.base_image, self.settings.extra_ca_bundle)
+        env = env_layer(base, instance.repo, instance.version, spec)
+        return instance_layer(env, instance, spec, self._checkout_dir(instance))
+
+    def environment_key(self, instance: Instance, spec: EnvironmentSpec) -> str:
+        return self._layers(instance, spec).tag
+
+    def enforced_limits(self) -> dict[str, bool]:
+        return {
+            "memory_floor_mb": True,  # the cgroup's soft limit (reservation)
+            "memory_ceiling_mb": self.limits.multiplier is not None,
+            "cpu_floor": False,  # engines offer relative CPU shares, not a guarantee
+            "cpu_ceiling": self.limits.multiplier is not None,
+            "pids": True,
+            "output_bytes": True,
+        }
+
+    def _container_limits(self, trials: int) -> dict[str, Any]:
+        """Engine limits for a container that holds `trials` trials at once."""
+        limits = self.limits
+        memory_ceiling = limits.effective_memory_ceiling_mb
+        reservation = limits.memory_floor_mb if memory_ceiling is None else min(limits.memory_floor_mb, memory_ceiling)
+        kwargs: dict[str, Any] = {
+            "mem_reservation": f"{reservation * trials}m",
+            "pids_limit": limits.pids * trials,
+            "cpu_shares": max(2, int(1024 * limits.cpu_floor * trials)),
+        }
+        if memory_ceiling is not None:
+            kwargs["mem_limit"] = kwargs["memswap_limit"] = f"{memory_ceiling * trials}m"
+        if limits.effective_cpu_ceiling is not None:
+            cpus = min(limits.effective_cpu_ceiling * trials, os.cpu_count() or 1)
+            kwargs["nano_cpus"] = int(cpus * 1e9)
+        return kwargs
+
+    def build(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
+        def checkout(layer: ImageLayer) -> None:
+            if layer.directory and not (layer.directory[1] / ".git").exists():
+                target = layer.directory[1]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+                    clone_at(source.location(instance.repo), instance.base_commit, Path(scratch) / "repo")
+                    os.replace(Path(scratch) / "repo", target)
+
+        builder = ImageBuilder(self.client, self.root)
+        record = builder.ensure(self._layers(instance, spec), prepare_context=checkout)
+        return {
+            **record,
+            "environment_key": record["tag"],
+            "build_logs": [str(builder.log_path(t)) for t in record["built"]],
+        }
+
+    def prepare(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
+        record = self.build(instance, spec, source)
+        handle = EnvironmentHandle(
+            backend=self.name,
+            instance_id=instance.instance_id,
+            key=record["environment_key"],
+            location=f"eval-pod-{_slug(self.campaign)}-{_slug(instance.instance_id)}",
+            details={"image": record["tag"], "image_id": record["image_id"], "mode": self.settings.mode},
+        )
+        if self.settings.mode == "pod":
+            self._pod(handle)
+        return handle
+
+    def _start(self, image: str, name: str, labels: Mapping[str, str], trials: int) -> Container:
+        return self.client.containers.run(
+            image,
+            ["python3", EXEC_SCRIPT, "--reap"],
+            name=name,
+            detach=True,
+            labels=dict(labels),
+            **self._container_limits(trials),
+        )
+
+    def _pod(self, handle: EnvironmentHandle) -> Container:
+        """The instance's running pod, started (or restarted, if it was lost) on demand."""
+        try:
+            pod = self.client.containers.get(handle.location)
+            if pod.status == "running":
+                return pod
+            pod.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        labels = self._labels(**{"eval_pipeline.instance": handle.instance_id, "eval_pipeline.role": "pod"})
+        try:
+            return self._start(handle.details["image"], handle.location, labels, self.settings.pod_parallelism)
+        except docker.errors.APIError as error:
+            if error.status_code == 409:  # another process started it first
+                return self.client.containers.get(handle.location)
+            raise SandboxError(f"starting pod {handle.location} failed: {error}") from error
+
+    @contextmanager
+    def _pod_slot(self, handle: EnvironmentHandle) -> Iterator[int]:
+        """One of the pod's `pod_parallelism` trial slots, held across processes; yields its index."""
+        locks = self.root / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        while True:
+            for slot in range(self.settings.pod_parallelism):
+                with open(locks / f"{handle.location}.slot{slot}", "w") as lock:
+                    try:
+                        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue
+                    yield slot
+                    return
+            with open(locks / f"{handle.location}.slot0", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # wait for the first slot rather than spin
+
+    def _extra_env(self) -> dict[str, str]:
+        if not self.settings.extra_ca_bundle:
+            return {}
+        return {"SSL_CERT_FILE": CA_BUNDLE, "REQUESTS_CA_BUNDLE": CA_BUNDLE, "PIP_CERT": CA_BUNDLE}
+
+    @contextmanager
+    def workspace(self, environment: EnvironmentHandle, label: str) -> Iterator[ContainerWorkspace]:
+        if self.settings.mode == "pod":
+            with self._pod_slot(environment) as slot, self._used(self._pod(environment), f"slot{slot}", slot) as ws:
+                yield ws
+            return
+        labels = self._labels(
+            **{
+                "eval_pipeline.instance": environment.instance_id,
+                "eval_pipeline.trial": label,
+                "eval_pipeline.role": "trial",
+            }
+        )
+        name = f"eval-trial-{_slug(self.campaign)}-{_slug(label)}-{uuid.uuid4().hex[:8]}"
+        try:
+            container = self._start(environment.details["image"], name, labels, trials=1)
+        except docker.errors.APIError as error:
+            raise SandboxError(f"starting {name} failed: {error}") from error
+        try:
+            with self._used(container, "trial", 0) as workspace:
+                yield workspace
+        finally:
+            container.remove(force=True)
+
+    @contextmanager
+    def _used(self, container: Container, name: str, slot: int) -> Iterator[ContainerWorkspace]:
+        """A workspace made in `container` for the duration of the block, under the slot's own uid."""
+        workspace = ContainerWorkspace(
+            container, f"{WORKSPACES}/{name}", FIRST_TRIAL_UID + slot, self._extra_env(), self.limits.output_bytes
+        )
+        workspace.create()
+        try:
+            yield workspace
+        finally:
+            workspace.destroy()
+
+    def release(self) -> None:
+        for container in self.client.containers.list(
+            all=True, filters={"label": [f"{MANAGED_LABEL}=true", f"eval_pipeline.campaign={self.campaign}"]}
+        ):
+            container.remove(force=True)

@@ -1,0 +1,192 @@
+"""Environment images in three layers, as the SWE-bench harness builds them.
+
+- base: the configured base image plus git, patch, the harness's test tools
+  (a venv with pytest) and its command runner, and an extra CA bundle if set;
+- env: per (repository, version), the environment spec's packages;
+- instance: the repository at its base commit in /testbed, installed.
+
+A layer's tag is the hash of its Dockerfile, its build context and its
+parent's tag, so an unchanged spec is never rebuilt, and a change anywhere
+below rebuilds exactly the layers above it.
+"""
+
+import fcntl
+import hashlib
+import io
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import pytest
+
+from eval_pipeline.benchmark import EnvironmentSpec, Instance
+from eval_pipeline.hashing import stable_hash
+from eval_pipeline.sandbox import limited_exec
+
+HARNESS_ROOT = "/opt/eval"
+HARNESS_VENV = f"{HARNESS_ROOT}/venv"
+EXEC_SCRIPT = f"{HARNESS_ROOT}/limited_exec.py"
+CA_BUNDLE = f"{HARNESS_ROOT}/ca-bundle.crt"
+TESTBED = "/testbed"
+WORKSPACES = "/workspaces"
+PATH = f"{HARNESS_VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MANAGED_LABEL = "eval_pipeline.managed"
+
+
+class ImageBuildError(RuntimeError):
+    """A layer failed to build; the message names the layer and its kept build log."""
+
+
+@dataclass(frozen=True)
+class ImageLayer:
+    kind: str
+    dockerfile: str
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    # Directories copied into the context, with a short identity standing for their
+    # content (a repository at a commit), so computing the tag never reads them.
+    directory: tuple[str, Path] | None = None
+    directory_identity: str = ""
+    parent: "ImageLayer | None" = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def tag(self) -> str:
+        identity = {
+            "kind": self.kind,
+            "dockerfile": self.dockerfile,
+            "files": {path: hashlib.sha256(data).hexdigest() for path, data in self.files.items()},
+            "directory": self.directory_identity,
+            "parent": self.parent.tag if self.parent else None,
+        }
+        return f"localhost/eval-pipeline-{self.kind}:{stable_hash(identity)[:24]}"
+
+    def chain(self) -> list["ImageLayer"]:
+        """This layer and its ancestors, base first."""
+        return [*(self.parent.chain() if self.parent else []), self]
+
+
+def _extra_ca(bundle: str | None) -> tuple[str, dict[str, bytes]]:
+    if not bundle:
+        return "", {}
+    lines = (
+        "COPY extra-ca.crt /opt/eval/extra-ca.crt\n"
+        f"RUN cat /etc/ssl/certs/ca-certificates.crt /opt/eval/extra-ca.crt > {CA_BUNDLE} 2>/dev/null"
+        f" || cp /opt/eval/extra-ca.crt {CA_BUNDLE}\n"
+        f"ENV SSL_CERT_FILE={CA_BUNDLE} REQUESTS_CA_BUNDLE={CA_BUNDLE} PIP_CERT={CA_BUNDLE}\n"
+    )
+    return lines, {"extra-ca.crt": Path(bundle).read_bytes()}
+
+
+def base_layer(base_image: str, extra_ca_bundle: str | None) -> ImageLayer:
+    ca_lines, ca_files = _extra_ca(extra_ca_bundle)
+    dockerfile = (
+        f"FROM {base_image}\n"
+        f"{ca_lines}"
+        "RUN (command -v git && command -v patch) >/dev/null 2>&1 || (apt-get update"
+        " && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git patch ca-certificates"
+        " && rm -rf /var/lib/apt/lists/*)\n"
+        f"RUN python3 -m venv {HARNESS_VENV} && {HARNESS_VENV}/bin/pip install --no-cache-dir pytest=={pytest.__version__}\n"
+        f"COPY limited_exec.py {EXEC_SCRIPT}\n"
+        f"ENV PATH={PATH}\n"
+        f"RUN mkdir -p {WORKSPACES} && chmod 711 {WORKSPACES}\n"
+    )
+    files = {"limited_exec.py": Path(limited_exec.__file__).read_bytes(), **ca_files}
+    return ImageLayer("base", dockerfile, files, labels={"eval_pipeline.layer": "base"})
+
+
+def env_layer(base: ImageLayer, repo: str, version: str, spec: EnvironmentSpec) -> ImageLayer:
+    packages = " ".join(spec.packages)
+    install = f"RUN pip install --no-cache-dir {packages}\n" if packages else ""
+    dockerfile = f"FROM {base.tag}\n{install}LABEL eval_pipeline.env={repo}@{version}\n"
+    return ImageLayer("env", dockerfile, parent=base, labels={"eval_pipeline.layer": "env"})
+
+
+def instance_layer(env: ImageLayer, instance: Instance, spec: EnvironmentSpec, checkout: Path) -> ImageLayer:
+    installs = "".join(f"RUN cd {TESTBED} && {command}\n" for command in spec.install)
+    dockerfile = f"FROM {env.tag}\nCOPY repo {TESTBED}\n{installs}RUN chmod -R a+rX {TESTBED}\n"
+    return ImageLayer(
+        "instance",
+        dockerfile,
+        directory=("repo", checkout),
+        directory_identity=f"{instance.repo}@{instance.base_commit}",
+        parent=env,
+        labels={"eval_pipeline.layer": "instance", "eval_pipeline.instance": instance.instance_id},
+    )
+
+
+def _context(layer: ImageLayer) -> io.BufferedRandom:
+    """The layer's build context as an uncompressed tar in a temporary file."""
+    archive = tempfile.TemporaryFile()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        for name, data in {"Dockerfile": layer.dockerfile.encode(), **layer.files}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        if layer.directory:
+            arcname, path = layer.directory
+            tar.add(path, arcname=arcname)
+    archive.seek(0)
+    return archive
+
+
+def _log_text(lines: Iterable[Mapping[str, Any]]) -> str:
+    return "".join(str(line.get("stream") or line.get("error") or "") for line in lines)
+
+
+class ImageBuilder:
+    """Builds layers that do not exist yet, one builder per tag across processes, keeping every log."""
+
+    def __init__(self, client: docker.DockerClient, root: Path) -> None:
+        self.client = client
+        self.logs = root / "build_logs"
+        self.locks = root / "locks"
+
+    def image_id(self, tag: str) -> str | None:
+        try:
+            return self.client.images.get(tag).id
+        except docker.errors.ImageNotFound:
+            return None
+
+    def ensure(
+        self, layer: ImageLayer, prepare_context: Callable[[ImageLayer], None] = lambda _: None
+    ) -> dict[str, Any]:
+        """Build the layer's missing ancestors and itself; return its id and the tags built now."""
+        built: list[str] = []
+        for step in layer.chain():
+            if self.image_id(step.tag):
+                continue
+            self.locks.mkdir(parents=True, exist_ok=True)
+            with open(self.locks / f"{stable_hash(step.tag)[:24]}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not self.image_id(step.tag):  # another process may have built it while we waited
+                    prepare_context(step)
+                    self._build(step)
+                    built.append(step.tag)
+        return {"tag": layer.tag, "image_id": self.image_id(layer.tag), "built": built}
+
+    def log_path(self, tag: str) -> Path:
+        return self.logs / f"{tag.replace('/', '_').replace(':', '_')}.log"
+
+    def _build(self, layer: ImageLayer) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with _context(layer) as context:
+            try:
+                _, lines = self.client.images.build(
+                    fileobj=context,
+                    custom_context=True,
+                    tag=layer.tag,
+                    labels={MANAGED_LABEL: "true", **layer.labels},
+                    rm=True,
+                    forcerm=True,
+                )
+                self.log_path(layer.tag).write_text(_log_text(lines))
+            except docker.errors.BuildError as error:
+                self.log_path(layer.tag).write_text(_log_text(error.build_log))
+                raise ImageBuildError(
+                    f"building {layer.kind} image {layer.tag} failed: {error.msg}; log: {self.log_path(layer.tag)}"
+                ) from None
