@@ -9,6 +9,7 @@ patch and test patch are produced by git from the fixed source and new test.
 import re
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,10 +47,11 @@ class DemoStage:
 class DemoRepo:
     name: str
     stages: tuple[DemoStage, ...]
+    owner: str = DEMO_OWNER
 
     @property
     def full_name(self) -> str:
-        return f"{DEMO_OWNER}/{self.name}"
+        return f"{self.owner}/{self.name}"
 
 
 CALCLIB = DemoRepo(
@@ -326,7 +328,7 @@ def _instance_rows(repo: DemoRepo, worktree: Path, stage_index: int, commit: str
         test_source = (worktree / bug.test_path).read_text()
         rows.append(
             {
-                "instance_id": f"{DEMO_OWNER}__{repo.name}-{bug.number}",
+                "instance_id": f"{repo.owner}__{repo.name}-{bug.number}",
                 "repo": repo.full_name,
                 "base_commit": commit,
                 "environment_setup_commit": commit,
@@ -358,15 +360,15 @@ def _build_repo(repo: DemoRepo, worktree: Path) -> list[dict]:
     return rows
 
 
-def build_demo_benchmark(mirror_dir: Path) -> Benchmark:
-    """Build the demo repositories into `mirror_dir` (once) and return the benchmark.
+def build_repos_benchmark(name: str, repos: Iterable[DemoRepo], mirror_dir: Path) -> Benchmark:
+    """Build `repos` into `mirror_dir` (once) and return their bugs as a benchmark.
 
     The repositories are rebuilt in a temporary directory on every call, which is
     cheap and yields the same commits; they are moved into the mirror only when
     missing, so concurrent callers never see a half-written repository.
     """
     rows: list[dict] = []
-    for repo in DEMO_REPOS:
+    for repo in repos:
         target = mirror_dir / repo.full_name
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{repo.name}-") as scratch:
@@ -378,4 +380,8 @@ def build_demo_benchmark(mirror_dir: Path) -> Benchmark:
                     worktree.rename(target)
                 except OSError:  # another process installed it first; theirs is identical
                     shutil.rmtree(worktree, ignore_errors=True)
-    return Benchmark.from_rows("demo", rows, source=RepoSource(mirror_dir=str(mirror_dir)))
+    return Benchmark.from_rows(name, rows, source=RepoSource(mirror_dir=str(mirror_dir)))
+
+
+def build_demo_benchmark(mirror_dir: Path) -> Benchmark:
+    return build_repos_benchmark("demo", DEMO_REPOS, mirror_dir)

@@ -38,6 +38,7 @@ class Evaluation(StoredRecord):
     tests: dict[str, str]
     steps: list[dict[str, Any]]
     environment_key: str
+    environment: dict[str, Any]
     resources: dict[str, Any]
     test_timeout_s: float
     started_at: str
@@ -115,6 +116,7 @@ def evaluate(
         tests=verdict.tests,
         steps=verdict.steps,
         environment_key=environment.key,
+        environment=dict(environment.details),
         resources=sandbox.resources_record(),
         test_timeout_s=test_timeout_s,
         started_at=started_at,

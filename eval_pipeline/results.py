@@ -52,6 +52,8 @@ class TrialResult:
     harness_version: str
     dataset_version: str
     sandbox_backend: str
+    sandbox_mode: str
+    environment_image: str | None
     memory_floor_mb: int
     memory_ceiling_mb: int
     cpu_floor: float
@@ -113,6 +115,8 @@ def trial_result(
         harness_version=evaluation.harness_version if evaluation else HARNESS_VERSION,
         dataset_version=benchmark.version,
         sandbox_backend=sandbox.name,
+        sandbox_mode=sandbox.settings.mode,
+        environment_image=evaluation.environment.get("image_id") if evaluation else None,
         memory_floor_mb=limits.memory_floor_mb,
         memory_ceiling_mb=limits.memory_ceiling_mb,
         cpu_floor=limits.cpu_floor,

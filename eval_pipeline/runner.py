@@ -191,23 +191,28 @@ def run_campaign(
         for r in rows
         if not r.scored or str(trial_run_key(r.instance_id, r.trial)) not in recorded
     ]
+    pending.sort(key=lambda item: (item[1], item[0]))  # neighbours hit different instances' environments
     workers = max(1, min(workers, max(len(pending), len(missing_environments))))  # spawn no idle workers
     progress(
         f"{len(rows) - len(pending)} of {len(rows)} trials already done; running {len(pending)} with {workers} worker(s)"
     )
 
-    with _executor_pool(executor, workers) as parallel_map:
-        for (instance_id,), ok in parallel_map("prepare_environment", missing_environments):
-            if not ok:
-                raise RuntimeError(f"{instance_id}: preparing the environment failed")
-            run.environments_prepared += 1
-            progress(f"environment ready: {instance_id}")
-        for number, ((instance_id, trial_key), trial) in enumerate(parallel_map("run_trial", pending), start=1):
-            run.generation.add(trial.generation)
-            run.evaluation.add(trial.evaluation)
-            progress(
-                f"[{number}/{len(pending)}] {instance_id} {trial_key}: {trial.outcome} (generation {trial.generation}, evaluation {trial.evaluation})"
-            )
+    try:
+        with _executor_pool(executor, workers) as parallel_map:
+            for (instance_id,), ok in parallel_map("prepare_environment", missing_environments):
+                if not ok:
+                    raise RuntimeError(f"{instance_id}: preparing the environment failed")
+                run.environments_prepared += 1
+                progress(f"environment ready: {instance_id}")
+            for number, ((instance_id, trial_key), trial) in enumerate(parallel_map("run_trial", pending), start=1):
+                run.generation.add(trial.generation)
+                run.evaluation.add(trial.evaluation)
+                progress(
+                    f"[{number}/{len(pending)}] {instance_id} {trial_key}: {trial.outcome}"
+                    f" (generation {trial.generation}, evaluation {trial.evaluation})"
+                )
+    finally:
+        eval_pipeline.sandbox(campaign).release()  # pods are restarted on demand by the next run
 
     finished = executor.execute("results")
     if not finished.success:

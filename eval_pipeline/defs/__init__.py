@@ -11,7 +11,7 @@ from eval_pipeline.settings import Paths
 # Stages of a campaign, each a job: the CLI runs them in order, the UI and schedules by name.
 STAGES = {
     "prepare": ["dataset_snapshot", "trial_plan"],
-    "environments": ["environment"],
+    "environments": ["environment_image", "environment"],
     "trials": ["generation", "evaluation"],
     "results": ["results", "report"],
 }

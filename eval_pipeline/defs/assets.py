@@ -41,6 +41,7 @@ from eval_pipeline.sandbox.local import ENVIRONMENT_LAYOUT_VERSION
 SNAPSHOT_CODE_VERSION = "1"
 PLAN_CODE_VERSION = "1"
 RESULTS_CODE_VERSION = "1"
+IMAGE_CODE_VERSION = "1"
 
 
 def _register(context: AssetExecutionContext, partitions: DynamicPartitionsDefinition, keys: list[str]) -> int:
@@ -62,10 +63,15 @@ def _lineage(benchmark: Benchmark, sandbox: SandboxBackend) -> dict[str, Any]:
 
 
 def _trial_lineage(
-    benchmark: Benchmark, sandbox: SandboxBackend, trial: Trial, agent_config_hash: str
+    benchmark: Benchmark,
+    sandbox: SandboxBackend,
+    trial: Trial,
+    agent_config_hash: str,
+    environment: EnvironmentHandle,
 ) -> dict[str, Any]:
     return {
         **_lineage(benchmark, sandbox),
+        "environment": MetadataValue.json({"key": environment.key, **environment.details}),
         "variant": trial.variant.name,
         "agent": trial.variant.agent,
         "agent_config_hash": agent_config_hash,
@@ -114,15 +120,32 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         )
 
     @asset(
+        **common, partitions_def=partitions.instances, ins={"benchmark": snapshot_in}, code_version=IMAGE_CODE_VERSION
+    )
+    def environment_image(
+        context: AssetExecutionContext, benchmark: Benchmark, eval_pipeline: EvalPipelineResource
+    ) -> Output[dict]:
+        """What the instance's environment starts from (an image, a directory), built once, before any trial."""
+        instance = benchmark.instance(context.partition_key)
+        sandbox = eval_pipeline.sandbox(campaign)
+        record = sandbox.build(instance, benchmark.environment_for(instance), benchmark.source)
+        return Output(
+            record,
+            data_version=DataVersion(record.get("image_id") or record["environment_key"]),
+            metadata={**_lineage(benchmark, sandbox), **{k: MetadataValue.json(v) for k, v in record.items()}},
+        )
+
+    @asset(
         **common,
         partitions_def=partitions.instances,
         ins={"benchmark": snapshot_in},
+        deps=[AssetKey([*prefix, "environment_image"])],
         code_version=ENVIRONMENT_LAYOUT_VERSION,
     )
     def environment(
         context: AssetExecutionContext, benchmark: Benchmark, eval_pipeline: EvalPipelineResource
     ) -> Output[EnvironmentHandle]:
-        """The instance's long-lived environment: repository at base commit, dependencies installed."""
+        """The instance's long-lived environment (a pod, a directory), started from its image."""
         instance = benchmark.instance(context.partition_key)
         sandbox = eval_pipeline.sandbox(campaign)
         handle = sandbox.prepare(instance, benchmark.environment_for(instance), benchmark.source)
@@ -155,7 +178,7 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             result,
             data_version=DataVersion(result.patch_sha256),
             metadata={
-                **_trial_lineage(benchmark, sandbox, trial, result.agent_config_hash),
+                **_trial_lineage(benchmark, sandbox, trial, result.agent_config_hash, environment),
                 "status": result.status,
                 "reused": result.reused,
                 "artifact": result.key,
@@ -194,7 +217,7 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             campaign.test_timeout_s,
         )
         metadata = {
-            **_trial_lineage(benchmark, sandbox, trial, result.agent_config_hash),
+            **_trial_lineage(benchmark, sandbox, trial, result.agent_config_hash, environment),
             "outcome": result.outcome,
             "reused": result.reused,
             "artifact": result.key,
@@ -248,4 +271,4 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             },
         )
 
-    return [dataset_snapshot, trial_plan, environment, generation, evaluation, results, report]
+    return [dataset_snapshot, trial_plan, environment_image, environment, generation, evaluation, results, report]

@@ -209,12 +209,13 @@ class SandboxBackend(ABC):
     def enforced_limits(self) -> dict[str, bool]:
         """Which of the limits this backend actually enforces, by field name."""
 
+    @abstractmethod
     def build(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
-        """Build what `prepare` starts from (an image, a directory), once; return its identity.
+        """Build what `prepare` starts from (an image, a directory), once.
 
-        The default has nothing to build apart from what `prepare` does.
+        Returns a JSON-ready record with at least `environment_key` and `built`
+        (what this call built: empty when everything existed).
         """
-        return {"environment_key": self.environment_key(instance, spec), "built": []}
 
     def release(self) -> None:  # noqa: B027 - a no-op for backends that keep nothing running
         """Stop what this backend keeps running between trials; `prepare` or `workspace` restart it."""

@@ -21,6 +21,7 @@ import venv
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
 from eval_pipeline.gitutil import clone_at
@@ -118,24 +119,29 @@ class LocalSandbox(SandboxBackend):
             }
         )
 
-    def prepare(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
+    def build(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
         key = self.environment_key(instance, spec)
         directory = self.root / "environments" / key[:24]
-        handle = EnvironmentHandle(
-            backend=self.name,
-            instance_id=instance.instance_id,
-            key=key,
-            location=str(directory),
-            details={"base_commit": instance.base_commit},
-        )
         directory.parent.mkdir(parents=True, exist_ok=True)
+        built = []
         with open(directory.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per environment, across processes
             if not (directory / ".ready").exists():
                 shutil.rmtree(directory, ignore_errors=True)  # a build that died half-way
                 self._build(directory, instance, spec, source)
                 (directory / ".ready").write_text(key)
-        return handle
+                built.append(key)
+        return {"environment_key": key, "location": str(directory), "built": built}
+
+    def prepare(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
+        record = self.build(instance, spec, source)
+        return EnvironmentHandle(
+            backend=self.name,
+            instance_id=instance.instance_id,
+            key=record["environment_key"],
+            location=record["location"],
+            details={"base_commit": instance.base_commit},
+        )
 
     def _build(self, directory: Path, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> None:
         repo = directory / "repo"
