@@ -5,6 +5,7 @@ import json
 import os
 import sys
 import warnings
+from datetime import timedelta
 
 from eval_pipeline.settings import dagster_home
 
@@ -43,6 +44,20 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _janitor(args: argparse.Namespace) -> int:
+    import docker
+
+    from eval_pipeline.sandbox import janitor
+
+    client = docker.from_env()
+    report = {"removed_containers": janitor.remove_containers(client, args.campaign)}
+    if args.prune_images_older_than_days is not None:
+        report["removed_images"] = janitor.prune_images(client, timedelta(days=args.prune_images_older_than_days))
+    report["disk_usage"] = janitor.disk_usage(client)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eval-pipeline", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -56,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         help="trial runs in parallel processes (default: cores, at most 4)",
     )
     run.set_defaults(handler=_run)
+    janitor = commands.add_parser("janitor", help="remove leaked containers (and old images) from the container engine")
+    janitor.add_argument("--campaign", help="only this campaign's containers (default: all of eval_pipeline's)")
+    janitor.add_argument(
+        "--prune-images-older-than-days", type=float, help="also remove eval_pipeline images older than this, if unused"
+    )
+    janitor.set_defaults(handler=_janitor)
     args = parser.parse_args(argv)
     return args.handler(args)
 

@@ -35,6 +35,7 @@ from docker.models.containers import Container
 
 from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
 from eval_pipeline.gitutil import clone_at
+from eval_pipeline.hashing import stable_hash
 from eval_pipeline.sandbox.base import EnvironmentHandle, ExecResult, SandboxBackend, Workspace
 from eval_pipeline.sandbox.images import (
     CA_BUNDLE,
@@ -210,11 +211,13 @@ class ContainerSandbox(SandboxBackend):
 
     def prepare(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
         record = self.build(instance, spec, source)
+        limits_id = stable_hash(self._container_limits(self.settings.pod_parallelism))[:8]
         handle = EnvironmentHandle(
             backend=self.name,
             instance_id=instance.instance_id,
             key=record["environment_key"],
-            location=f"eval-pod-{_slug(self.campaign)}-{_slug(instance.instance_id)}",
+            # The pod's limits are part of its identity: another allocation must never reuse it.
+            location=f"eval-pod-{_slug(self.campaign)}-{_slug(instance.instance_id)}-{limits_id}",
             details={"image": record["tag"], "image_id": record["image_id"], "mode": self.settings.mode},
         )
         if self.settings.mode == "pod":

@@ -1,0 +1,260 @@
+"""The container backend against a real engine (Podman's Docker API in CI, Docker Engine elsewhere).
+
+The base image comes from EVAL_PIPELINE_BASE_IMAGE (CI builds one from Debian
+packages, since nothing can be pulled there).
+"""
+
+import json
+import os
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import replace
+
+import docker
+import duckdb
+import pytest
+from dagster import DagsterInstance
+
+from eval_pipeline.agents import make_agent
+from eval_pipeline.artifacts import LocalArtifactStore
+from eval_pipeline.campaign import load_campaign
+from eval_pipeline.defs import build_definitions, stage_job_name
+from eval_pipeline.demo_benchmark import DemoBug, DemoRepo, DemoStage, build_repos_benchmark
+from eval_pipeline.evaluation import evaluate
+from eval_pipeline.generation import generate
+from eval_pipeline.grading import grade
+from eval_pipeline.outcomes import Outcome
+from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, janitor, make_sandbox
+from eval_pipeline.sandbox.images import MANAGED_LABEL, ImageBuilder
+from eval_pipeline.settings import Paths
+
+# A bug whose test needs about 350 MB: OOM-killed under a 256 MB ceiling, fine under 3x.
+MEMHOG = DemoRepo(
+    name="bigbuffers",
+    owner="eval-pipeline-test",
+    stages=(
+        DemoStage(
+            message="Add buffers",
+            version="0.1",
+            files={
+                "bigbuffers/__init__.py": "",
+                "bigbuffers/fill.py": 'def filled(megabytes):\n    """megabytes of b"x"."""\n    return b"x" * (megabytes * 2**19)\n',
+                "tests/test_fill.py": "from bigbuffers.fill import filled\n\n\ndef test_small():\n    assert filled(0) == b''\n",
+            },
+            bugs=(
+                DemoBug(
+                    number=1,
+                    path="bigbuffers/fill.py",
+                    buggy="(megabytes * 2**19)",
+                    fixed="(megabytes * 2**20)",
+                    test_path="tests/test_fill.py",
+                    test_name="test_large_buffer_has_its_size",
+                    test_code="\n\ndef test_large_buffer_has_its_size():\n    assert len(filled(350)) == 350 * 2**20\n",
+                    problem_statement="filled(n) returns half of n megabytes.",
+                ),
+            ),
+        ),
+    ),
+)
+
+
+TRIAL_LIMITS = ResourceLimits(memory_floor_mb=128, memory_ceiling_mb=512, cpu_ceiling=1)
+
+
+@pytest.fixture(scope="session")
+def engine():
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as error:  # noqa: BLE001 - any failure to reach the engine
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must provide a container engine (see scripts/start_container_engine.sh): {error}")
+        pytest.skip(f"no container engine reachable: {error}")
+    yield client
+    leftovers = client.containers.list(all=True, filters={"label": [f"{MANAGED_LABEL}=true"]})
+    assert not leftovers, f"tests left containers behind: {[c.name for c in leftovers]}"
+
+
+@pytest.fixture
+def container_sandbox(engine, tmp_path):
+    """A factory of container sandboxes for a unique test campaign, removing its containers after the test."""
+    campaign = f"test-{uuid.uuid4().hex[:8]}"
+    made = []
+
+    def make(limits=TRIAL_LIMITS, **settings):
+        sandbox = make_sandbox(
+            SandboxSettings.from_mapping({"backend": "container", **settings}), tmp_path / "sb", limits, campaign
+        )
+        made.append(sandbox)
+        return sandbox
+
+    yield make
+    for sandbox in made:
+        sandbox.release()
+
+
+def prepare_on(sandbox, benchmark, instance):
+    return sandbox.prepare(instance, benchmark.environment_for(instance), benchmark.source)
+
+
+def test_image_layers_are_content_addressed_and_built_once(container_sandbox, demo_benchmark, engine, tmp_path):
+    sandbox = container_sandbox()
+    instance = demo_benchmark.instances[0]
+    record = sandbox.build(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    again = sandbox.build(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    assert again["built"] == [] and again["image_id"] == record["image_id"]
+
+    variant = replace(demo_benchmark.environment_for(instance), install=(f"echo {uuid.uuid4().hex} > .marker",))
+    changed = sandbox.build(instance, variant, demo_benchmark.source)
+    try:
+        assert changed["built"] == [changed["tag"]], "only the instance layer above the change is rebuilt"
+        assert changed["tag"] != record["tag"]
+        log = ImageBuilder(engine, sandbox.root).log_path(changed["tag"])
+        assert "COPY repo /testbed" in log.read_text() or log.stat().st_size > 0
+        image = engine.images.get(changed["tag"])
+        assert image.labels[MANAGED_LABEL] == "true"
+        assert image.labels["eval_pipeline.instance"] == instance.instance_id
+    finally:
+        engine.images.remove(changed["tag"], force=True)
+
+
+def test_a_pod_serves_trials_in_isolated_workspaces(container_sandbox, demo_benchmark, engine):
+    sandbox = container_sandbox(pod_parallelism=2)
+    instance = demo_benchmark.instances[1]
+    environment = prepare_on(sandbox, demo_benchmark, instance)
+    with sandbox.workspace(environment, "a") as first, sandbox.workspace(environment, "b") as second:
+        assert first.container.id == second.container.id, "both trials run in the instance's one pod"
+        assert first.uid != second.uid
+        assert first.run("echo secret > secret.txt && echo changed > README.md", timeout_s=30).ok
+        peek = second.run(f"cat {first.repo}/secret.txt", timeout_s=30)
+        assert not peek.ok and "Permission denied" in peek.stderr
+        assert second.run("cat README.md", timeout_s=30).stdout.startswith("# calclib")
+        assert not second.run("touch /testbed/x", timeout_s=30).ok, "the shared environment is read-only to trials"
+    pod = engine.containers.get(environment.location)
+    assert pod.labels["eval_pipeline.instance"] == instance.instance_id
+    assert pod.labels["eval_pipeline.campaign"] == sandbox.campaign
+    assert pod.exec_run(["git", "-C", "/testbed", "status", "--porcelain"]).output == b""
+
+
+@pytest.mark.parametrize("mode", ["pod", "strict"])
+def test_gold_resolves_and_empty_does_not_in_containers(container_sandbox, demo_benchmark, engine, mode):
+    sandbox = container_sandbox(mode=mode)
+    for instance in demo_benchmark.instances[2:4]:
+        spec = demo_benchmark.environment_for(instance)
+        environment = prepare_on(sandbox, demo_benchmark, instance)
+        for patch, expected in ((instance.patch, Outcome.RESOLVED), ("", Outcome.UNRESOLVED)):
+            with sandbox.workspace(environment, "grade") as workspace:
+                if mode == "strict":
+                    assert workspace.container.labels["eval_pipeline.trial"] == "grade"
+                verdict = grade(instance, spec, patch, workspace, test_timeout_s=120)
+            assert verdict.outcome is expected, (mode, instance.instance_id, verdict.detail, verdict.steps[-1:])
+    trial_containers = engine.containers.list(
+        all=True, filters={"label": [f"eval_pipeline.campaign={sandbox.campaign}", "eval_pipeline.role=trial"]}
+    )
+    assert trial_containers == [], "strict containers are removed with their workspace"
+
+
+def test_a_memory_hungry_task_is_oom_killed_at_1x_and_passes_at_3x(container_sandbox, tmp_path):
+    benchmark = build_repos_benchmark("memhog", [MEMHOG], tmp_path / "mirrors")
+    instance = benchmark.instances[0]
+    base = ResourceLimits(memory_floor_mb=128, memory_ceiling_mb=256, cpu_ceiling=1)
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    evaluations = {}
+    for multiplier in (1.0, 3.0):
+        sandbox = container_sandbox(limits=base.with_multiplier(multiplier))
+        environment = prepare_on(sandbox, benchmark, instance)
+        generation = generate(instance, make_agent("oracle"), 0, environment, sandbox, store)
+        evaluations[multiplier] = evaluate(
+            instance, benchmark.environment_for(instance), generation, environment, sandbox, store, 120
+        )
+    starved, roomy = evaluations[1.0], evaluations[3.0]
+    assert starved.outcome_type is Outcome.OOM_KILLED and not starved.outcome_type.is_scored
+    assert roomy.outcome_type is Outcome.RESOLVED
+    assert starved.resources["requested"]["effective_memory_ceiling_mb"] == 256
+    assert roomy.resources["requested"]["effective_memory_ceiling_mb"] == 768
+    assert starved.resources["requested"]["memory_floor_mb"] == roomy.resources["requested"]["memory_floor_mb"] == 128
+
+
+def test_the_janitor_removes_leaked_containers(engine, container_sandbox, demo_benchmark):
+    sandbox = container_sandbox()
+    environment = prepare_on(sandbox, demo_benchmark, demo_benchmark.instances[0])
+    assert engine.containers.get(environment.location).status == "running"
+    assert janitor.remove_containers(engine, sandbox.campaign) == [environment.location]
+    usage = janitor.disk_usage(engine)
+    assert usage["images"] >= 3 and usage["image_bytes_total"] > 0 and usage["containers"] == 0
+    with sandbox.workspace(environment, "after-janitor") as workspace:  # a lost pod is started again on demand
+        assert workspace.run("true", timeout_s=30).ok
+
+
+def count_containers_created(engine, campaign: str, action) -> dict[str, int]:
+    """Run `action` while counting, by role, the distinct containers the campaign creates meanwhile.
+
+    Counted from the engine's live events; Podman's stream may repeat an event
+    or replay older ones, hence distinct ids and the start time.
+    """
+    seen: list[dict] = []
+    started = int(time.time())
+    stream = engine.events(
+        decode=True, filters={"type": "container", "event": "create", "label": f"eval_pipeline.campaign={campaign}"}
+    )
+    listener = threading.Thread(target=lambda: seen.extend(stream), daemon=True)
+    listener.start()
+    try:
+        action()
+    finally:
+        time.sleep(1)  # let the last events arrive
+        stream.close()
+    roles = {
+        event["Actor"]["ID"]: event["Actor"]["Attributes"].get("eval_pipeline.role")
+        for event in seen
+        if event.get("time", 0) >= started
+    }
+    return {role: list(roles.values()).count(role) for role in set(roles.values())}
+
+
+def test_demo_campaign_in_containers_matches_local_with_one_pod_per_instance(engine, tmp_path):
+    homes = {name: tmp_path / name for name in ("local", "containers")}
+    envs = {name: {**os.environ, "DAGSTER_HOME": str(home)} for name, home in homes.items()}
+    local = subprocess.Popen(
+        ["eval-pipeline", "run", "--campaign", "demo", "--json"], env=envs["local"], stdout=subprocess.PIPE, text=True
+    )
+    summaries = {}
+
+    def run_in_containers() -> None:
+        completed = subprocess.run(
+            ["eval-pipeline", "run", "--campaign", "demo_containers", "--json"],
+            env=envs["containers"],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        summaries["containers"] = json.loads(completed.stdout)
+
+    created = count_containers_created(engine, "demo_containers", run_in_containers)
+    summaries["local"] = json.loads(local.communicate(timeout=1200)[0])
+    assert created == {"pod": 8}, "one environment container per instance, none per trial"
+    assert summaries["containers"]["scored"] == summaries["containers"]["planned"] == 48
+    assert summaries["containers"]["variants"] == summaries["local"]["variants"]
+
+    def verdicts(name: str, campaign: str) -> list[tuple]:
+        path = homes[name] / "eval_pipeline" / "results" / f"{campaign}.duckdb"
+        with duckdb.connect(str(path), read_only=True) as db:
+            return db.execute(
+                "SELECT instance_id, trial, outcome, environment_image FROM trials ORDER BY 1, 2"
+            ).fetchall()
+
+    local_rows, container_rows = verdicts("local", "demo"), verdicts("containers", "demo_containers")
+    assert [row[:3] for row in local_rows] == [row[:3] for row in container_rows]
+    assert all(row[3].startswith("sha256:") for row in container_rows), "each trial records its image digest"
+
+    with DagsterInstance.from_config(str(homes["containers"])) as dagster_instance:
+        campaign = load_campaign("demo_containers")
+        defs = build_definitions([campaign], Paths(homes["containers"] / "eval_pipeline"))
+        job = defs.resolve_job_def(stage_job_name(campaign, "environments"))
+        rerun = job.execute_in_process(instance=dagster_instance, partition_key=local_rows[0][0])
+        image = rerun.asset_materializations_for_node("demo_containers__environment_image")[0]
+        assert image.metadata["built"].value == [], "a second run of the image assets builds nothing"
+        defs.resources["eval_pipeline"].sandbox(campaign).release()
