@@ -18,7 +18,7 @@ from eval_pipeline.artifacts import ArtifactStore, StoredRecord
 from eval_pipeline.benchmark import Instance
 from eval_pipeline.hashing import sha256_text, stable_hash
 from eval_pipeline.patches import workspace_diff
-from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
+from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend, SandboxError
 
 # Bump when the generation procedure changes in a way that changes its results.
 GENERATION_VERSION = "1"
@@ -66,8 +66,9 @@ def generate(
     """The stored generation for (instance, agent, seed), running the agent only if there is none.
 
     An exception raised by the agent is the agent's failure: it is stored as an
-    `agent_error` generation and not retried. A failing sandbox raises instead,
-    so nothing is stored and the step can be retried.
+    `agent_error` generation and not retried. A failing sandbox (SandboxError,
+    even inside the agent's own commands) raises instead, so nothing is stored
+    and the step can be retried.
     """
     key = generation_key(instance, agent, seed)
     if (stored := store.get(key)) is not None:
@@ -80,6 +81,8 @@ def generate(
         try:
             output = agent.solve(task, workspace)
             status, error = COMPLETED, ""
+        except SandboxError:
+            raise  # the infrastructure failed under the agent: retry, never blame the agent
         except Exception:  # noqa: BLE001 - any agent crash is recorded as the agent's failure
             output, status, error = None, AGENT_ERROR, traceback.format_exc(limit=20)
         patch = workspace_diff(workspace, instance.base_commit)

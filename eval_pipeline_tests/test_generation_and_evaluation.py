@@ -7,8 +7,9 @@ import pytest
 from eval_pipeline.agents import Agent, AgentOutput, FlakyAgent, make_agent
 from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.evaluation import attempts_prefix, evaluate
-from eval_pipeline.generation import AGENT_ERROR, generate
+from eval_pipeline.generation import AGENT_ERROR, generate, generation_key
 from eval_pipeline.outcomes import Outcome
+from eval_pipeline.sandbox import SandboxError
 
 
 class CrashingAgent(Agent):
@@ -17,6 +18,13 @@ class CrashingAgent(Agent):
     def solve(self, task, workspace):
         workspace.run("echo partial > partial.txt", timeout_s=10)
         raise RuntimeError("model API returned garbage")
+
+
+class EngineLostAgent(Agent):
+    name = "engine-lost"
+
+    def solve(self, task, workspace):
+        raise SandboxError("the container disappeared under the agent")
 
 
 class CountingAgent(Agent):
@@ -88,6 +96,12 @@ def test_an_agent_crash_is_recorded_as_agent_error_with_its_partial_patch(instan
     assert "partial.txt" in generation.patch
     evaluation = evaluate(instance, EnvironmentSpec(), generation, environment, shared_sandbox, store, 60)
     assert evaluation.outcome_type is Outcome.ERROR
+
+
+def test_a_sandbox_failure_under_the_agent_is_not_the_agents_failure(instance, environment, shared_sandbox, store):
+    with pytest.raises(SandboxError):
+        generate(instance, EngineLostAgent(), 0, environment, shared_sandbox, store)
+    assert store.get(generation_key(instance, EngineLostAgent(), 0)) is None, "nothing stored: the step is retried"
 
 
 def test_scored_evaluations_are_final_and_reused(instance, environment, shared_sandbox, store, demo_benchmark):

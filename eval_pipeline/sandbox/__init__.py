@@ -7,6 +7,7 @@ from eval_pipeline.sandbox.base import (
     ExecResult,
     ResourceLimits,
     SandboxBackend,
+    SandboxError,
     SandboxSettings,
     Workspace,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "ExecResult",
     "ResourceLimits",
     "SandboxBackend",
+    "SandboxError",
     "SandboxSettings",
     "Workspace",
     "make_sandbox",

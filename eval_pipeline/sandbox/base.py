@@ -75,6 +75,10 @@ class ResourceLimits:
         }
 
 
+class SandboxError(RuntimeError):
+    """The sandbox failed (engine, container, file system), not the command run in it: an infrastructure failure."""
+
+
 @dataclass(frozen=True)
 class SandboxSettings:
     """The `sandbox:` section of a campaign.

@@ -36,7 +36,7 @@ from docker.models.containers import Container
 from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
 from eval_pipeline.gitutil import clone_at
 from eval_pipeline.hashing import stable_hash
-from eval_pipeline.sandbox.base import EnvironmentHandle, ExecResult, SandboxBackend, Workspace
+from eval_pipeline.sandbox.base import EnvironmentHandle, ExecResult, SandboxBackend, SandboxError, Workspace
 from eval_pipeline.sandbox.images import (
     CA_BUNDLE,
     EXEC_SCRIPT,
@@ -54,10 +54,6 @@ from eval_pipeline.sandbox.images import (
 # Commands are timed out inside the container; the client waits as long as they may run.
 CLIENT_TIMEOUT_S = 24 * 3600
 FIRST_TRIAL_UID = 20000
-
-
-class SandboxError(RuntimeError):
-    """The engine or a container failed, not the command run in it: an infrastructure failure."""
 
 
 def _slug(text: str) -> str:
@@ -110,13 +106,13 @@ class ContainerWorkspace(Workspace):
         api = self.container.client.api
         try:
             exec_id = api.exec_create(self.container.id, ["python3", EXEC_SCRIPT, json.dumps(request)], user="0")["Id"]
-            output = api.exec_start(exec_id)
+            stdout, stderr = api.exec_start(exec_id, demux=True)
             exit_code = api.exec_inspect(exec_id)["ExitCode"]
         except docker.errors.APIError as error:
             raise SandboxError(f"{self.container.name}: exec failed: {error}") from error
-        if exit_code != 0:
-            raise SandboxError(f"{self.container.name}: the command runner failed: {output[-2000:]!r}")
-        return ExecResult(**json.loads(output.decode().strip().splitlines()[-1]))
+        if exit_code != 0 or not stdout:
+            raise SandboxError(f"{self.container.name}: the command runner failed: {(stderr or b'')[-2000:]!r}")
+        return ExecResult(**json.loads(stdout))
 
     def harness_path(self, name: str) -> str:
         return f"{self.root}/harness/{name}"
