@@ -46,6 +46,8 @@ class TrialResult:
     patch_sha256: str | None
     generation_duration_s: float | None
     evaluation_duration_s: float | None
+    peak_memory_mb: float | None
+    oom_killed: bool
     input_tokens: int
     output_tokens: int
     cost_usd: float
@@ -109,6 +111,10 @@ def trial_result(
         patch_sha256=generation.patch_sha256 if generation else None,
         generation_duration_s=generation.duration_s if generation else None,
         evaluation_duration_s=evaluation.duration_s if evaluation else None,
+        peak_memory_mb=max((step.get("peak_memory_mb") or 0 for step in evaluation.steps), default=None)
+        if evaluation
+        else None,
+        oom_killed=bool(evaluation and any(step.get("oom_killed") for step in evaluation.steps)),
         input_tokens=generation.input_tokens if generation else 0,
         output_tokens=generation.output_tokens if generation else 0,
         cost_usd=generation.cost_usd if generation else 0.0,

@@ -11,7 +11,7 @@ cost a lookup, not a regeneration.
 import multiprocessing
 import warnings
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,13 +140,14 @@ def _in_worker(method: str, *args: str) -> Any:
 
 @contextmanager
 def _executor_pool(executor: CampaignExecutor, workers: int) -> Iterator[Callable[..., Iterator[tuple[tuple, Any]]]]:
-    """A map over (method, args) jobs: in this process for one worker, else in spawned processes.
+    """A map over (method, args) jobs, at most `limit` in flight: in this process for one worker, else in
+    spawned processes.
 
     Dagster's SQLite event log keeps one file per run, so runs in parallel
     processes do not contend on one database file.
     """
     if workers <= 1:
-        yield lambda method, jobs: ((args, getattr(executor, method)(*args)) for args in jobs)
+        yield lambda method, jobs, limit=None: ((args, getattr(executor, method)(*args)) for args in jobs)
         return
     data_dir = executor.defs.resources["eval_pipeline"].data_dir
     with ProcessPoolExecutor(
@@ -156,10 +157,16 @@ def _executor_pool(executor: CampaignExecutor, workers: int) -> Iterator[Callabl
         initargs=(executor.campaign, data_dir, executor.instance.get_ref()),
     ) as pool:
 
-        def parallel_map(method: str, jobs: list[tuple]) -> Iterator[tuple[tuple, Any]]:
-            futures = {pool.submit(_in_worker, method, *args): args for args in jobs}
-            for future in as_completed(futures):
-                yield futures[future], future.result()
+        def parallel_map(method: str, jobs: list[tuple], limit: int | None = None) -> Iterator[tuple[tuple, Any]]:
+            waiting = list(reversed(jobs))
+            running: dict[Future, tuple] = {}
+            while waiting or running:
+                while waiting and len(running) < (limit or workers):
+                    args = waiting.pop()
+                    running[pool.submit(_in_worker, method, *args)] = args
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield running.pop(future), future.result()
 
         yield parallel_map
 
@@ -199,7 +206,8 @@ def run_campaign(
 
     try:
         with _executor_pool(executor, workers) as parallel_map:
-            for (instance_id,), ok in parallel_map("prepare_environment", missing_environments):
+            builds = parallel_map("prepare_environment", missing_environments, campaign.sandbox.build_parallelism)
+            for (instance_id,), ok in builds:
                 if not ok:
                     raise RuntimeError(f"{instance_id}: preparing the environment failed")
                 run.environments_prepared += 1

@@ -30,7 +30,9 @@ def test_demo_campaign_end_to_end_then_resume_does_nothing(campaign_env):
             "SELECT count(*), count(DISTINCT dataset_version), min(harness_version), count(agent_config_hash),"
             " count(DISTINCT seed), min(sandbox_backend), min(memory_floor_mb), min(memory_ceiling_mb) FROM trials"
         ).fetchone()
+        measured = db.execute("SELECT count(*) FROM trials WHERE peak_memory_mb > 0 AND NOT oom_killed").fetchone()
     assert rows == (48, 1, HARNESS_VERSION, 48, 2, "local", 256, 2048)
+    assert measured == (48,), "every trial records its peak memory"
 
     second = run_cli(campaign_env, "--campaign", "demo", "--json")
     assert second.returncode == 0, second.stderr[-3000:]

@@ -86,7 +86,8 @@ class SandboxSettings:
     `mode` (container backend): `pod` runs one long-lived container per
     instance that serves many trials, each in its own workspace and uid;
     `strict` starts a fresh container per workspace. `pod_parallelism` is how
-    many trials share a pod at once (its limits are that many times a trial's).
+    many trials share a pod at once (its limits are that many times a trial's);
+    `build_parallelism` how many environments (images) are built at once.
     The base image and an extra CA bundle (for TLS-inspecting proxies) are
     machine settings as much as campaign settings, so EVAL_PIPELINE_BASE_IMAGE
     and EVAL_PIPELINE_EXTRA_CA_BUNDLE override them.
@@ -97,6 +98,7 @@ class SandboxSettings:
     base_image: str = "python:3.11-slim"
     extra_ca_bundle: str | None = None
     pod_parallelism: int = 1
+    build_parallelism: int = 2
 
     MODES = ("pod", "strict")
 
@@ -108,8 +110,8 @@ class SandboxSettings:
         settings = cls(**data)
         if settings.mode not in cls.MODES:
             raise ValueError(f"mode must be one of {cls.MODES}, got {settings.mode!r}")
-        if settings.pod_parallelism < 1:
-            raise ValueError("pod_parallelism must be at least 1")
+        if settings.pod_parallelism < 1 or settings.build_parallelism < 1:
+            raise ValueError("pod_parallelism and build_parallelism must be at least 1")
         return replace(
             settings,
             base_image=os.environ.get("EVAL_PIPELINE_BASE_IMAGE") or settings.base_image,
