@@ -11,9 +11,10 @@ set -euo pipefail
 SOCKET=/run/podman/podman.sock
 BASE_IMAGE=${EVAL_PIPELINE_BASE_IMAGE:-localhost/eval-base:bookworm}
 
-if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null; then
+if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null \
+  || ! command -v curl >/dev/null; then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap curl >/dev/null
 fi
 
 # crun fails on this kind of host ("cgroups in hybrid mode"); podman's default
