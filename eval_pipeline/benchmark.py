@@ -1,6 +1,7 @@
 """The benchmark model: SWE-bench's instance schema, environment specs and repo sources."""
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -9,8 +10,38 @@ from typing import Any
 from eval_pipeline.hashing import stable_hash
 
 
+@dataclass(frozen=True)
+class RowProblem:
+    """Why one dataset row cannot be evaluated, located by row number, instance id and field."""
+
+    row: int
+    instance_id: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"row {self.row} ({self.instance_id!r}): field {self.field}: {self.message}"
+
+
 class InvalidInstanceError(ValueError):
     """A dataset row that cannot become an Instance; the message names row, id and field."""
+
+    def __init__(self, problem: RowProblem) -> None:
+        super().__init__(str(problem))
+        self.problem = problem
+
+
+class InvalidDatasetError(ValueError):
+    """A dataset rejected whole because some rows are invalid; lists them all."""
+
+    def __init__(self, name: str, problems: list[RowProblem]) -> None:
+        listed = "\n".join(f"  {problem}" for problem in problems[:50])
+        more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
+        super().__init__(f"dataset {name!r}: {len(problems)} invalid row(s):\n{listed}{more}")
+        self.problems = problems
+
+
+_DIFF_START = re.compile(r"^(diff --git |--- )", re.MULTILINE)
 
 
 def _test_ids(value: Any, *, row: int, instance_id: str, name: str) -> tuple[str, ...]:
@@ -19,11 +50,9 @@ def _test_ids(value: Any, *, row: int, instance_id: str, name: str) -> tuple[str
         try:
             value = json.loads(value)
         except json.JSONDecodeError as error:
-            raise InvalidInstanceError(
-                f"row {row} ({instance_id!r}): field {name}: not a JSON list ({error})"
-            ) from None
+            raise InvalidInstanceError(RowProblem(row, instance_id, name, f"not a JSON list ({error})")) from None
     if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
-        raise InvalidInstanceError(f"row {row} ({instance_id!r}): field {name}: expected a list of test ids")
+        raise InvalidInstanceError(RowProblem(row, instance_id, name, "expected a list of test ids"))
     return tuple(value)
 
 
@@ -51,7 +80,10 @@ class Instance:
         instance_id = str(row.get("instance_id") or "")
         for name in cls.REQUIRED:
             if not isinstance(row.get(name), str) or not row[name].strip():
-                raise InvalidInstanceError(f"row {index} ({instance_id!r}): field {name}: missing or empty")
+                raise InvalidInstanceError(RowProblem(index, instance_id, name, "missing or empty"))
+        for name in ("patch", "test_patch"):
+            if not _DIFF_START.search(row[name]):
+                raise InvalidInstanceError(RowProblem(index, instance_id, name, "not a unified diff"))
         return cls(
             instance_id=instance_id,
             repo=row["repo"],
@@ -132,28 +164,49 @@ class RepoSource:
 
 @dataclass(frozen=True)
 class Benchmark:
-    """A dataset of instances plus what it takes to run them."""
+    """A dataset of instances plus what it takes to run them.
+
+    `version` is the hash of every row as loaded, extra fields included: it
+    changes when and only when the dataset's content changes. `quarantined`
+    lists the rows left out as invalid.
+    """
 
     name: str
     instances: tuple[Instance, ...]
+    version: str
     source: RepoSource = RepoSource()
     environments: Mapping[str, EnvironmentSpec] = field(default_factory=dict)
     default_environment: EnvironmentSpec = EnvironmentSpec()
+    quarantined: tuple[RowProblem, ...] = ()
+
+    ON_INVALID = ("reject", "quarantine")
 
     @classmethod
-    def from_rows(cls, name: str, rows: Iterable[Mapping[str, Any]], **kwargs: Any) -> "Benchmark":
-        instances = tuple(Instance.from_row(row, index=i) for i, row in enumerate(rows))
+    def from_rows(
+        cls, name: str, rows: Iterable[Mapping[str, Any]], *, on_invalid: str = "reject", **kwargs: Any
+    ) -> "Benchmark":
+        """Validate every row; invalid ones reject the whole dataset, or are quarantined, per `on_invalid`."""
+        if on_invalid not in cls.ON_INVALID:
+            raise ValueError(f"on_invalid must be one of {cls.ON_INVALID}, got {on_invalid!r}")
+        rows = list(rows)
+        instances: list[Instance] = []
+        problems: list[RowProblem] = []
         seen: set[str] = set()
-        for index, instance in enumerate(instances):
+        for index, row in enumerate(rows):
+            try:
+                instance = Instance.from_row(row, index=index)
+            except InvalidInstanceError as error:
+                problems.append(error.problem)
+                continue
             if instance.instance_id in seen:
-                raise InvalidInstanceError(f"row {index} ({instance.instance_id!r}): field instance_id: duplicate id")
+                problems.append(RowProblem(index, instance.instance_id, "instance_id", "duplicate id"))
+                continue
             seen.add(instance.instance_id)
-        return cls(name=name, instances=instances, **kwargs)
-
-    @property
-    def version(self) -> str:
-        """The dataset's content hash: it changes when and only when a row changes."""
-        return stable_hash(sorted(i.content_hash for i in self.instances))
+            instances.append(instance)
+        if problems and on_invalid == "reject":
+            raise InvalidDatasetError(name, problems)
+        version = stable_hash(sorted(stable_hash(dict(row)) for row in rows))
+        return cls(name=name, instances=tuple(instances), version=version, quarantined=tuple(problems), **kwargs)
 
     def instance(self, instance_id: str) -> Instance:
         for candidate in self.instances:

@@ -121,7 +121,16 @@ def _seeds(raw: Any, origin: str) -> tuple[int, ...]:
     raise CampaignError(f"{origin}: field seeds: expected a positive count or a list of distinct seeds, got {raw!r}")
 
 
-def parse_campaign(data: Any, origin: str) -> Campaign:
+def _resolve_paths(benchmark: Mapping[str, Any], base_dir: Path | None) -> dict[str, Any]:
+    """Relative dataset and mirror paths are relative to the campaign file, as users expect."""
+    resolved = dict(benchmark)
+    for name in ("path", "mirror_dir"):
+        if base_dir and isinstance(resolved.get(name), str) and not Path(resolved[name]).is_absolute():
+            resolved[name] = str(base_dir / resolved[name])
+    return resolved
+
+
+def parse_campaign(data: Any, origin: str, base_dir: Path | None = None) -> Campaign:
     """Build a Campaign from parsed YAML; `origin` names the file in error messages."""
     if not isinstance(data, Mapping):
         raise CampaignError(f"{origin}: expected a mapping at the top level")
@@ -147,7 +156,7 @@ def parse_campaign(data: Any, origin: str) -> Campaign:
     return Campaign(
         name=name,
         description=str(data.get("description", "")),
-        benchmark=_field(data, "benchmark", Mapping, origin),
+        benchmark=_resolve_paths(_field(data, "benchmark", Mapping, origin), base_dir),
         variants=_variants(data.get("variants"), origin),
         seeds=_seeds(data.get("seeds", 1), origin),
         sandbox=sandbox,
@@ -168,16 +177,16 @@ def load_campaign(name_or_path: str) -> Campaign:
     """A built-in campaign by name, or a campaign YAML file by path."""
     if name_or_path in builtin_campaigns():
         text = resources.files("eval_pipeline.campaigns").joinpath(f"{name_or_path}.yaml").read_text()
-        origin = f"built-in campaign {name_or_path!r}"
+        origin, base_dir = f"built-in campaign {name_or_path!r}", None
     else:
         path = Path(name_or_path)
         if not path.is_file():
             raise CampaignError(
                 f"campaign {name_or_path!r}: no such file, and not a built-in campaign ({', '.join(builtin_campaigns())})"
             )
-        text, origin = path.read_text(), str(path)
+        text, origin, base_dir = path.read_text(), str(path), path.resolve().parent
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise CampaignError(f"{origin}: not valid YAML: {error}") from None
-    return parse_campaign(data, origin)
+    return parse_campaign(data, origin, base_dir)

@@ -20,7 +20,7 @@ def _run(args: argparse.Namespace) -> int:
     from eval_pipeline.campaign import CampaignError, load_campaign
     from eval_pipeline.defs import build_definitions
     from eval_pipeline.report import render_markdown
-    from eval_pipeline.runner import run_campaign
+    from eval_pipeline.runner import CampaignRunError, run_campaign
 
     warnings.filterwarnings("ignore", category=BetaWarning)  # data versions are beta; we rely on them knowingly
     try:
@@ -29,13 +29,17 @@ def _run(args: argparse.Namespace) -> int:
         print(f"eval-pipeline: {error}", file=sys.stderr)
         return 2
     with DagsterInstance.get() as instance:
-        run = run_campaign(
-            campaign,
-            build_definitions([campaign]),
-            instance,
-            progress=lambda line: print(line, file=sys.stderr),
-            workers=args.workers,
-        )
+        try:
+            run = run_campaign(
+                campaign,
+                build_definitions([campaign]),
+                instance,
+                progress=lambda line: print(line, file=sys.stderr),
+                workers=args.workers,
+            )
+        except CampaignRunError as error:
+            print(f"eval-pipeline: {error}", file=sys.stderr)
+            return 1
     if args.json:
         print(json.dumps(run.as_json(), indent=2, sort_keys=True))
     else:

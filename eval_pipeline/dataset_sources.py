@@ -1,11 +1,103 @@
-"""Where a campaign's benchmark comes from: the `benchmark:` section of a campaign."""
+"""Where a campaign's benchmark comes from: the `benchmark:` section of a campaign.
 
+kind: demo      the built-in demo benchmark (no other fields).
+kind: swebench  rows in SWE-bench's schema (Lite and Verified load as they are), read with
+                the `datasets` library from
+                  path: a .json, .jsonl or .parquet file, or a folder saved with save_to_disk
+                  or hf_name + revision: a Hugging Face dataset pinned to an exact revision
+                split: the split to read (default test; ignored for single files)
+                mirror_dir or url_template: where the repositories are cloned from
+                environments: {"owner/repo@version": {packages, install, test_cmd}}
+                on_invalid: reject (default) or quarantine
+"""
+
+import os
 from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from eval_pipeline.benchmark import Benchmark
+import pandas
+
+from eval_pipeline.benchmark import Benchmark, EnvironmentSpec, RepoSource
 from eval_pipeline.demo_benchmark import build_demo_benchmark
 from eval_pipeline.settings import Paths
+
+_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+SWEBENCH_FIELDS = {"path", "hf_name", "revision", "split", "mirror_dir", "url_template", "environments", "on_invalid"}
+
+
+class DatasetSourceError(ValueError):
+    """A `benchmark:` section that cannot be loaded; the message names the field."""
+
+
+def _as_text(value: Any) -> Any:
+    """Timestamps as SWE-bench writes them (ISO 8601, UTC as Z).
+
+    The JSON reader under `datasets` turns such strings into datetimes; without
+    this, the same row would hash differently as JSON and as parquet.
+    """
+    if isinstance(value, datetime):
+        return value.isoformat() + "Z" if value.tzinfo is None else value.isoformat().replace("+00:00", "Z")
+    return value
+
+
+def _read_rows(source: Mapping[str, Any], cache_dir: Path) -> list[dict[str, Any]]:
+    import datasets  # imported here: it is slow to import and only this source needs it
+
+    split = source.get("split", "test")
+    if "hf_name" in source:
+        if not source.get("revision"):
+            raise DatasetSourceError("benchmark.revision: required with hf_name, so that a run pins what it read")
+        dataset = datasets.load_dataset(
+            source["hf_name"], split=split, revision=source["revision"], cache_dir=str(cache_dir)
+        )
+    else:
+        path = Path(source.get("path") or "")
+        if not source.get("path") or not path.exists():
+            raise DatasetSourceError(f"benchmark.path: {str(path)!r} does not exist")
+        if path.is_dir():
+            dataset = datasets.load_from_disk(str(path))
+            if isinstance(dataset, datasets.DatasetDict):
+                if split not in dataset:
+                    raise DatasetSourceError(f"benchmark.split: {split!r} not in {path} (has {sorted(dataset)})")
+                dataset = dataset[split]
+        elif path.suffix in _FILE_BUILDERS:
+            dataset = datasets.load_dataset(
+                _FILE_BUILDERS[path.suffix], data_files=str(path), split="train", cache_dir=str(cache_dir)
+            )
+        else:
+            raise DatasetSourceError(f"benchmark.path: {path} is not .json, .jsonl, .parquet or a saved dataset")
+    return [{name: _as_text(value) for name, value in row.items()} for row in dataset]
+
+
+def load_swebench(source: Mapping[str, Any], paths: Paths) -> Benchmark:
+    unknown = set(source) - SWEBENCH_FIELDS - {"kind"}
+    if unknown:
+        raise DatasetSourceError(f"benchmark: unknown field(s) {sorted(unknown)}")
+    repo_source = RepoSource(
+        url_template=source.get("url_template", RepoSource.url_template), mirror_dir=source.get("mirror_dir")
+    )
+    environments = {key: EnvironmentSpec.from_mapping(spec) for key, spec in (source.get("environments") or {}).items()}
+    name = source.get("hf_name") or Path(source.get("path") or "").name
+    return Benchmark.from_rows(
+        name,
+        _read_rows(source, paths.data_dir / "datasets_cache"),
+        on_invalid=source.get("on_invalid", "reject"),
+        source=repo_source,
+        environments=environments,
+    )
+
+
+def write_snapshot(benchmark: Benchmark, directory: Path) -> Path:
+    """The evaluated rows as `<version>.parquet`, written once and atomically: what a run pinned."""
+    path = directory / f"{benchmark.version}.parquet"
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        pandas.DataFrame([instance.to_row() for instance in benchmark.instances]).to_parquet(scratch, index=False)
+        os.replace(scratch, path)
+    return path
 
 
 def load_benchmark(source: Mapping[str, Any], paths: Paths) -> Benchmark:
@@ -13,4 +105,6 @@ def load_benchmark(source: Mapping[str, Any], paths: Paths) -> Benchmark:
     kind = source.get("kind")
     if kind == "demo":
         return build_demo_benchmark(paths.mirrors)
-    raise ValueError(f"benchmark.kind: unknown kind {kind!r} (known: demo)")
+    if kind == "swebench":
+        return load_swebench(source, paths)
+    raise DatasetSourceError(f"benchmark.kind: unknown kind {kind!r} (known: demo, swebench)")

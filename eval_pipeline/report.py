@@ -32,7 +32,7 @@ def _variant_summary(results: Sequence[TrialResult]) -> dict[str, Any]:
 
 
 def build_report(
-    campaign: str, dataset_version: str, plan_version: str, results: Sequence[TrialResult]
+    campaign: str, dataset_version: str, plan_version: str, results: Sequence[TrialResult], quarantined: int = 0
 ) -> dict[str, Any]:
     by_variant: dict[str, list[TrialResult]] = defaultdict(list)
     for result in results:
@@ -43,6 +43,7 @@ def build_report(
         "harness_version": HARNESS_VERSION,
         "dataset_version": dataset_version,
         "plan_version": plan_version,
+        "quarantined_rows": quarantined,
         "planned": len(results),
         "scored": scored,
         "coverage": scored / len(results) if results else 0.0,
@@ -59,7 +60,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"# Campaign `{report['campaign']}`",
         "",
         f"Dataset `{report['dataset_version'][:12]}`, plan `{report['plan_version'][:12]}`, "
-        f"harness {report['harness_version']}. Coverage: {report['scored']}/{report['planned']} trials scored.",
+        f"harness {report['harness_version']}. Coverage: {report['scored']}/{report['planned']} trials scored."
+        f" Invalid dataset rows quarantined: {report['quarantined_rows']}.",
         "",
         "| variant | resolved rate | 95% CI (by instance) | 95% CI (by repo) | instances | scored/planned | outcomes |",
         "|---|---|---|---|---|---|---|",

@@ -31,6 +31,21 @@ if TYPE_CHECKING:
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 
+class CampaignRunError(RuntimeError):
+    """A stage that every trial depends on failed; the message carries the underlying error."""
+
+
+def _failure(run: ExecuteInProcessResult, what: str) -> CampaignRunError:
+    """The error behind a failed run, unwrapped from Dagster's step error, with the run to look up."""
+    messages = []
+    for event in run.get_step_failure_events():
+        error = event.step_failure_data.error
+        while error and error.cause:
+            error = error.cause
+        messages.append(error.message.strip() if error else "unknown error")
+    return CampaignRunError(f"{what} failed (Dagster run {run.run_id}): {'; '.join(messages)}")
+
+
 @dataclass
 class StageCounts:
     """How many steps computed, reused a stored artifact, or failed."""
@@ -181,7 +196,7 @@ def run_campaign(
     executor = CampaignExecutor(campaign, defs, instance)
     prepared = executor.execute("prepare")
     if not prepared.success:
-        raise RuntimeError(f"campaign {campaign.name}: preparing the dataset failed (Dagster run {prepared.run_id})")
+        raise _failure(prepared, f"campaign {campaign.name}: preparing the dataset")
     benchmark = prepared.asset_value(executor.asset_key("dataset_snapshot"))
     progress(
         f"{campaign.name}: {len(benchmark.instances)} instances x {len(campaign.trials)} trials, dataset {benchmark.version[:12]}"
@@ -209,7 +224,7 @@ def run_campaign(
             builds = parallel_map("prepare_environment", missing_environments, campaign.sandbox.build_parallelism)
             for (instance_id,), ok in builds:
                 if not ok:
-                    raise RuntimeError(f"{instance_id}: preparing the environment failed")
+                    raise CampaignRunError(f"{instance_id}: preparing the environment failed (see its Dagster run)")
                 run.environments_prepared += 1
                 progress(f"environment ready: {instance_id}")
             for number, ((instance_id, trial_key), trial) in enumerate(parallel_map("run_trial", pending), start=1):
@@ -224,6 +239,6 @@ def run_campaign(
 
     finished = executor.execute("results")
     if not finished.success:
-        raise RuntimeError(f"campaign {campaign.name}: building results failed (Dagster run {finished.run_id})")
+        raise _failure(finished, f"campaign {campaign.name}: building results")
     run.report = finished.asset_value(executor.asset_key("report"))
     return run

@@ -46,5 +46,9 @@ class Paths:
         return self.data_dir / "results"
 
     @property
+    def snapshots(self) -> Path:
+        return self.data_dir / "snapshots"
+
+    @property
     def reports(self) -> Path:
         return self.data_dir / "reports"

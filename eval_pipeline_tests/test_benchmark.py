@@ -2,7 +2,14 @@ import json
 
 import pytest
 
-from eval_pipeline.benchmark import Benchmark, EnvironmentSpec, Instance, InvalidInstanceError, RepoSource
+from eval_pipeline.benchmark import (
+    Benchmark,
+    EnvironmentSpec,
+    Instance,
+    InvalidDatasetError,
+    InvalidInstanceError,
+    RepoSource,
+)
 
 
 def row(**overrides):
@@ -46,8 +53,34 @@ def test_bad_rows_are_reported_with_row_id_and_field(overrides, field):
 
 
 def test_duplicate_ids_are_rejected_naming_the_row():
-    with pytest.raises(InvalidInstanceError, match=r"row 1 \('octo__lib-1'\): field instance_id: duplicate"):
+    with pytest.raises(InvalidDatasetError, match=r"row 1 \('octo__lib-1'\): field instance_id: duplicate"):
         Benchmark.from_rows("b", [row(), row()])
+
+
+def test_a_dataset_with_bad_rows_is_rejected_listing_every_one():
+    rows = [row(), row(instance_id="octo__lib-2", patch="just some text"), row(instance_id="", repo="x")]
+    with pytest.raises(InvalidDatasetError) as error:
+        Benchmark.from_rows("mine", rows)
+    message = str(error.value)
+    assert "dataset 'mine': 2 invalid row(s)" in message
+    assert "row 1 ('octo__lib-2'): field patch: not a unified diff" in message
+    assert "row 2 (''): field instance_id: missing or empty" in message
+
+
+def test_bad_rows_can_be_quarantined_instead():
+    rows = [row(), row(instance_id="octo__lib-2", FAIL_TO_PASS="tests/x.py::t")]
+    benchmark = Benchmark.from_rows("mine", rows, on_invalid="quarantine")
+    assert [i.instance_id for i in benchmark.instances] == ["octo__lib-1"]
+    assert [str(p) for p in benchmark.quarantined] == [
+        "row 1 ('octo__lib-2'): field FAIL_TO_PASS: not a JSON list (Expecting value: line 1 column 1 (char 0))"
+    ]
+
+
+def test_extra_fields_count_in_the_version_but_not_in_the_instance():
+    plain = Benchmark.from_rows("b", [row(difficulty="<15 min fix")])
+    relabelled = Benchmark.from_rows("b", [row(difficulty="1-4 hours")])
+    assert plain.version != relabelled.version
+    assert plain.instances[0].content_hash == relabelled.instances[0].content_hash
 
 
 def test_dataset_version_is_stable_and_changes_with_any_field():

@@ -25,7 +25,7 @@ from dagster import (
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.benchmark import Benchmark, Instance
 from eval_pipeline.campaign import Campaign, Trial
-from eval_pipeline.dataset_sources import load_benchmark
+from eval_pipeline.dataset_sources import load_benchmark, write_snapshot
 from eval_pipeline.defs.partitions import INSTANCE, TRIAL, CampaignPartitions
 from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.evaluation import Evaluation, evaluate
@@ -44,13 +44,22 @@ RESULTS_CODE_VERSION = "1"
 IMAGE_CODE_VERSION = "1"
 
 
-def _register(context: AssetExecutionContext, partitions: DynamicPartitionsDefinition, keys: list[str]) -> int:
-    """Add the keys not yet registered; return how many were new."""
+def _sync_partitions(
+    context: AssetExecutionContext, partitions: DynamicPartitionsDefinition, keys: list[str]
+) -> dict[str, int]:
+    """Make the registered partitions exactly `keys`: add new ones, retire the rest.
+
+    A retired partition leaves the partition set, but its materializations stay
+    in the event log, so its history is not lost.
+    """
     known = set(context.instance.get_dynamic_partitions(partitions.name))
     new = [key for key in keys if key not in known]
+    retired = sorted(known - set(keys))
     if new:
         context.instance.add_dynamic_partitions(partitions.name, new)
-    return len(new)
+    for key in retired:
+        context.instance.delete_dynamic_partition(partitions.name, key)
+    return {"new_partitions": len(new), "retired_partitions": len(retired)}
 
 
 def _lineage(benchmark: Benchmark, sandbox: SandboxBackend) -> dict[str, Any]:
@@ -96,13 +105,16 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
     def dataset_snapshot(context: AssetExecutionContext, eval_pipeline: EvalPipelineResource) -> Output[Benchmark]:
         """The benchmark's rows as evaluated; its content hash is the data version."""
         benchmark = load_benchmark(campaign.benchmark, eval_pipeline.paths)
-        added = _register(context, partitions.instances, [i.instance_id for i in benchmark.instances])
+        snapshot = write_snapshot(benchmark, eval_pipeline.paths.snapshots)
         return Output(
             benchmark,
             data_version=DataVersion(benchmark.version),
             metadata={
+                **_sync_partitions(context, partitions.instances, [i.instance_id for i in benchmark.instances]),
                 "instances": len(benchmark.instances),
-                "new_partitions": added,
+                "quarantined": len(benchmark.quarantined),
+                "quarantined_rows": MetadataValue.md("\n".join(f"- {p}" for p in benchmark.quarantined) or "none"),
+                "snapshot": MetadataValue.path(str(snapshot)),
                 "harness_version": HARNESS_VERSION,
                 "dataset_version": benchmark.version,
             },
@@ -112,11 +124,10 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
     def trial_plan(context: AssetExecutionContext) -> Output[list[str]]:
         """The campaign's trials (variant x seed), registered as partitions."""
         keys = [trial.key for trial in campaign.trials]
-        added = _register(context, partitions.trials, keys)
         return Output(
             keys,
             data_version=DataVersion(campaign.plan_version),
-            metadata={"trials": len(keys), "new_partitions": added},
+            metadata={"trials": len(keys), **_sync_partitions(context, partitions.trials, keys)},
         )
 
     @asset(
@@ -259,7 +270,9 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
     ) -> Output[dict]:
         """Per-variant resolved rates with confidence intervals and coverage."""
         rows = read_results_table(Path(results_path))
-        summary = build_report(campaign.name, benchmark.version, campaign.plan_version, rows)
+        summary = build_report(
+            campaign.name, benchmark.version, campaign.plan_version, rows, quarantined=len(benchmark.quarantined)
+        )
         path = write_report(summary, eval_pipeline.paths.reports / campaign.name)
         summary["report_path"] = str(path)
         return Output(
