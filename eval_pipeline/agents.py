@@ -6,6 +6,7 @@ of the workspace, so every agent, scripted or model-driven, yields patches the
 same way.
 """
 
+import os
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -94,7 +95,43 @@ class FlakyAgent(Agent):
         )
 
 
-AGENTS: dict[str, type[Agent]] = {agent.name: agent for agent in (OracleAgent, NullAgent, FlakyAgent)}
+class CommandAgent(Agent):
+    """Runs a configured command line in the workspace: how installed CLI agents are evaluated.
+
+    The task's instruction is handed in as a file outside the repository
+    (`$EVAL_INSTRUCTION_FILE`), with `$EVAL_INSTANCE_ID` and `$EVAL_SEED`, the
+    configured `env`, and the host variables named in `pass_env` (API keys:
+    their names are part of the config, their values never are).
+    """
+
+    name = "command"
+
+    def __init__(
+        self,
+        command: str,
+        env: dict[str, str] | None = None,
+        pass_env: list[str] | None = None,
+        timeout_s: float = 1800,
+    ) -> None:
+        if not command.strip():
+            raise ValueError("command agent: command must not be empty")
+        super().__init__(command=command, env=dict(env or {}), pass_env=list(pass_env or []), timeout_s=timeout_s)
+
+    def solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
+        instruction = task.problem_statement + (f"\n\nHints:\n{task.hints_text}" if task.hints_text else "") + "\n"
+        passed = {name: os.environ[name] for name in self.params["pass_env"] if name in os.environ}
+        env = {
+            **self.params["env"],
+            **passed,
+            "EVAL_INSTRUCTION_FILE": workspace.write_harness_file("instruction.md", instruction),
+            "EVAL_INSTANCE_ID": task.instance_id,
+            "EVAL_SEED": str(task.seed),
+        }
+        result = workspace.run(self.params["command"], timeout_s=self.params["timeout_s"], env=env)
+        return AgentOutput(trajectory=[{"action": "command", **result.summary()}])
+
+
+AGENTS: dict[str, type[Agent]] = {agent.name: agent for agent in (OracleAgent, NullAgent, FlakyAgent, CommandAgent)}
 
 
 def make_agent(name: str, params: dict[str, Any] | None = None) -> Agent:

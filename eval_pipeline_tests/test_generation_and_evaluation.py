@@ -1,5 +1,6 @@
 """Agents, generation and evaluation: typed outcomes, reuse, and kept attempts."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -124,3 +125,31 @@ def test_unscored_attempts_are_kept_and_graded_again(instance, environment, shar
     retried = evaluate(instance, slow, generation, environment, shared_sandbox, store, 0.5)
     assert not retried.reused and retried.attempt_id != timed_out.attempt_id
     assert len(store.keys(attempts_prefix(timed_out.key))) == 2, "every attempt is kept"
+
+
+def test_a_command_agent_gets_the_instruction_as_a_file_and_its_changes_become_the_patch(
+    instance, environment, shared_sandbox, store, monkeypatch
+):
+    monkeypatch.setenv("FAKE_API_KEY", "sk-secret")
+    agent = make_agent(
+        "command",
+        {
+            "command": 'cat "$EVAL_INSTRUCTION_FILE" > notes.txt && echo "$MODEL $EVAL_SEED ${FAKE_API_KEY:+key}" >> notes.txt',
+            "env": {"MODEL": "tiny-1"},
+            "pass_env": ["FAKE_API_KEY"],
+        },
+    )
+    generation = generate(instance, agent, 7, environment, shared_sandbox, store)
+    assert generation.status == "completed"
+    assert f"+{instance.problem_statement}" in generation.patch
+    assert "+tiny-1 7 key" in generation.patch
+    assert "instruction.md" not in generation.patch, "the instruction lives outside the repository"
+    assert "sk-secret" not in json.dumps(agent.config), "secrets are passed by name, never stored"
+    assert generation.trajectory[0]["exit_code"] == 0
+
+
+def test_a_command_agent_that_overruns_is_stopped_and_recorded(instance, environment, shared_sandbox, store):
+    agent = make_agent("command", {"command": "echo started > partial.txt; sleep 30", "timeout_s": 0.5})
+    generation = generate(instance, agent, 0, environment, shared_sandbox, store)
+    assert generation.trajectory[0]["timed_out"] is True
+    assert "partial.txt" in generation.patch
