@@ -79,6 +79,7 @@ def trial_result(
     trial: Trial,
     sandbox: SandboxBackend,
     store: ArtifactStore,
+    environment_key: str,
 ) -> TrialResult:
     agent = trial.variant.make_agent()
     gen_key = generation_key(instance, agent, trial.seed)
@@ -86,7 +87,6 @@ def trial_result(
     generation = Generation.from_payload(stored_generation, reused=True) if stored_generation else None
     evaluation, eval_key, attempts = None, None, 0
     if generation:
-        environment_key = sandbox.environment_key(instance, benchmark.environment_for(instance))
         eval_key = evaluation_key(generation, environment_key, sandbox, campaign.test_timeout_s)
         evaluation, attempts = _latest_attempt(store, eval_key)
         if (final := store.get(eval_key)) is not None:
@@ -138,11 +138,14 @@ def collect_results(
     campaign: Campaign, benchmark: Benchmark, sandbox: SandboxBackend, store: ArtifactStore
 ) -> list[TrialResult]:
     """One result per planned (instance, trial), in a stable order."""
-    return [
-        trial_result(campaign, benchmark, instance, trial, sandbox, store)
-        for instance in sorted(benchmark.instances, key=lambda i: i.instance_id)
-        for trial in campaign.trials
-    ]
+    results = []
+    for instance in sorted(benchmark.instances, key=lambda i: i.instance_id):
+        environment_key = sandbox.environment_key(instance, benchmark.environment_for(instance))
+        results.extend(
+            trial_result(campaign, benchmark, instance, trial, sandbox, store, environment_key)
+            for trial in campaign.trials
+        )
+    return results
 
 
 def write_results_table(results: list[TrialResult], path: Path) -> Path:
