@@ -16,9 +16,28 @@ from typing import Any, ClassVar
 
 from eval_pipeline.benchmark import Instance
 from eval_pipeline.hashing import stable_hash
+from eval_pipeline.outcomes import OutOfMemory
 from eval_pipeline.patches import apply_patch
 from eval_pipeline.sandbox import ExecResult, Workspace
 from eval_pipeline.terminal_tasks import TerminalTask
+
+
+class AgentTimeout(Exception):  # noqa: N818 - named for the outcome it ends in
+    """The agent ran over its own time limit: the agent's failure (agent_timeout), never retried."""
+
+
+def finished(result: ExecResult) -> ExecResult:
+    """An agent command's result, unless a limit stopped it.
+
+    Running out of time is the agent's end (AgentTimeout); a kill at the
+    memory ceiling is a resource verdict (OutOfMemory, oom_killed), retried
+    as infrastructure like the same kill during the tests.
+    """
+    if result.timed_out:
+        raise AgentTimeout(f"{result.command[:200]!r} ran over its time limit ({result.duration_s:.0f}s)")
+    if result.oom_killed:
+        raise OutOfMemory(f"{result.command[:200]!r} was killed at the memory ceiling")
+    return result
 
 
 @dataclass(frozen=True)
@@ -92,7 +111,7 @@ class OracleAgent(Agent):
     name = "oracle"
 
     def solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
-        result = task.apply_reference(workspace)
+        result = finished(task.apply_reference(workspace))
         return AgentOutput(trajectory=[{"action": "apply_reference", **result.summary(tail=500)}])
 
 
@@ -119,7 +138,7 @@ class FlakyAgent(Agent):
         draw = random.Random(f"{task.instance_id}:{task.seed}").random()
         if draw >= self.params["p"]:
             return AgentOutput(trajectory=[{"action": "give_up", "draw": draw}])
-        result = task.apply_reference(workspace)
+        result = finished(task.apply_reference(workspace))
         return AgentOutput(trajectory=[{"action": "apply_reference", "draw": draw, **result.summary(tail=500)}])
 
 
@@ -156,7 +175,7 @@ class CommandAgent(Agent):
             "EVAL_SEED": str(task.seed),
         }
         result = workspace.run(self.params["command"], timeout_s=task.timeout_s or self.params["timeout_s"], env=env)
-        return AgentOutput(trajectory=[{"action": "command", **result.summary()}])
+        return AgentOutput(trajectory=[{"action": "command", **finished(result).summary()}])
 
 
 AGENTS: dict[str, type[Agent]] = {agent.name: agent for agent in (OracleAgent, NullAgent, FlakyAgent, CommandAgent)}

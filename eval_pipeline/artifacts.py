@@ -5,6 +5,8 @@ versions, agent config, seed), so a trial whose complete artifact exists is
 reused rather than recomputed, whether or not Dagster recorded it before a
 crash. Writes are atomic and first-writer-wins; every artifact carries a
 checksum, and one that fails it is moved to `quarantine/` and treated as absent.
+A store that cannot be read or written raises StorageError (an infrastructure
+outcome, retried), never a bare OSError.
 """
 
 import json
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from eval_pipeline.hashing import canonical_json, sha256_text
+from eval_pipeline.outcomes import StorageError
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +36,11 @@ class StoredRecord:
 
     def payload(self) -> dict[str, Any]:
         return {name: value for name, value in asdict(self).items() if name != "reused"}  # type: ignore[call-overload]
+
+
+def attempts_prefix(key: str) -> str:
+    """Where every attempt at the artifact `key` is kept, final or not: retries add, never replace."""
+    return f"attempts/{key.removesuffix('.json')}"
 
 
 class ArtifactStore(ABC):
@@ -83,6 +91,8 @@ class LocalArtifactStore(ArtifactStore):
             text = path.read_text()
         except FileNotFoundError:
             return None
+        except OSError as error:
+            raise StorageError(f"reading artifact {key}: {error}") from error
         payload = _unwrap(text)
         if payload is None:
             self._quarantine(key, path)
@@ -99,16 +109,21 @@ class LocalArtifactStore(ArtifactStore):
 
     def put(self, key: str, payload: dict[str, Any]) -> bool:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".tmp-", delete=False) as handle:
-            handle.write(_envelope(payload))
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".tmp-", delete=False) as handle:
+                handle.write(_envelope(payload))
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as error:
+            raise StorageError(f"writing artifact {key}: {error}") from error
         try:
             os.link(handle.name, path)  # atomic, and fails rather than replace an existing artifact
             return True
         except FileExistsError:
             return False
+        except OSError as error:
+            raise StorageError(f"writing artifact {key}: {error}") from error
         finally:
             os.unlink(handle.name)
 

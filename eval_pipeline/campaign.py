@@ -22,7 +22,19 @@ from eval_pipeline.sandbox import BACKENDS, ResourceLimits, SandboxSettings
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _SLICE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
-_KNOWN_FIELDS = {"name", "description", "benchmark", "slices", "variants", "seeds", "sandbox", "resources", "timeouts"}
+_KNOWN_FIELDS = {
+    "name",
+    "description",
+    "benchmark",
+    "slices",
+    "variants",
+    "seeds",
+    "sandbox",
+    "resources",
+    "timeouts",
+    "retries",
+    "nightly",
+}
 DEFAULT_SLICE = "default"
 BUILTIN_DIR = Path(str(resources.files("eval_pipeline.campaigns")))
 
@@ -52,6 +64,32 @@ class Trial:
 
 
 @dataclass(frozen=True)
+class RetrySettings:
+    """`retries:` how infrastructure outcomes are tried again; agent outcomes never are.
+
+    Within one run, a step that ended in an infrastructure outcome is retried
+    up to `max_retries` times, waiting `delay_s` before the first retry and
+    twice as long before each next one (with jitter). A partition whose run
+    exhausted them is requested again by the campaign's sensor, up to
+    `max_rerequests` times, so an outage longer than the backoff costs a later
+    run, not a trial.
+    """
+
+    max_retries: int = 2
+    delay_s: float = 2.0
+    max_rerequests: int = 2
+
+
+@dataclass(frozen=True)
+class NightlySettings:
+    """`nightly:` a schedule that brings the whole campaign up to date (cron and time zone), N trials at a time."""
+
+    cron: str = "0 2 * * *"
+    timezone: str = "UTC"
+    workers: int = 2
+
+
+@dataclass(frozen=True)
 class Campaign:
     """`test_timeout_s` is code tasks' test timeout (terminal tasks bring their own); the timeout
     multiplier scales every task's agent and test timeouts, as resources' multiplier scales ceilings."""
@@ -64,6 +102,8 @@ class Campaign:
     resources: ResourceLimits = ResourceLimits()
     test_timeout_s: float = 900.0
     timeout_multiplier: float = 1.0
+    retries: RetrySettings = RetrySettings()
+    nightly: NightlySettings | None = None
     description: str = ""
 
     def limits_for(self, task: Any) -> ResourceLimits:
@@ -175,6 +215,33 @@ def _positive(data: Mapping[str, Any], name: str, default: float, origin: str) -
     return float(value)
 
 
+def _settings(data: Mapping[str, Any], name: str, kind: type, origin: str) -> Any:
+    """A settings section as its dataclass; the error names the section and the field."""
+    raw = _field(data, name, Mapping, origin, {})
+    unknown = set(raw) - set(kind.__dataclass_fields__)
+    if unknown:
+        raise CampaignError(f"{origin}: field {name}: unknown field(s) {sorted(unknown)}")
+    for field_name, value in raw.items():
+        expected = type(getattr(kind, field_name))
+        accepted = (int, float) if expected is float else expected  # an int is a fine float
+        if isinstance(value, bool) or not isinstance(value, accepted):
+            raise CampaignError(f"{origin}: field {name}.{field_name}: expected {expected.__name__}, got {value!r}")
+        if expected in (int, float) and value < 0:
+            raise CampaignError(f"{origin}: field {name}.{field_name}: must not be negative, got {value!r}")
+    return kind(**raw)
+
+
+def _nightly(data: Mapping[str, Any], origin: str) -> NightlySettings | None:
+    if "nightly" not in data:
+        return None
+    nightly = _settings(data, "nightly", NightlySettings, origin)
+    if len(nightly.cron.split()) != 5:
+        raise CampaignError(f"{origin}: field nightly.cron: expected five cron fields, got {nightly.cron!r}")
+    if nightly.workers < 1:
+        raise CampaignError(f"{origin}: field nightly.workers: must be at least 1")
+    return nightly
+
+
 def parse_campaign(data: Any, origin: str, base_dir: Path | None = None) -> Campaign:
     """Build a Campaign from parsed YAML; `origin` names the file in error messages."""
     if not isinstance(data, Mapping):
@@ -208,6 +275,8 @@ def parse_campaign(data: Any, origin: str, base_dir: Path | None = None) -> Camp
         resources=limits,
         test_timeout_s=_positive(timeouts, "tests_s", Campaign.test_timeout_s, origin),
         timeout_multiplier=_positive(timeouts, "multiplier", 1.0, origin),
+        retries=_settings(data, "retries", RetrySettings, origin),
+        nightly=_nightly(data, origin),
     )
 
 

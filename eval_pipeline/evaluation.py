@@ -1,26 +1,28 @@
 """Evaluation: grade a stored generation in a pristine workspace and keep every attempt.
 
-A scored verdict (resolved, unresolved, patch_apply_failed) is final: it is
-stored under a key derived from the generation, environment, grading version
-and resources, and reused from then on. A verdict that could not score the
-patch (timeout, error) is kept as an attempt under `attempts/` but never
-stored as final, so the next run of the same trial grades it again.
+A scored verdict (resolved, unresolved, patch_apply_failed, and the agent's
+own agent_error and agent_timeout) is final: it is stored under a key derived
+from the generation, environment, grading version and resources, and reused
+from then on. A verdict that could not score the patch (an infrastructure
+outcome, a grading error) is kept as an attempt under `attempts/` but never
+stored as final, so a retry or the next run of the same trial grades it again.
+Every attempt, final or not, is kept; a retry adds one and deletes none.
 """
 
 import time
 import traceback
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
-from eval_pipeline.artifacts import ArtifactStore, StoredRecord
+from eval_pipeline.artifacts import ArtifactStore, StoredRecord, attempts_prefix
 from eval_pipeline.benchmark import EnvironmentSpec, Instance
 from eval_pipeline.generation import COMPLETED, Generation
 from eval_pipeline.grading import GRADING_VERSION, Verdict, grade_task
 from eval_pipeline.hashing import stable_hash
-from eval_pipeline.outcomes import Outcome
+from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.terminal_tasks import TerminalTask
 
@@ -65,11 +67,6 @@ def evaluation_key(generation: Generation, environment_key: str, sandbox: Sandbo
     return f"evaluation/{stable_hash(identity)}.json"
 
 
-def attempts_prefix(key: str) -> str:
-    """Where every attempt at the evaluation `key` is kept, final or not."""
-    return f"attempts/{key.removesuffix('.json')}"
-
-
 def _judge(
     instance: Instance | TerminalTask,
     spec: EnvironmentSpec,
@@ -78,13 +75,16 @@ def _judge(
     sandbox: SandboxBackend,
     test_timeout_s: float,
 ) -> Verdict:
-    if generation.status != COMPLETED:
-        return Verdict(Outcome.ERROR, detail=f"generation ended in {generation.status}: {generation.error[-500:]}")
+    """The verdict, whatever happens: the agent's own failure, the grading's, or the infrastructure's."""
+    if generation.status != COMPLETED:  # the agent crashed or ran out of time: its failure, already final
+        return Verdict(Outcome(generation.status), detail=generation.error[-2000:])
     try:
         with sandbox.workspace(environment, label=f"eval-{generation.seed}") as workspace:
             return grade_task(instance, spec, generation.patch, workspace, test_timeout_s)
-    except Exception:  # noqa: BLE001 - an infrastructure failure is an outcome, not a crash
-        return Verdict(Outcome.ERROR, detail=traceback.format_exc(limit=20))
+    except InfrastructureError as error:
+        return Verdict(error.outcome, detail=f"{error}\n{traceback.format_exc(limit=20)}")
+    except Exception:  # noqa: BLE001 - a harness bug is an outcome, not a crash, and no verdict on the agent
+        return Verdict(Outcome.GRADING_ERROR, detail=traceback.format_exc(limit=20))
 
 
 def evaluate(
@@ -125,7 +125,10 @@ def evaluate(
         harness_version=HARNESS_VERSION,
         grading_version=GRADING_VERSION,
     )
-    store.put(f"{attempts_prefix(key)}/{evaluation.attempt_id}.json", evaluation.payload())
+    try:
+        store.put(f"{attempts_prefix(key)}/{evaluation.attempt_id}.json", evaluation.payload())
+    except InfrastructureError as error:  # the verdict is lost with the store: an infrastructure outcome
+        return replace(evaluation, outcome=error.outcome.value, detail=f"{error}\nthe verdict was {verdict.outcome}")
     if verdict.outcome.is_scored and not store.put(key, evaluation.payload()):
         return Evaluation.from_payload(store.get(key) or evaluation.payload(), reused=True)
     return evaluation

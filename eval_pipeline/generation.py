@@ -4,27 +4,34 @@ Generation is the expensive half of a trial (minutes and tokens with a real
 model), so its artifact is keyed by what determines it (instance content,
 agent config, seed) and never recomputed once stored, not even when its
 evaluation is re-run.
+
+The agent's own failures (it raised, or ran over its time) are stored as the
+generation, final like any other. An infrastructure failure under the agent
+stores nothing final: it is kept as an attempt under `attempts/` and raised,
+so the step is retried.
 """
 
 import time
 import traceback
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
-from eval_pipeline.agents import Agent, agent_task
-from eval_pipeline.artifacts import ArtifactStore, StoredRecord
+from eval_pipeline.agents import Agent, AgentOutput, AgentTask, AgentTimeout, agent_task
+from eval_pipeline.artifacts import ArtifactStore, StoredRecord, attempts_prefix
 from eval_pipeline.benchmark import Instance
 from eval_pipeline.hashing import sha256_text, stable_hash
-from eval_pipeline.patches import workspace_diff
-from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend, SandboxError
+from eval_pipeline.outcomes import InfrastructureError, Outcome
+from eval_pipeline.patches import WorkspaceDiffError, workspace_diff
+from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend, Workspace
 from eval_pipeline.terminal_tasks import TerminalTask
 
 # Bump when the generation procedure changes in a way that changes its results.
 GENERATION_VERSION = "1"
 
-COMPLETED, AGENT_ERROR = "completed", "agent_error"
+COMPLETED = "completed"
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,18 @@ def generation_key(instance: Instance | TerminalTask, agent: Agent, seed: int, t
     return f"generation/{stable_hash(identity)}.json"
 
 
+def _solve(agent: Agent, task: AgentTask, workspace: Workspace) -> tuple[AgentOutput | None, str, str]:
+    """Run the agent: its output, status (completed, agent_error, agent_timeout) and error text."""
+    try:
+        return agent.solve(task, workspace), COMPLETED, ""
+    except InfrastructureError:
+        raise  # the infrastructure failed under the agent: retry, never blame the agent
+    except AgentTimeout as error:
+        return None, Outcome.AGENT_TIMEOUT.value, str(error)
+    except Exception:  # noqa: BLE001 - any agent crash is recorded as the agent's failure
+        return None, Outcome.AGENT_ERROR.value, traceback.format_exc(limit=20)
+
+
 def generate(
     instance: Instance | TerminalTask,
     agent: Agent,
@@ -71,9 +90,10 @@ def generate(
     """The stored generation for (instance, agent, seed), running the agent only if there is none.
 
     An exception raised by the agent is the agent's failure: it is stored as an
-    `agent_error` generation and not retried. A failing sandbox (SandboxError,
-    even inside the agent's own commands) raises instead, so nothing is stored
-    and the step can be retried.
+    `agent_error` generation (`agent_timeout` when it ran out of time) and not
+    retried. An InfrastructureError (a lost sandbox, the engine, the store,
+    even inside the agent's own commands) is kept as a failed attempt and
+    raised, so nothing final is stored and the step can be retried.
     """
     key = generation_key(instance, agent, seed, timeout_multiplier)
     if (stored := store.get(key)) is not None:
@@ -82,21 +102,37 @@ def generate(
     task = agent_task(instance, seed, timeout_multiplier)
     started_at = datetime.now(UTC).isoformat()
     clock = time.monotonic()
-    with sandbox.workspace(environment, label=f"gen-{task.seed}") as workspace:
-        try:
-            output = agent.solve(task, workspace)
-            status, error = COMPLETED, ""
-        except SandboxError:
-            raise  # the infrastructure failed under the agent: retry, never blame the agent
-        except Exception:  # noqa: BLE001 - any agent crash is recorded as the agent's failure
-            output, status, error = None, AGENT_ERROR, traceback.format_exc(limit=20)
-        patch = workspace_diff(workspace, instance.base_commit)
     generation = Generation(
         key=key,
         instance_id=instance.instance_id,
         agent_config=agent.config,
         agent_config_hash=agent.config_hash,
         seed=task.seed,
+        status="",
+        error="",
+        patch="",
+        patch_sha256=sha256_text(""),
+        trajectory=[],
+        input_tokens=0,
+        output_tokens=0,
+        cost_usd=0.0,
+        started_at=started_at,
+        duration_s=0.0,
+        harness_version=HARNESS_VERSION,
+        generation_version=GENERATION_VERSION,
+    )
+    try:
+        with sandbox.workspace(environment, label=f"gen-{task.seed}") as workspace:
+            output, status, error = _solve(agent, task, workspace)
+            try:
+                patch = workspace_diff(workspace, instance.base_commit)
+            except WorkspaceDiffError as failure:  # the agent left a workspace that makes no patch
+                patch, status, error = "", Outcome.AGENT_ERROR.value, f"{error}\n{failure}".strip()
+    except InfrastructureError as failure:
+        _keep_failed_attempt(store, generation, failure, time.monotonic() - clock)
+        raise
+    generation = replace(
+        generation,
         status=status,
         error=error,
         patch=patch,
@@ -105,11 +141,29 @@ def generate(
         input_tokens=output.input_tokens if output else 0,
         output_tokens=output.output_tokens if output else 0,
         cost_usd=output.cost_usd if output else 0.0,
-        started_at=started_at,
         duration_s=round(time.monotonic() - clock, 3),
-        harness_version=HARNESS_VERSION,
-        generation_version=GENERATION_VERSION,
     )
     if not store.put(key, generation.payload()):  # a concurrent run stored it first: theirs is the record
         return Generation.from_payload(store.get(key) or generation.payload(), reused=True)
     return generation
+
+
+def _keep_failed_attempt(
+    store: ArtifactStore, generation: Generation, failure: InfrastructureError, duration_s: float
+) -> None:
+    """Record an attempt that the infrastructure cut short, unless the store itself is what failed."""
+    attempt = replace(
+        generation, status=failure.outcome.value, error=str(failure)[-4000:], duration_s=round(duration_s, 3)
+    )
+    try:
+        store.put(f"{attempts_prefix(generation.key)}/{uuid.uuid4().hex}.json", attempt.payload())
+    except InfrastructureError:
+        pass  # the raised failure already says what happened; there is nowhere to keep it
+
+
+def failed_attempts(store: ArtifactStore, key: str) -> list[Generation]:
+    """The generation attempts for `key` that the infrastructure cut short, oldest first."""
+    attempts = [
+        Generation.from_payload(p, reused=True) for k in store.keys(attempts_prefix(key)) if (p := store.get(k))
+    ]
+    return sorted(attempts, key=lambda attempt: attempt.started_at)

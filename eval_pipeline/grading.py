@@ -1,29 +1,47 @@
 """Grading a patch: apply it to a pristine workspace, run the tests, decide.
 
 Grading never reuses the agent's workspace: it forks a fresh one from the
-environment and applies the model patch. A code task (SWE-bench) then restores
-the graded test files to the base commit (so the patch cannot pre-empt them),
-applies the test patch, and runs the tests with a JUnit report written to the
-harness directory, where the model patch cannot reach; it is decided by
-FAIL_TO_PASS and PASS_TO_PASS. A terminal task copies its tests into the
+environment and applies the model patch, after checking it (no paths outside
+the repository, not over the size limit). A code task (SWE-bench) then
+restores the test infrastructure to the base commit: the files the test patch
+touches, and whatever the model patch changed among test files, conftest.py,
+pytest configuration and sitecustomize, so a patch cannot make the tests pass
+by rewriting them. It applies the test patch and runs the tests with a JUnit
+report written to the harness directory, where the model patch cannot reach;
+FAIL_TO_PASS and PASS_TO_PASS decide. A terminal task copies its tests into the
 harness directory and runs tests/test.sh; its reward file, or else its exit
-code, decides.
+code, decides. Nothing a command prints is parsed for a verdict, so output
+that forges a test runner's summary changes nothing.
 """
 
 import json
 import shlex
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import PurePosixPath
 from typing import Any
 
 from eval_pipeline.benchmark import EnvironmentSpec, Instance
 from eval_pipeline.outcomes import Outcome
-from eval_pipeline.patches import apply_patch, patch_files
+from eval_pipeline.patches import apply_patch, patch_paths, patch_problem
 from eval_pipeline.sandbox import ExecResult, Workspace
 from eval_pipeline.terminal_tasks import REWARD_FILE, REWARD_JSON, TerminalTask
 
 # Bump when grading logic changes: evaluation artifacts are keyed by it and assets show as stale.
-GRADING_VERSION = "1"
+GRADING_VERSION = "2"
+# Files that decide how tests run rather than what the code does: a model patch's changes to them are undone.
+TEST_INFRASTRUCTURE = (
+    "conftest.py",
+    "pytest.ini",
+    "tox.ini",
+    "setup.cfg",
+    "pyproject.toml",
+    "sitecustomize.py",
+    "usercustomize.py",
+    "test_*.py",
+    "*_test.py",
+)
 REPORT_NAME = "junit.xml"
 
 PASSED, FAILED, SKIPPED, MISSING = "passed", "failed", "skipped", "missing"
@@ -72,13 +90,26 @@ def is_resolved(tests: dict[str, str]) -> bool:
     return bool(tests) and all(status == PASSED for status in tests.values())
 
 
-def _restore_test_files(instance: Instance, workspace: Workspace) -> dict[str, Any]:
-    """Put every file the test patch touches back to its base-commit state (or remove it)."""
+def protected_files(instance: Instance, model_patch: str) -> tuple[list[str], list[str]]:
+    """The files restored before the tests run: the test patch's, and the model patch's test infrastructure.
+
+    Returns (all files to restore, those among them that the model patch changed).
+    """
+    touched = [
+        path
+        for path in patch_paths(model_patch)
+        if any(fnmatch(PurePosixPath(path).name, p) for p in TEST_INFRASTRUCTURE)
+    ]
+    return list(dict.fromkeys(patch_paths(instance.test_patch) + touched)), touched
+
+
+def _restore_test_files(instance: Instance, files: list[str], workspace: Workspace) -> dict[str, Any]:
+    """Put each file back to its base-commit state (or remove it, if the base commit has none)."""
     base = shlex.quote(instance.base_commit)
     script = "; ".join(
         f"if git cat-file -e {base}:{shlex.quote(path)} 2>/dev/null; "
         f"then git checkout -q {base} -- {shlex.quote(path)}; else rm -f {shlex.quote(path)}; fi"
-        for path in patch_files(instance.test_patch)
+        for path in files
     )
     return workspace.run(script or "true", timeout_s=120).summary()
 
@@ -87,6 +118,9 @@ def _apply_model_patch(verdict: Verdict, model_patch: str, workspace: Workspace)
     """Apply the model's patch (an empty one trivially); False, with the verdict set, when it does not apply."""
     if not model_patch.strip():
         return True
+    if problem := patch_problem(model_patch):
+        verdict.outcome, verdict.detail = Outcome.PATCH_APPLY_FAILED, f"the model patch was not applied: {problem}"
+        return False
     applied = apply_patch(workspace, model_patch, "model.patch")
     verdict.steps.append({"step": "apply_model_patch", **applied.summary()})
     if not applied.ok:
@@ -97,7 +131,7 @@ def _apply_model_patch(verdict: Verdict, model_patch: str, workspace: Workspace)
 def _stopped_by_a_limit(verdict: Verdict, tests: ExecResult, test_timeout_s: float) -> bool:
     """A test run cut off by a limit is no verdict on the patch: the outcome says which limit."""
     if tests.timed_out:
-        verdict.outcome, verdict.detail = Outcome.TIMEOUT, f"the tests ran over {test_timeout_s:g}s"
+        verdict.outcome, verdict.detail = Outcome.TEST_TIMEOUT, f"the tests ran over {test_timeout_s:g}s"
     elif tests.oom_killed:
         verdict.outcome, verdict.detail = Outcome.OOM_KILLED, "the tests were OOM-killed at the memory ceiling"
     return tests.timed_out or tests.oom_killed
@@ -107,17 +141,20 @@ def grade(
     instance: Instance, spec: EnvironmentSpec, model_patch: str, workspace: Workspace, test_timeout_s: float
 ) -> Verdict:
     """Judge `model_patch` on a pristine workspace of the code task."""
-    verdict = Verdict(outcome=Outcome.ERROR)
+    verdict = Verdict(outcome=Outcome.GRADING_ERROR)
     if not _apply_model_patch(verdict, model_patch, workspace):
         return verdict
-    verdict.steps.append({"step": "restore_test_files", **_restore_test_files(instance, workspace)})
+    restored, undone = protected_files(instance, model_patch)
+    verdict.steps.append(
+        {"step": "restore_test_files", "undone": undone, **_restore_test_files(instance, restored, workspace)}
+    )
     applied = apply_patch(workspace, instance.test_patch, "test.patch")
     verdict.steps.append({"step": "apply_test_patch", **applied.summary()})
     if not applied.ok:
         verdict.detail = f"the test patch of {instance.instance_id} does not apply"
         return verdict
 
-    files = " ".join(shlex.quote(path) for path in instance.test_files or patch_files(instance.test_patch))
+    files = " ".join(shlex.quote(path) for path in instance.test_files or patch_paths(instance.test_patch))
     report_path = shlex.quote(workspace.harness_path(REPORT_NAME))
     tests = workspace.run(f"{spec.test_cmd} --junitxml={report_path} {files}", timeout_s=test_timeout_s)
     verdict.steps.append({"step": "run_tests", **tests.summary()})
@@ -133,6 +170,8 @@ def grade(
         verdict.detail = f"the test report is not valid XML: {error}"
         return verdict
     verdict.outcome = Outcome.RESOLVED if is_resolved(verdict.tests) else Outcome.UNRESOLVED
+    if undone:
+        verdict.detail = f"graded with the model patch's changes to test infrastructure undone: {', '.join(undone)}"
     return verdict
 
 
@@ -147,7 +186,7 @@ def _reward(workspace: Workspace) -> float | None:
 
 def grade_terminal(task: TerminalTask, model_patch: str, workspace: Workspace, test_timeout_s: float) -> Verdict:
     """Judge `model_patch` on a pristine workspace of the terminal task: resolved at reward 1 (or exit 0)."""
-    verdict = Verdict(outcome=Outcome.ERROR)
+    verdict = Verdict(outcome=Outcome.GRADING_ERROR)
     if not _apply_model_patch(verdict, model_patch, workspace):
         return verdict
     tests_dir = workspace.write_harness_tree("tests", task.tests)

@@ -1,31 +1,113 @@
-"""The typed end of every trial.
+"""The typed end of every trial and every attempt, and the errors that carry infrastructure outcomes.
 
-An outcome is either *scored* (the agent's patch was judged: it counts in the
-resolved rate) or *infrastructure* (the harness could not judge it: it is left
-out of the rate and shows in coverage, never as a zero).
+Every outcome has a kind, which decides what happens next:
+
+- `agent`: a verdict on the agent (its patch was judged, or the agent itself
+  crashed or ran out of its time). Scored, final, never retried.
+- `infrastructure`: the harness's machinery failed (the kernel's OOM killer at
+  the ceiling, a test run cut off by its time limit, a lost pod, the engine,
+  an image build, the artifact store). Not a score: it is kept as an attempt,
+  retried with backoff up to a bound, and shown in coverage, never as a zero.
+- `harness`: the harness could not judge a patch it did run (a test patch that
+  does not apply, a missing or malformed report). Not a score, and not retried
+  automatically, since trying again gives the same answer until the dataset or
+  the harness is fixed; a re-run after the fix grades it.
 """
 
 from enum import StrEnum
+
+
+class OutcomeKind(StrEnum):
+    AGENT = "agent"
+    INFRASTRUCTURE = "infrastructure"
+    HARNESS = "harness"
 
 
 class Outcome(StrEnum):
     RESOLVED = "resolved"
     UNRESOLVED = "unresolved"
     PATCH_APPLY_FAILED = "patch_apply_failed"
+    AGENT_ERROR = "agent_error"  # the agent raised or its command failed to run
+    AGENT_TIMEOUT = "agent_timeout"  # the agent ran over its own time limit
     # The tests did not finish in time. Slow machines and noisy neighbours cause
     # this as often as bad patches do, so it is not held against the agent.
-    TIMEOUT = "timeout"
-    # The kernel killed the tests at the memory ceiling: a resource verdict, not the agent's.
-    OOM_KILLED = "oom_killed"
-    ERROR = "error"
+    TEST_TIMEOUT = "test_timeout"
+    OOM_KILLED = "oom_killed"  # killed at the memory ceiling: a resource verdict, not the agent's
+    SANDBOX_LOST = "sandbox_lost"  # the pod, container or environment vanished under a command
+    ENGINE_ERROR = "engine_error"  # the container engine (or its API) failed or was unreachable
+    IMAGE_BUILD_FAILED = "image_build_failed"
+    STORAGE_ERROR = "storage_error"  # the artifact store could not be read or written
+    GRADING_ERROR = "grading_error"
+
+    @property
+    def kind(self) -> OutcomeKind:
+        return _KINDS[self]
 
     @property
     def is_scored(self) -> bool:
-        return self in _SCORED
+        return self.kind is OutcomeKind.AGENT
+
+    @property
+    def is_retried(self) -> bool:
+        """Whether a trial that ended here is tried again automatically (with backoff, up to a bound)."""
+        return self.kind is OutcomeKind.INFRASTRUCTURE
 
     @property
     def is_resolved(self) -> bool:
         return self is Outcome.RESOLVED
 
 
-_SCORED = frozenset({Outcome.RESOLVED, Outcome.UNRESOLVED, Outcome.PATCH_APPLY_FAILED})
+_KINDS = {
+    **dict.fromkeys(
+        (
+            Outcome.RESOLVED,
+            Outcome.UNRESOLVED,
+            Outcome.PATCH_APPLY_FAILED,
+            Outcome.AGENT_ERROR,
+            Outcome.AGENT_TIMEOUT,
+        ),
+        OutcomeKind.AGENT,
+    ),
+    **dict.fromkeys(
+        (
+            Outcome.TEST_TIMEOUT,
+            Outcome.OOM_KILLED,
+            Outcome.SANDBOX_LOST,
+            Outcome.ENGINE_ERROR,
+            Outcome.IMAGE_BUILD_FAILED,
+            Outcome.STORAGE_ERROR,
+        ),
+        OutcomeKind.INFRASTRUCTURE,
+    ),
+    Outcome.GRADING_ERROR: OutcomeKind.HARNESS,
+}
+
+
+class InfrastructureError(RuntimeError):
+    """The harness's machinery failed, not the agent or its patch; `outcome` says which part."""
+
+    outcome: Outcome = Outcome.ENGINE_ERROR
+
+
+class SandboxLost(InfrastructureError):
+    """The environment (pod, container, directory) a command ran in is gone."""
+
+    outcome = Outcome.SANDBOX_LOST
+
+
+class OutOfMemory(InfrastructureError):
+    """A command was killed at its memory ceiling."""
+
+    outcome = Outcome.OOM_KILLED
+
+
+class ImageBuildFailed(InfrastructureError):
+    """An environment image failed to build; the message names the layer and its build log."""
+
+    outcome = Outcome.IMAGE_BUILD_FAILED
+
+
+class StorageError(InfrastructureError):
+    """The artifact store could not be read or written."""
+
+    outcome = Outcome.STORAGE_ERROR

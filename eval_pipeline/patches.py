@@ -1,17 +1,53 @@
-"""Applying and extracting patches inside a workspace."""
+"""Applying and extracting patches inside a workspace, and checking a patch before it is applied.
+
+A patch is untrusted input: it may name paths outside the repository, be
+gigabytes long, or carry bytes that are not UTF-8. Checks here turn each into
+a clear, typed failure rather than a crash or a write outside the workspace.
+"""
 
 import re
 import shlex
+from pathlib import PurePosixPath
 
 from eval_pipeline.sandbox import ExecResult, Workspace
 
 PATCH_TIMEOUT_S = 120.0
+# Far above any real fix (SWE-bench gold patches are kilobytes), far below what hurts the harness.
+MAX_PATCH_BYTES = 10 * 2**20
 _DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
+_PATH_LINE = re.compile(r"^(?:--- |\+\+\+ |rename from |rename to |copy from |copy to )(.+)$", re.MULTILINE)
+_BINARY_ATTRIBUTES = "binary.gitattributes"
 
 
-def patch_files(patch: str) -> list[str]:
-    """The files a git-style patch touches, in order."""
-    return list(dict.fromkeys(target for _, target in _DIFF_HEADER.findall(patch)))
+class WorkspaceDiffError(RuntimeError):
+    """The workspace could not be turned into a patch (its repository is gone, or the patch is too large)."""
+
+
+def _strip_path(raw: str) -> str | None:
+    """A path as a patch line names it, without quotes, timestamp and a/ b/ prefix; None for /dev/null."""
+    path = raw.split("\t", 1)[0].strip()
+    if len(path) >= 2 and path[0] == path[-1] == '"':
+        path = path[1:-1]
+    if path == "/dev/null":
+        return None
+    return path[2:] if path[:2] in ("a/", "b/") else path
+
+
+def patch_paths(patch: str) -> list[str]:
+    """Every path a patch names, in git or plain unified format (headers, ---/+++ lines, renames)."""
+    raw = [path for pair in _DIFF_HEADER.findall(patch) for path in pair] + _PATH_LINE.findall(patch)
+    return list(dict.fromkeys(path for path in map(_strip_path, raw) if path))
+
+
+def patch_problem(patch: str) -> str | None:
+    """Why a patch must not be applied (too large, or a path outside the repository), or None."""
+    size = len(patch.encode("utf-8", errors="surrogateescape"))
+    if size > MAX_PATCH_BYTES:
+        return f"the patch is {size} bytes, over the limit of {MAX_PATCH_BYTES}"
+    escaping = [path for path in patch_paths(patch) if path.startswith("/") or ".." in PurePosixPath(path).parts]
+    if escaping:
+        return f"the patch names paths outside the repository: {', '.join(escaping[:5])}"
+    return None
 
 
 def apply_patch(workspace: Workspace, patch: str, name: str) -> ExecResult:
@@ -19,6 +55,8 @@ def apply_patch(workspace: Workspace, patch: str, name: str) -> ExecResult:
 
     The fallback follows the SWE-bench harness, which accepts patches whose
     context drifted slightly. The patch file lives in the harness directory.
+    Callers check `patch_problem` first: neither tool is trusted to refuse
+    every path outside the repository on its own.
     """
     path = shlex.quote(workspace.write_harness_file(name, patch))
     applied = workspace.run(f"git apply --verbose {path}", timeout_s=PATCH_TIMEOUT_S)
@@ -27,14 +65,37 @@ def apply_patch(workspace: Workspace, patch: str, name: str) -> ExecResult:
     return workspace.run(f"patch --batch --fuzz=5 -p1 -i {path}", timeout_s=PATCH_TIMEOUT_S)
 
 
-def workspace_diff(workspace: Workspace, base_commit: str) -> str:
-    """Everything changed in the workspace since `base_commit`, new files included, as one patch."""
-    output = workspace.harness_path("workspace.diff")
+def _diff(workspace: Workspace, base_commit: str, output: str, binary_only: bool) -> None:
+    attributes = ""
+    if binary_only:  # every file as a binary patch: exact bytes, whatever their encoding
+        attributes_file = workspace.write_harness_file(_BINARY_ATTRIBUTES, "* binary\n")
+        attributes = f"-c core.attributesFile={shlex.quote(attributes_file)} "
     result = workspace.run(
-        "git add -A && git -c core.quotepath=false diff --cached --no-color --no-ext-diff --binary "
-        f"{shlex.quote(base_commit)} --output={shlex.quote(output)}",
+        f"git add -A && git {attributes}-c core.quotepath=false diff --cached --no-color --no-ext-diff --binary "
+        f"{shlex.quote(base_commit)} --output={shlex.quote(output)} && wc -c < {shlex.quote(output)}",
         timeout_s=PATCH_TIMEOUT_S,
     )
     if not result.ok:
-        raise RuntimeError(f"could not diff the workspace: {result.stderr[-500:]}")
-    return (workspace.read_harness_file("workspace.diff") or b"").decode("utf-8", errors="replace")
+        raise WorkspaceDiffError(f"could not diff the workspace: {result.stderr[-500:]}")
+    if int(result.stdout.strip() or 0) > MAX_PATCH_BYTES:
+        raise WorkspaceDiffError(
+            f"the workspace's changes make a {int(result.stdout)} byte patch, over the limit of {MAX_PATCH_BYTES}"
+        )
+
+
+def workspace_diff(workspace: Workspace, base_commit: str) -> str:
+    """Everything changed in the workspace since `base_commit`, new files included, as one patch.
+
+    A change that is not valid UTF-8 text (a Latin-1 source file, say) is
+    diffed again with every file as a binary patch, so the stored patch
+    reproduces its bytes exactly instead of losing them to replacement
+    characters.
+    """
+    output = workspace.harness_path("workspace.diff")
+    _diff(workspace, base_commit, output, binary_only=False)
+    data = workspace.read_harness_file("workspace.diff") or b""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        _diff(workspace, base_commit, output, binary_only=True)
+        return (workspace.read_harness_file("workspace.diff") or b"").decode("ascii")

@@ -1,9 +1,10 @@
 """The results table: one row per planned trial, rebuilt from the artifact store alone.
 
 Every key is recomputed from the campaign and the benchmark, so the table
-reflects exactly what is stored, whatever Dagster did or did not record, and
-a planned trial with no final evaluation shows as its last attempt's outcome
-or as `missing`. The DuckDB file is written to a temporary path and moved into
+reflects exactly what is stored, whatever Dagster did or did not record. A
+trial is scored only by its final evaluation; one with none shows the outcome
+of its last kept attempt (its evaluation's, else its generation's, else its
+environment's build), or `missing`, and `attempts` counts every attempt kept. The DuckDB file is written to a temporary path and moved into
 place, so readers never see a half-written table.
 """
 
@@ -18,10 +19,11 @@ import duckdb
 import pandas as pd
 
 from eval_pipeline import HARNESS_VERSION
-from eval_pipeline.artifacts import ArtifactStore
+from eval_pipeline.artifacts import ArtifactStore, attempts_prefix
 from eval_pipeline.campaign import Campaign, Trial
-from eval_pipeline.evaluation import Evaluation, attempts_prefix, evaluation_key
-from eval_pipeline.generation import Generation, generation_key
+from eval_pipeline.environments import environment_failures
+from eval_pipeline.evaluation import Evaluation, evaluation_key
+from eval_pipeline.generation import Generation, failed_attempts, generation_key
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.sandbox import SandboxBackend
@@ -41,6 +43,7 @@ class TrialResult:
     agent: str
     agent_config_hash: str
     outcome: str
+    outcome_kind: str | None
     scored: bool
     resolved: bool
     attempts: int
@@ -75,6 +78,15 @@ def _latest_attempt(store: ArtifactStore, key: str) -> tuple[Evaluation | None, 
     return (Evaluation.from_payload(kept[-1], reused=True) if kept else None), len(kept)
 
 
+def _unfinished_outcome(outcome: str) -> Outcome:
+    """A kept attempt's outcome for a trial with no final evaluation.
+
+    A scored verdict that has no final artifact could not be stored: the trial
+    is not scored, and its outcome says so.
+    """
+    return Outcome.STORAGE_ERROR if Outcome(outcome).is_scored else Outcome(outcome)
+
+
 def _peak_memory_mb(evaluation: Evaluation | None) -> float | None:
     """The largest peak any grading step measured; None where none was measured."""
     peaks = [step["peak_memory_mb"] for step in evaluation.steps if step.get("peak_memory_mb")] if evaluation else []
@@ -94,13 +106,22 @@ def trial_result(
     gen_key = generation_key(instance, agent, trial.seed, campaign.timeout_multiplier)
     stored_generation = store.get(gen_key)
     generation = Generation.from_payload(stored_generation, reused=True) if stored_generation else None
-    evaluation, eval_key, attempts = None, None, 0
+    generation_failures = failed_attempts(store, gen_key)
+    evaluation, eval_key, attempts, final = None, None, 0, None
     if generation:
         eval_key = evaluation_key(generation, environment_key, sandbox, campaign.test_timeout_for(instance))
         evaluation, attempts = _latest_attempt(store, eval_key)
         if (final := store.get(eval_key)) is not None:
             evaluation = Evaluation.from_payload(final, reused=True)
-    outcome = Outcome(evaluation.outcome) if evaluation else None
+    if final is not None:
+        outcome: Outcome | None = Outcome(evaluation.outcome)
+    elif evaluation:
+        outcome = _unfinished_outcome(evaluation.outcome)
+    elif generation_failures:
+        outcome = Outcome(generation_failures[-1].status)
+    else:
+        environment_attempts = environment_failures(store, environment_key)
+        outcome = Outcome(environment_attempts[-1]["outcome"]) if environment_attempts else None
     limits = sandbox.limits
     return TrialResult(
         campaign=campaign.name,
@@ -113,9 +134,10 @@ def trial_result(
         agent=trial.variant.agent,
         agent_config_hash=agent.config_hash,
         outcome=outcome.value if outcome else MISSING,
-        scored=bool(outcome and outcome.is_scored),
-        resolved=bool(outcome and outcome.is_resolved),
-        attempts=attempts,
+        outcome_kind=outcome.kind.value if outcome else None,
+        scored=final is not None,
+        resolved=bool(final is not None and outcome and outcome.is_resolved),
+        attempts=attempts + len(generation_failures),
         generation_key=gen_key if generation else None,
         evaluation_key=eval_key if evaluation else None,
         patch_sha256=generation.patch_sha256 if generation else None,

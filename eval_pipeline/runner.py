@@ -21,6 +21,7 @@ from dagster import AssetKey, BetaWarning, DagsterInstance, Definitions, Execute
 
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.defs import build_definitions, stage_job_name
+from eval_pipeline.defs.assets import failure_outcomes
 from eval_pipeline.defs.partitions import trial_run_key
 from eval_pipeline.results import collect_results
 from eval_pipeline.settings import Paths
@@ -130,11 +131,11 @@ class CampaignExecutor:
 
     def run_trial(self, instance_id: str, trial_key: str) -> TrialRun:
         result = self.execute("trials", partition_key=trial_run_key(instance_id, trial_key))
-        outcome = (
-            result.asset_value(self.asset_key("evaluation")).outcome
-            if result.success
-            else f"failed (run {result.run_id})"
-        )
+        if result.success:
+            outcome = result.asset_value(self.asset_key("evaluation")).outcome
+        else:
+            failed_on = [o.value for o in failure_outcomes(result.get_step_failure_events())] or ["failed"]
+            outcome = f"{', '.join(failed_on)} (run {result.run_id})"
         return TrialRun(
             generation=_status(result, f"{self.campaign.name}__generation"),
             evaluation=_status(result, f"{self.campaign.name}__evaluation"),
@@ -230,16 +231,22 @@ def run_campaign(
     try:
         with _executor_pool(executor, workers) as parallel_map:
             builds = parallel_map("prepare_environment", missing_environments, campaign.sandbox.build_parallelism)
+            failed_environments = set()
             for (instance_id,), ok in builds:
-                if not ok:
-                    raise CampaignRunError(f"{instance_id}: preparing the environment failed (see its Dagster run)")
+                if not ok:  # its trials cannot run; the results show the environment's outcome for them
+                    failed_environments.add(instance_id)
+                    progress(f"environment failed: {instance_id} (see its Dagster run); skipping its trials")
+                    continue
                 run.environments_prepared += 1
                 progress(f"environment ready: {instance_id}")
-            for number, ((instance_id, trial_key), trial) in enumerate(parallel_map("run_trial", pending), start=1):
+            runnable = [
+                (instance_id, trial) for instance_id, trial in pending if instance_id not in failed_environments
+            ]
+            for number, ((instance_id, trial_key), trial) in enumerate(parallel_map("run_trial", runnable), start=1):
                 run.generation.add(trial.generation)
                 run.evaluation.add(trial.evaluation)
                 progress(
-                    f"[{number}/{len(pending)}] {instance_id} {trial_key}: {trial.outcome}"
+                    f"[{number}/{len(runnable)}] {instance_id} {trial_key}: {trial.outcome}"
                     f" (generation {trial.generation}, evaluation {trial.evaluation})"
                 )
     finally:

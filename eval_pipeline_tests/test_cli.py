@@ -43,7 +43,7 @@ def test_demo_portfolio_end_to_end_then_resume_regrades_only_the_unscored(campai
         ).fetchall()
     assert rows == (96, 1, HARNESS_VERSION, 96, 2, "local", 256, 2048)
     assert measured == (48, 0), "pytest runs record their peak; a run too short to sample records none, never 0"
-    assert unscored == [("build-index", "oom_killed", 6, 256), ("slow-report", "timeout", 6, 1024)]
+    assert unscored == [("build-index", "oom_killed", 6, 256), ("slow-report", "test_timeout", 6, 1024)]
     assert {row[0] for row in oracle_terminal} <= {"build-index", "slow-report", "shuffle-deck"}
 
     second = run_cli(campaign_env, "--campaign", "demo", "--json")

@@ -6,11 +6,11 @@ from dataclasses import replace
 import pytest
 
 from eval_pipeline.agents import Agent, AgentOutput, FlakyAgent, make_agent
+from eval_pipeline.artifacts import attempts_prefix
 from eval_pipeline.benchmark import EnvironmentSpec
-from eval_pipeline.evaluation import attempts_prefix, evaluate
-from eval_pipeline.generation import AGENT_ERROR, generate, generation_key
-from eval_pipeline.outcomes import Outcome
-from eval_pipeline.sandbox import SandboxError
+from eval_pipeline.evaluation import evaluate
+from eval_pipeline.generation import failed_attempts, generate, generation_key
+from eval_pipeline.outcomes import Outcome, SandboxLost
 
 
 class CrashingAgent(Agent):
@@ -25,7 +25,7 @@ class EngineLostAgent(Agent):
     name = "engine-lost"
 
     def solve(self, task, workspace):
-        raise SandboxError("the container disappeared under the agent")
+        raise SandboxLost("the container disappeared under the agent")
 
 
 class CountingAgent(Agent):
@@ -92,17 +92,23 @@ def test_generation_is_reused_not_recomputed(instance, environment, shared_sandb
 
 def test_an_agent_crash_is_recorded_as_agent_error_with_its_partial_patch(instance, environment, shared_sandbox, store):
     generation = generate(instance, CrashingAgent(), 0, environment, shared_sandbox, store)
-    assert generation.status == AGENT_ERROR
+    assert generation.status == Outcome.AGENT_ERROR
     assert "model API returned garbage" in generation.error
     assert "partial.txt" in generation.patch
     evaluation = evaluate(instance, EnvironmentSpec(), generation, environment, shared_sandbox, store, 60)
-    assert evaluation.outcome_type is Outcome.ERROR
+    assert evaluation.outcome_type is Outcome.AGENT_ERROR and evaluation.outcome_type.is_scored
+    assert store.get(evaluation.key) is not None, "the agent's failure is final: never retried"
 
 
 def test_a_sandbox_failure_under_the_agent_is_not_the_agents_failure(instance, environment, shared_sandbox, store):
-    with pytest.raises(SandboxError):
-        generate(instance, EngineLostAgent(), 0, environment, shared_sandbox, store)
-    assert store.get(generation_key(instance, EngineLostAgent(), 0)) is None, "nothing stored: the step is retried"
+    key = generation_key(instance, EngineLostAgent(), 0)
+    for _ in range(2):
+        with pytest.raises(SandboxLost):
+            generate(instance, EngineLostAgent(), 0, environment, shared_sandbox, store)
+    assert store.get(key) is None, "nothing final stored: the step is retried"
+    attempts = failed_attempts(store, key)
+    assert [a.status for a in attempts] == ["sandbox_lost", "sandbox_lost"], "every attempt is kept"
+    assert "disappeared" in attempts[0].error
 
 
 def test_scored_evaluations_are_final_and_reused(instance, environment, shared_sandbox, store, demo_benchmark):
@@ -120,7 +126,7 @@ def test_unscored_attempts_are_kept_and_graded_again(instance, environment, shar
     spec = demo_benchmark.environment_for(instance)
     slow = replace(spec, test_cmd="sleep 30; " + spec.test_cmd)
     timed_out = evaluate(instance, slow, generation, environment, shared_sandbox, store, 0.5)
-    assert timed_out.outcome_type is Outcome.TIMEOUT
+    assert timed_out.outcome_type is Outcome.TEST_TIMEOUT and timed_out.outcome_type.is_retried
     assert store.get(timed_out.key) is None, "an unscored verdict must not become final"
     retried = evaluate(instance, slow, generation, environment, shared_sandbox, store, 0.5)
     assert not retried.reused and retried.attempt_id != timed_out.attempt_id
@@ -151,5 +157,7 @@ def test_a_command_agent_gets_the_instruction_as_a_file_and_its_changes_become_t
 def test_a_command_agent_that_overruns_is_stopped_and_recorded(instance, environment, shared_sandbox, store):
     agent = make_agent("command", {"command": "echo started > partial.txt; sleep 30", "timeout_s": 0.5})
     generation = generate(instance, agent, 0, environment, shared_sandbox, store)
-    assert generation.trajectory[0]["timed_out"] is True
+    assert generation.status == Outcome.AGENT_TIMEOUT and "time limit" in generation.error
     assert "partial.txt" in generation.patch
+    evaluation = evaluate(instance, EnvironmentSpec(), generation, environment, shared_sandbox, store, 60)
+    assert evaluation.outcome_type is Outcome.AGENT_TIMEOUT and evaluation.outcome_type.is_scored

@@ -66,7 +66,7 @@ def test_a_patch_that_rewrites_the_graded_tests_does_not_help(shared_sandbox, pr
 def test_tests_that_run_too_long_end_in_timeout_not_unresolved(shared_sandbox, prepare, demo_benchmark, instance):
     slow = replace(EnvironmentSpec(), test_cmd="sleep 30; " + EnvironmentSpec().test_cmd)
     verdict = run_grade(shared_sandbox, prepare, demo_benchmark, instance, instance.patch, spec=slow, timeout=1)
-    assert verdict.outcome is Outcome.TIMEOUT
+    assert verdict.outcome is Outcome.TEST_TIMEOUT
     assert not verdict.outcome.is_scored
 
 
@@ -74,4 +74,4 @@ def test_no_report_is_an_error_not_a_failure(shared_sandbox, prepare, demo_bench
     verdict = run_grade(
         shared_sandbox, prepare, demo_benchmark, instance, instance.patch, spec=EnvironmentSpec(test_cmd="true")
     )
-    assert verdict.outcome is Outcome.ERROR and "no report" in verdict.detail
+    assert verdict.outcome is Outcome.GRADING_ERROR and "no report" in verdict.detail

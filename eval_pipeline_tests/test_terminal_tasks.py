@@ -69,7 +69,7 @@ def test_a_task_over_its_memory_is_oom_killed_at_1x_and_resolves_at_3x(tasks, tm
 def test_a_slow_task_times_out_under_its_limit_and_passes_with_more_time(tasks, tmp_path, store):
     strict = run_trial(tasks, "slow-report", "oracle", tmp_path, store)
     relaxed = run_trial(tasks, "slow-report", "oracle", tmp_path, store, timeout_multiplier=2)
-    assert strict.outcome == Outcome.TIMEOUT and strict.test_timeout_s == 3
+    assert strict.outcome == Outcome.TEST_TIMEOUT and strict.test_timeout_s == 3
     assert relaxed.outcome == Outcome.RESOLVED and relaxed.test_timeout_s == 6
 
 

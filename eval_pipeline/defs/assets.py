@@ -5,6 +5,7 @@ dataset_snapshot -> environment[instance] -> generation[instance x trial]
 trial_plan registers the trial partitions from the campaign file.
 """
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +14,16 @@ from dagster import (
     AssetIn,
     AssetKey,
     AssetsDefinition,
+    Backoff,
+    DagsterEvent,
     DataVersion,
     DynamicPartitionsDefinition,
     Failure,
+    Jitter,
     MetadataValue,
     MultiToSingleDimensionPartitionMapping,
     Output,
+    RetryPolicy,
     asset,
 )
 
@@ -27,10 +32,12 @@ from eval_pipeline.campaign import Campaign, Trial
 from eval_pipeline.dataset_sources import load_portfolio, write_snapshot
 from eval_pipeline.defs.partitions import INSTANCE, TRIAL, CampaignPartitions
 from eval_pipeline.defs.resources import EvalPipelineResource
+from eval_pipeline.environments import environment_attempt
 from eval_pipeline.evaluation import Evaluation, evaluate
 from eval_pipeline.generation import GENERATION_VERSION, Generation, generate
 from eval_pipeline.grading import GRADING_VERSION
 from eval_pipeline.hashing import stable_hash
+from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.report import build_report, render_markdown, write_report
 from eval_pipeline.results import collect_results, read_results_table, write_results_table
@@ -40,8 +47,33 @@ from eval_pipeline.sandbox.local import ENVIRONMENT_LAYOUT_VERSION
 # Code versions of the assets whose logic has no version of its own in the core.
 SNAPSHOT_CODE_VERSION = "1"
 PLAN_CODE_VERSION = "1"
-RESULTS_CODE_VERSION = "1"
+RESULTS_CODE_VERSION = "2"
 IMAGE_CODE_VERSION = "1"
+# Concurrency pools (limits per Dagster instance: dagster.yaml, or `dagster instance concurrency set`).
+ENVIRONMENT_POOL = "eval_pipeline_environments"  # image builds and environment pods started at once
+MODEL_API_POOL = "eval_pipeline_model_api"  # agents running at once, each calling a model API
+
+
+def outcome_failure(description: str, outcome: Outcome, metadata: dict[str, Any]) -> Failure:
+    """The step failure for an unscored outcome: retried by the step's policy only when it is infrastructure.
+
+    The outcome travels in the failure's metadata, where the campaign's sensor reads it.
+    """
+    return Failure(
+        description=f"{description}: {outcome.value}",
+        metadata={**metadata, "outcome": outcome.value, "outcome_kind": outcome.kind.value},
+        allow_retries=outcome.is_retried,
+    )
+
+
+def failure_outcomes(step_failures: Sequence[DagsterEvent]) -> list[Outcome]:
+    """The outcomes that `outcome_failure` recorded in a run's step failures (none for a crash)."""
+    outcomes = []
+    for event in step_failures:
+        user_data = event.step_failure_data.user_failure_data
+        if user_data and "outcome" in user_data.metadata:
+            outcomes.append(Outcome(user_data.metadata["outcome"].value))
+    return outcomes
 
 
 def _sync_partitions(
@@ -97,6 +129,12 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         partition_mapping=MultiToSingleDimensionPartitionMapping(partition_dimension_name=INSTANCE),
     )
     common = {"key_prefix": prefix, "group_name": campaign.name}
+    retry_policy = RetryPolicy(
+        max_retries=campaign.retries.max_retries,
+        delay=campaign.retries.delay_s,
+        backoff=Backoff.EXPONENTIAL,
+        jitter=Jitter.PLUS_MINUS,
+    )
 
     def partition_of(context: AssetExecutionContext, portfolio: Portfolio) -> tuple[Any, Trial]:
         keys = context.partition_key.keys_by_dimension
@@ -135,16 +173,34 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             metadata={"trials": len(keys), **_sync_partitions(context, partitions.trials, keys)},
         )
 
+    def environment_step(
+        portfolio: Portfolio, eval_pipeline: EvalPipelineResource, instance: Any, work: str
+    ) -> tuple[SandboxBackend, Any]:
+        """Build or prepare the instance's environment (`work` names the sandbox method), failures typed."""
+        sandbox = eval_pipeline.sandbox(campaign, instance)
+        spec = portfolio.environment_for(instance)
+        try:
+            key = sandbox.environment_key(instance, spec)
+            with environment_attempt(eval_pipeline.artifact_store(), instance.instance_id, key):
+                return sandbox, getattr(sandbox, work)(instance, spec, portfolio.source_for(instance))
+        except InfrastructureError as error:
+            raise outcome_failure(
+                f"{instance.instance_id}: {error}", error.outcome, _lineage(portfolio, sandbox)
+            ) from error
+
     @asset(
-        **common, partitions_def=partitions.instances, ins={"portfolio": snapshot_in}, code_version=IMAGE_CODE_VERSION
+        **common,
+        partitions_def=partitions.instances,
+        ins={"portfolio": snapshot_in},
+        code_version=IMAGE_CODE_VERSION,
+        retry_policy=retry_policy,
+        pool=ENVIRONMENT_POOL,
     )
     def environment_image(
         context: AssetExecutionContext, portfolio: Portfolio, eval_pipeline: EvalPipelineResource
     ) -> Output[dict]:
         """What the instance's environment starts from (an image, a directory), built once, before any trial."""
-        instance = portfolio.instance(context.partition_key)
-        sandbox = eval_pipeline.sandbox(campaign, instance)
-        record = sandbox.build(instance, portfolio.environment_for(instance), portfolio.source_for(instance))
+        sandbox, record = environment_step(portfolio, eval_pipeline, portfolio.instance(context.partition_key), "build")
         return Output(
             record,
             data_version=DataVersion(record.get("image_id") or record["environment_key"]),
@@ -157,14 +213,16 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         ins={"portfolio": snapshot_in},
         deps=[AssetKey([*prefix, "environment_image"])],
         code_version=ENVIRONMENT_LAYOUT_VERSION,
+        retry_policy=retry_policy,
+        pool=ENVIRONMENT_POOL,
     )
     def environment(
         context: AssetExecutionContext, portfolio: Portfolio, eval_pipeline: EvalPipelineResource
     ) -> Output[EnvironmentHandle]:
         """The instance's long-lived environment (a pod, a directory), started from its image."""
-        instance = portfolio.instance(context.partition_key)
-        sandbox = eval_pipeline.sandbox(campaign, instance)
-        handle = sandbox.prepare(instance, portfolio.environment_for(instance), portfolio.source_for(instance))
+        sandbox, handle = environment_step(
+            portfolio, eval_pipeline, portfolio.instance(context.partition_key), "prepare"
+        )
         return Output(
             handle,
             data_version=DataVersion(handle.key),
@@ -177,6 +235,8 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         ins={"portfolio": snapshot_in, "environment": environment_in},
         deps=[AssetKey([*prefix, "trial_plan"])],
         code_version=GENERATION_VERSION,
+        retry_policy=retry_policy,
+        pool=MODEL_API_POOL,
     )
     def generation(
         context: AssetExecutionContext,
@@ -184,18 +244,29 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         environment: EnvironmentHandle,
         eval_pipeline: EvalPipelineResource,
     ) -> Output[Generation]:
-        """The agent's patch for one (instance, trial); stored once, never regenerated."""
+        """The agent's patch for one (instance, trial); stored once, never regenerated.
+
+        An infrastructure failure under the agent fails the step (retried with backoff), and the
+        agent's own failure is stored like any patch: its evaluation records it.
+        """
         instance, trial = partition_of(context, portfolio)
         sandbox = eval_pipeline.sandbox(campaign, instance)
-        result = generate(
-            instance,
-            trial.variant.make_agent(),
-            trial.seed,
-            environment,
-            sandbox,
-            eval_pipeline.artifact_store(),
-            campaign.timeout_multiplier,
-        )
+        agent = trial.variant.make_agent()
+        try:
+            result = generate(
+                instance,
+                agent,
+                trial.seed,
+                environment,
+                sandbox,
+                eval_pipeline.artifact_store(),
+                campaign.timeout_multiplier,
+            )
+        except InfrastructureError as error:
+            lineage = _trial_lineage(portfolio, sandbox, trial, agent.config_hash, environment)
+            raise outcome_failure(
+                f"{instance.instance_id} {trial.key}: generation: {error}", error.outcome, lineage
+            ) from error
         return Output(
             result,
             data_version=DataVersion(result.patch_sha256),
@@ -218,6 +289,7 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             "generation": AssetIn(key=AssetKey([*prefix, "generation"])),
         },
         code_version=GRADING_VERSION,
+        retry_policy=retry_policy,
     )
     def evaluation(
         context: AssetExecutionContext,
@@ -226,7 +298,11 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         generation: Generation,
         eval_pipeline: EvalPipelineResource,
     ) -> Output[Evaluation]:
-        """The graded outcome of the stored generation. An unscored outcome fails the partition, for re-runs."""
+        """The graded outcome of the stored generation.
+
+        An unscored outcome fails the partition, so that "backfill failed partitions" re-runs exactly
+        those; an infrastructure outcome is first retried in the run, with backoff.
+        """
         instance, trial = partition_of(context, portfolio)
         sandbox = eval_pipeline.sandbox(campaign, instance)
         result = evaluate(
@@ -247,10 +323,8 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             "generation_artifact": generation.key,
         }
         if not result.outcome_type.is_scored:
-            raise Failure(
-                description=f"{instance.instance_id} {trial.key}: {result.outcome}: {result.detail[-2000:]}",
-                metadata=metadata,
-            )
+            description = f"{instance.instance_id} {trial.key}: {result.detail[-2000:]}"
+            raise outcome_failure(description, result.outcome_type, metadata)
         return Output(result, data_version=DataVersion(stable_hash([result.key, result.outcome])), metadata=metadata)
 
     @asset(**common, ins={"portfolio": snapshot_in}, deps=[evaluation], code_version=RESULTS_CODE_VERSION)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
+from eval_pipeline.outcomes import InfrastructureError
 
 
 def parse_multiplier(value: Any) -> float | None:
@@ -90,8 +91,11 @@ class ResourceLimits:
         }
 
 
-class SandboxError(RuntimeError):
-    """The sandbox failed (engine, container, file system), not the command run in it: an infrastructure failure."""
+class SandboxError(InfrastructureError):
+    """The sandbox failed (engine, container, file system), not the command run in it: an infrastructure failure.
+
+    Raise `SandboxLost` (an `InfrastructureError` too) when the environment itself is gone.
+    """
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ counter are read in the container, and one JSON result comes back.
 import fcntl
 import io
 import json
+import logging
 import os
 import re
 import tarfile
@@ -31,11 +32,13 @@ from typing import Any
 
 import docker
 import docker.errors
+import requests.exceptions
 from docker.models.containers import Container
 
 from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
 from eval_pipeline.gitutil import clone_at
 from eval_pipeline.hashing import stable_hash
+from eval_pipeline.outcomes import InfrastructureError, SandboxLost
 from eval_pipeline.sandbox.base import EnvironmentHandle, ExecResult, SandboxBackend, SandboxError, Workspace
 from eval_pipeline.sandbox.images import (
     CA_BUNDLE,
@@ -54,10 +57,25 @@ from eval_pipeline.sandbox.images import (
 # Commands are timed out inside the container; the client waits as long as they may run.
 CLIENT_TIMEOUT_S = 24 * 3600
 FIRST_TRIAL_UID = 20000
+_ENGINE_FAILURES = (docker.errors.DockerException, requests.exceptions.RequestException)
+
+logger = logging.getLogger(__name__)
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_.-]", "-", text)[:100]
+
+
+@contextmanager
+def engine_errors(what: str) -> Iterator[None]:
+    """Engine failures as typed infrastructure errors: a missing container or image is SandboxLost,
+    anything else the engine or its socket raise (it stopped, it refused) a SandboxError (engine_error)."""
+    try:
+        yield
+    except docker.errors.NotFound as error:
+        raise SandboxLost(f"{what}: {error}") from error
+    except _ENGINE_FAILURES as error:
+        raise SandboxError(f"{what}: {error}") from error
 
 
 class ContainerWorkspace(Workspace):
@@ -71,10 +89,25 @@ class ContainerWorkspace(Workspace):
         self._extra_env = extra_env
         self._output_bytes = output_bytes
 
+    def _failure(self, message: str) -> InfrastructureError:
+        """Why an exec failed: the container is gone or stopped (SandboxLost), or the engine misbehaved."""
+        with engine_errors(self.container.name):
+            try:
+                self.container.reload()
+                state = self.container.status
+            except docker.errors.NotFound:
+                state = "removed"
+        if state != "running":
+            return SandboxLost(f"{self.container.name} is {state}: {message}")
+        return SandboxError(f"{self.container.name}: {message}")
+
     def _as_root(self, command: str) -> None:
-        result = self.container.exec_run(["sh", "-c", command], user="0")
+        try:
+            result = self.container.exec_run(["sh", "-c", command], user="0")
+        except _ENGINE_FAILURES as error:
+            raise self._failure(f"{command!r}: {error}") from error
         if result.exit_code != 0:
-            raise SandboxError(f"{self.container.name}: {command!r} failed: {result.output.decode(errors='replace')}")
+            raise self._failure(f"{command!r} failed: {result.output.decode(errors='replace')}")
 
     def create(self) -> None:
         root, uid = self.root, self.uid
@@ -108,10 +141,10 @@ class ContainerWorkspace(Workspace):
             exec_id = api.exec_create(self.container.id, ["python3", EXEC_SCRIPT, json.dumps(request)], user="0")["Id"]
             stdout, stderr = api.exec_start(exec_id, demux=True)
             exit_code = api.exec_inspect(exec_id)["ExitCode"]
-        except docker.errors.APIError as error:
-            raise SandboxError(f"{self.container.name}: exec failed: {error}") from error
+        except _ENGINE_FAILURES as error:
+            raise self._failure(f"exec failed: {error}") from error
         if exit_code != 0 or not stdout:
-            raise SandboxError(f"{self.container.name}: the command runner failed: {(stderr or b'')[-2000:]!r}")
+            raise self._failure(f"the command runner failed (exit {exit_code}): {(stderr or b'')[-2000:]!r}")
         return ExecResult(**json.loads(stdout))
 
     def harness_path(self, name: str) -> str:
@@ -133,15 +166,24 @@ class ContainerWorkspace(Workspace):
             info = tarfile.TarInfo(name)
             info.size, info.uid, info.gid, info.mode = len(data), self.uid, self.uid, 0o600
             tar.addfile(info, io.BytesIO(data))
-        if not self.container.put_archive(f"{self.root}/harness", archive.getvalue()):
-            raise SandboxError(f"{self.container.name}: could not write {name}")
+        try:
+            written = self.container.put_archive(f"{self.root}/harness", archive.getvalue())
+        except _ENGINE_FAILURES as error:
+            raise self._failure(f"writing {name}: {error}") from error
+        if not written:
+            raise self._failure(f"could not write {name}")
         return self.harness_path(name)
 
     def read_harness_file(self, name: str) -> bytes | None:
         try:
             chunks, _ = self.container.get_archive(self.harness_path(name))
-        except docker.errors.NotFound:
-            return None
+        except docker.errors.NotFound as error:
+            failure = self._failure(f"reading {name}: {error}")
+            if isinstance(failure, SandboxLost):
+                raise failure from error
+            return None  # the container is fine; no command wrote the file
+        except _ENGINE_FAILURES as error:
+            raise self._failure(f"reading {name}: {error}") from error
         with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
             member = tar.extractfile(tar.getmembers()[0])
             return member.read() if member else None
@@ -153,7 +195,8 @@ class ContainerSandbox(SandboxBackend):
     @property
     def client(self) -> docker.DockerClient:
         if not hasattr(self, "_client"):
-            self._client = docker.from_env(timeout=CLIENT_TIMEOUT_S)
+            with engine_errors("connecting to the container engine"):
+                self._client = docker.from_env(timeout=CLIENT_TIMEOUT_S)
         return self._client
 
     def _labels(self, **extra: str) -> dict[str, str]:
@@ -207,7 +250,8 @@ class ContainerSandbox(SandboxBackend):
                     os.replace(Path(scratch) / "repo", target)
 
         builder = ImageBuilder(self.client, self.root)
-        record = builder.ensure(self._layers(instance, spec), prepare_context=checkout)
+        with engine_errors(f"building the environment of {instance.instance_id}"):
+            record = builder.ensure(self._layers(instance, spec), prepare_context=checkout)
         return {
             **record,
             "environment_key": record["tag"],
@@ -230,31 +274,33 @@ class ContainerSandbox(SandboxBackend):
         return handle
 
     def _start(self, image: str, name: str, labels: Mapping[str, str], trials: int) -> Container:
-        return self.client.containers.run(
-            image,
-            ["python3", EXEC_SCRIPT, "--reap"],
-            name=name,
-            detach=True,
-            labels=dict(labels),
-            **self._container_limits(trials),
-        )
+        with engine_errors(f"starting {name}"):
+            try:
+                return self.client.containers.run(
+                    image,
+                    ["python3", EXEC_SCRIPT, "--reap"],
+                    name=name,
+                    detach=True,
+                    labels=dict(labels),
+                    **self._container_limits(trials),
+                )
+            except docker.errors.APIError as error:
+                if error.status_code != 409:
+                    raise
+                return self.client.containers.get(name)  # another process started it first
 
     def _pod(self, handle: EnvironmentHandle) -> Container:
         """The instance's running pod, started (or restarted, if it was lost) on demand."""
-        try:
-            pod = self.client.containers.get(handle.location)
-            if pod.status == "running":
-                return pod
-            pod.remove(force=True)
-        except docker.errors.NotFound:
-            pass
+        with engine_errors(f"pod {handle.location}"):
+            try:
+                pod = self.client.containers.get(handle.location)
+                if pod.status == "running":
+                    return pod
+                pod.remove(force=True)
+            except docker.errors.NotFound:
+                pass
         labels = self._labels(**{"eval_pipeline.instance": handle.instance_id, "eval_pipeline.role": "pod"})
-        try:
-            return self._start(handle.details["image"], handle.location, labels, self.settings.pod_parallelism)
-        except docker.errors.APIError as error:
-            if error.status_code == 409:  # another process started it first
-                return self.client.containers.get(handle.location)
-            raise SandboxError(f"starting pod {handle.location} failed: {error}") from error
+        return self._start(handle.details["image"], handle.location, labels, self.settings.pod_parallelism)
 
     @contextmanager
     def _pod_slot(self, handle: EnvironmentHandle) -> Iterator[int]:
@@ -292,15 +338,15 @@ class ContainerSandbox(SandboxBackend):
             }
         )
         name = f"eval-trial-{_slug(self.campaign)}-{_slug(label)}-{uuid.uuid4().hex[:8]}"
-        try:
-            container = self._start(environment.details["image"], name, labels, trials=1)
-        except docker.errors.APIError as error:
-            raise SandboxError(f"starting {name} failed: {error}") from error
+        container = self._start(environment.details["image"], name, labels, trials=1)
         try:
             with self._used(container, "trial", 0) as workspace:
                 yield workspace
         finally:
-            container.remove(force=True)
+            try:
+                container.remove(force=True)
+            except _ENGINE_FAILURES as error:  # the janitor removes what the engine could not remove now
+                logger.warning("could not remove %s: %s", name, error)
 
     @contextmanager
     def _used(self, container: Container, name: str, slot: int) -> Iterator[ContainerWorkspace]:
@@ -312,10 +358,14 @@ class ContainerSandbox(SandboxBackend):
         try:
             yield workspace
         finally:
-            workspace.destroy()
+            try:
+                workspace.destroy()
+            except InfrastructureError as error:  # the next workspace in this slot starts by removing it
+                logger.warning("could not remove workspace %s: %s", workspace.root, error)
 
     def release(self) -> None:
-        for container in self.client.containers.list(
-            all=True, filters={"label": [f"{MANAGED_LABEL}=true", f"eval_pipeline.campaign={self.campaign}"]}
-        ):
-            container.remove(force=True)
+        with engine_errors(f"releasing campaign {self.campaign}'s containers"):
+            for container in self.client.containers.list(
+                all=True, filters={"label": [f"{MANAGED_LABEL}=true", f"eval_pipeline.campaign={self.campaign}"]}
+            ):
+                container.remove(force=True)

@@ -26,6 +26,7 @@ import pytest
 
 from eval_pipeline.benchmark import EnvironmentSpec, Instance
 from eval_pipeline.hashing import stable_hash
+from eval_pipeline.outcomes import ImageBuildFailed
 from eval_pipeline.sandbox import limited_exec
 
 HARNESS_ROOT = "/opt/eval"
@@ -36,10 +37,6 @@ TESTBED = "/testbed"
 WORKSPACES = "/workspaces"
 PATH = f"{HARNESS_VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MANAGED_LABEL = "eval_pipeline.managed"
-
-
-class ImageBuildError(RuntimeError):
-    """A layer failed to build; the message names the layer and its kept build log."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +185,6 @@ class ImageBuilder:
                 self.log_path(layer.tag).write_text(_log_text(lines))
             except docker.errors.BuildError as error:
                 self.log_path(layer.tag).write_text(_log_text(error.build_log))
-                raise ImageBuildError(
+                raise ImageBuildFailed(
                     f"building {layer.kind} image {layer.tag} failed: {error.msg}; log: {self.log_path(layer.tag)}"
                 ) from None

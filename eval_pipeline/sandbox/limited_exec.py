@@ -115,6 +115,20 @@ def _limit_child(cpu_ceiling, uid):
         os.setuid(uid)
 
 
+def _not_started(command, error, duration_s):
+    return {
+        "command": command,
+        "exit_code": 127,
+        "stdout": "",
+        "stderr": f"cannot start the command: {error}",
+        "duration_s": duration_s,
+        "timed_out": False,
+        "output_truncated": False,
+        "peak_memory_mb": None,
+        "oom_killed": False,
+    }
+
+
 def run_limited(
     command,
     cwd,
@@ -136,16 +150,19 @@ def run_limited(
     """
     oom_before = cgroup_oom_kills() if watch_cgroup_oom else None
     started = time.monotonic()
-    process = subprocess.Popen(
-        ["/bin/sh", "-c", command],
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        preexec_fn=lambda: _limit_child(cpu_ceiling, uid),
-    )
+    try:
+        process = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=lambda: _limit_child(cpu_ceiling, uid),
+        )
+    except OSError as error:  # its working directory is gone (an earlier command removed it): the command fails
+        return _not_started(command, error, time.monotonic() - started)
     timed_out = threading.Event()
     truncated = threading.Event()
 

@@ -5,7 +5,9 @@ base commit and its own virtualenv, built once under a lock); each workspace is
 a copy-on-write copy (`cp --reflink=auto`, a plain copy where the file system
 cannot share blocks) of that repository, so a trial never touches the shared
 environment. Commands run in their own process group with a timeout, a memory
-ceiling (RLIMIT_AS), the CPU ceiling as a core affinity, and capped output.
+ceiling (watched on the group's resident memory), the CPU ceiling as a core
+affinity, and capped output. An environment directory that vanished is
+SandboxLost, as a lost pod is.
 
 Process isolation is weaker than a container's: a hostile command can still
 reach the rest of the file system. The container backend closes that gap.
@@ -26,6 +28,7 @@ from typing import Any
 from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
 from eval_pipeline.gitutil import clone_at
 from eval_pipeline.hashing import stable_hash
+from eval_pipeline.outcomes import ImageBuildFailed, SandboxLost
 from eval_pipeline.sandbox.base import EnvironmentHandle, ExecResult, ResourceLimits, SandboxBackend, Workspace
 from eval_pipeline.sandbox.limited_exec import run_limited
 
@@ -102,7 +105,7 @@ class LocalSandbox(SandboxBackend):
     def enforced_limits(self) -> dict[str, bool]:
         return {
             "memory_floor_mb": False,  # no reservation without cgroups
-            "memory_ceiling_mb": True,  # RLIMIT_AS: address space, an upper bound on memory
+            "memory_ceiling_mb": True,  # the process group's resident memory, watched
             "cpu_floor": False,
             "cpu_ceiling": hasattr(os, "sched_setaffinity"),  # core affinity, rounded up; not on macOS
             "pids": False,  # RLIMIT_NPROC counts all of a user's processes; use containers
@@ -162,7 +165,7 @@ class LocalSandbox(SandboxBackend):
         for command in commands:
             result = workspace.run(command, timeout_s=INSTALL_TIMEOUT_S)
             if not result.ok:
-                raise RuntimeError(
+                raise ImageBuildFailed(
                     f"environment for {instance.instance_id}: install step {command!r} failed "
                     f"(exit {result.exit_code}): {result.stderr[-1000:]}"
                 )
@@ -183,6 +186,8 @@ class LocalSandbox(SandboxBackend):
     @contextmanager
     def workspace(self, environment: EnvironmentHandle, label: str) -> Iterator[LocalWorkspace]:
         source = Path(environment.location)
+        if not (source / ".ready").is_file():
+            raise SandboxLost(f"the environment of {environment.instance_id} at {source} is gone")
         root = self.root / "workspaces" / f"{label}-{uuid.uuid4().hex[:8]}"
         root.mkdir(parents=True)
         try:
