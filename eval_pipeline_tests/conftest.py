@@ -1,14 +1,17 @@
 """Shared fixtures: the demo benchmark built once per session, local sandboxes, stores."""
 
 import os
+import uuid
 from pathlib import Path
 
+import docker
 import pytest
 
 from eval_pipeline.artifacts import LocalArtifactStore
 from eval_pipeline.benchmark import Benchmark, Instance
 from eval_pipeline.demo_benchmark import build_demo_benchmark
-from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxSettings
+from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxSettings, make_sandbox
+from eval_pipeline.sandbox.images import MANAGED_LABEL
 from eval_pipeline.sandbox.local import LocalSandbox
 
 
@@ -51,3 +54,55 @@ def campaign_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, s
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.delenv("EVAL_PIPELINE_DATA_DIR", raising=False)
     return {**os.environ, "DAGSTER_HOME": str(home)}
+
+
+def write_terminal_task(tasks_dir: Path, name: str, test_sh: str, solve_sh: str = "true\n") -> Path:
+    """A minimal Harbor-format task directory (empty working tree) whose verifier is `test_sh`."""
+    task = tasks_dir / name
+    for sub in ("environment", "tests", "solution"):
+        (task / sub).mkdir(parents=True, exist_ok=True)
+    (task / "instruction.md").write_text(f"Task {name}.\n")
+    (task / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 30.0\n[agent]\ntimeout_sec = 30.0\n')
+    (task / "environment" / "Dockerfile").write_text("FROM python:3.11-slim\nWORKDIR /app\n")
+    (task / "tests" / "test.sh").write_text(f"#!/bin/bash\n{test_sh}")
+    (task / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{solve_sh}")
+    return task
+
+
+TRIAL_LIMITS = ResourceLimits(memory_floor_mb=128, memory_ceiling_mb=512, cpu_ceiling=1)
+
+
+@pytest.fixture(scope="session")
+def engine():
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as error:  # noqa: BLE001 - any failure to reach the engine
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must provide a container engine (see scripts/start_container_engine.sh): {error}")
+        pytest.skip(f"no container engine reachable: {error}")
+    yield client
+    leftovers = client.containers.list(all=True, filters={"label": [f"{MANAGED_LABEL}=true"]})
+    assert not leftovers, f"tests left containers behind: {[c.name for c in leftovers]}"
+
+
+@pytest.fixture
+def container_sandbox(engine, tmp_path):
+    """A factory of container sandboxes for a unique test campaign, removing its containers after the test."""
+    campaign = f"test-{uuid.uuid4().hex[:8]}"
+    made = []
+
+    def make(limits=TRIAL_LIMITS, **settings):
+        sandbox = make_sandbox(
+            SandboxSettings.from_mapping({"backend": "container", **settings}), tmp_path / "sb", limits, campaign
+        )
+        made.append(sandbox)
+        return sandbox
+
+    yield make
+    for sandbox in made:
+        sandbox.release()
+
+
+def prepare_on(sandbox, benchmark, instance):
+    return sandbox.prepare(instance, benchmark.environment_for(instance), benchmark.source)

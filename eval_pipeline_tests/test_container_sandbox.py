@@ -12,7 +12,6 @@ import time
 import uuid
 from dataclasses import replace
 
-import docker
 import duckdb
 import pytest
 from dagster import DagsterInstance
@@ -26,9 +25,10 @@ from eval_pipeline.evaluation import evaluate
 from eval_pipeline.generation import generate
 from eval_pipeline.grading import grade
 from eval_pipeline.outcomes import Outcome
-from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, janitor, make_sandbox
+from eval_pipeline.sandbox import ResourceLimits, janitor
 from eval_pipeline.sandbox.images import MANAGED_LABEL, ImageBuilder
 from eval_pipeline.settings import Paths
+from eval_pipeline_tests.conftest import prepare_on
 
 # A bug whose test needs about 350 MB: OOM-killed under a 256 MB ceiling, fine under 3x.
 MEMHOG = DemoRepo(
@@ -58,45 +58,6 @@ MEMHOG = DemoRepo(
         ),
     ),
 )
-
-
-TRIAL_LIMITS = ResourceLimits(memory_floor_mb=128, memory_ceiling_mb=512, cpu_ceiling=1)
-
-
-@pytest.fixture(scope="session")
-def engine():
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as error:  # noqa: BLE001 - any failure to reach the engine
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must provide a container engine (see scripts/start_container_engine.sh): {error}")
-        pytest.skip(f"no container engine reachable: {error}")
-    yield client
-    leftovers = client.containers.list(all=True, filters={"label": [f"{MANAGED_LABEL}=true"]})
-    assert not leftovers, f"tests left containers behind: {[c.name for c in leftovers]}"
-
-
-@pytest.fixture
-def container_sandbox(engine, tmp_path):
-    """A factory of container sandboxes for a unique test campaign, removing its containers after the test."""
-    campaign = f"test-{uuid.uuid4().hex[:8]}"
-    made = []
-
-    def make(limits=TRIAL_LIMITS, **settings):
-        sandbox = make_sandbox(
-            SandboxSettings.from_mapping({"backend": "container", **settings}), tmp_path / "sb", limits, campaign
-        )
-        made.append(sandbox)
-        return sandbox
-
-    yield make
-    for sandbox in made:
-        sandbox.release()
-
-
-def prepare_on(sandbox, benchmark, instance):
-    return sandbox.prepare(instance, benchmark.environment_for(instance), benchmark.source)
 
 
 def test_image_layers_are_content_addressed_and_built_once(container_sandbox, demo_benchmark, engine, tmp_path):

@@ -98,7 +98,8 @@ def infrastructure_retry_sensor(campaign: Campaign, trials_job: JobDefinition) -
         run = context.dagster_run
         tags = run.tags
         partition = (tags.get(f"dagster/partition/{INSTANCE}"), tags.get(f"dagster/partition/{TRIAL}"))
-        if not (run.asset_selection or set()) & trial_assets or None in partition:
+        ours = run.job_name == trials_job.name or bool((run.asset_selection or set()) & trial_assets)
+        if not ours or None in partition:
             return SkipReason(f"run {run.run_id} is not a trial run of {campaign.name}")
         outcomes = failure_outcomes(context.get_step_failure_events())
         if not outcomes or not all(outcome.is_retried for outcome in outcomes):

@@ -1,0 +1,132 @@
+"""The nightly schedule and the infrastructure-retry sensor, through Dagster's own test contexts."""
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import (
+    AssetKey,
+    DagsterEventType,
+    RunRequest,
+    SkipReason,
+    build_run_status_sensor_context,
+    build_schedule_context,
+    instance_for_test,
+)
+
+from eval_pipeline.campaign import parse_campaign
+from eval_pipeline.defs import build_definitions, stage_job_name
+from eval_pipeline.defs.automation import REREQUEST_TAG, TRIGGER_TAG
+from eval_pipeline.defs.partitions import trial_run_key
+from eval_pipeline.settings import Paths
+from eval_pipeline_tests.conftest import write_terminal_task
+
+INSTANCE_ID = "eval-pipeline-demo__textkit-1"
+
+
+@pytest.fixture
+def dagster_instance():
+    with instance_for_test() as instance:
+        yield instance
+
+
+def campaign_of(**fields):
+    return parse_campaign(
+        {"name": "small", "benchmark": {"kind": "demo"}, "variants": [{"name": "oracle", "agent": "oracle"}], **fields},
+        "test",
+    )
+
+
+def test_only_a_campaign_with_nightly_gets_a_schedule(tmp_path):
+    assert build_definitions([campaign_of()], Paths(tmp_path)).schedules == []
+
+
+def test_the_nightly_schedule_runs_the_whole_campaign_and_resumes_the_next_night(tmp_path, dagster_instance):
+    campaign = campaign_of(nightly={"cron": "30 3 * * *", "timezone": "Europe/Berlin", "workers": 1})
+    defs = build_definitions([campaign], Paths(tmp_path / "data"))
+    schedule = defs.resolve_schedule_def("small__nightly")
+    assert (schedule.cron_schedule, schedule.execution_timezone) == ("30 3 * * *", "Europe/Berlin")
+
+    tick = datetime(2026, 11, 22, 3, 30, tzinfo=ZoneInfo("Europe/Berlin"))
+    [request] = schedule.evaluate_tick(
+        build_schedule_context(instance=dagster_instance, scheduled_execution_time=tick)
+    ).run_requests
+    assert request.tags[TRIGGER_TAG] == "nightly"
+    job = defs.resolve_job_def(schedule.job_name)
+
+    def night():
+        run = job.execute_in_process(instance=dagster_instance, run_config=request.run_config, tags=request.tags)
+        assert run.success
+        return run.output_for_node("small__run_campaign")
+
+    first = night()
+    assert (first["planned"], first["scored"], first["generation"]["computed"]) == (8, 8, 8)
+    evaluated = dagster_instance.get_materialized_partitions(AssetKey(["small", "evaluation"]))
+    assert len(evaluated) == 8, "each trial is its own partition run, recorded in the instance"
+    assert dagster_instance.get_latest_materialization_event(AssetKey(["small", "report"])) is not None
+
+    second = night()
+    assert second["generation"] == {"computed": 0, "reused": 0, "failed": 0}, "the next night only resumes"
+    assert second["variants"] == first["variants"]
+
+
+def sensor_context(instance, run_id: str, sensor_name: str):
+    failure = instance.get_records_for_run(run_id, of_type=DagsterEventType.RUN_FAILURE).records[0]
+    return build_run_status_sensor_context(
+        sensor_name=sensor_name,
+        dagster_event=failure.event_log_entry.dagster_event,
+        dagster_instance=instance,
+        dagster_run=instance.get_run_by_id(run_id),
+    ).for_run_failure()
+
+
+def run_trial(defs, campaign, instance, instance_id: str, tags=None):
+    for stage, partition in (("prepare", None), ("environments", instance_id)):
+        job = defs.resolve_job_def(stage_job_name(campaign, stage))
+        assert job.execute_in_process(instance=instance, partition_key=partition).success
+    job = defs.resolve_job_def(stage_job_name(campaign, "trials"))
+    return job.execute_in_process(
+        instance=instance, partition_key=trial_run_key(instance_id, "oracle-s0"), tags=tags, raise_on_error=False
+    )
+
+
+def test_the_sensor_requests_an_infrastructure_failure_again_up_to_its_bound(tmp_path, dagster_instance):
+    campaign = campaign_of(timeouts={"tests_s": 0.05}, retries={"max_retries": 1, "delay_s": 0, "max_rerequests": 1})
+    defs = build_definitions([campaign], Paths(tmp_path / "data"))
+    sensor = defs.resolve_sensor_def("small__infrastructure_retries")
+
+    failed = run_trial(defs, campaign, dagster_instance, INSTANCE_ID)
+    assert not failed.success
+    retried = failed.filter_events(lambda event: event.event_type == DagsterEventType.STEP_UP_FOR_RETRY)
+    assert len(retried) == 1, "the step's own retry policy tried once more within the run"
+    request = sensor(sensor_context(dagster_instance, failed.run_id, sensor.name))
+    assert isinstance(request, RunRequest)
+    assert request.partition_key == trial_run_key(INSTANCE_ID, "oracle-s0")
+    assert request.tags[REREQUEST_TAG] == "1"
+
+    again = run_trial(defs, campaign, dagster_instance, INSTANCE_ID, tags=request.tags)
+    assert not again.success
+    verdict = sensor(sensor_context(dagster_instance, again.run_id, sensor.name))
+    assert isinstance(verdict, SkipReason) and "the most allowed" in verdict.skip_message
+
+
+def test_the_sensor_never_requests_a_grading_error_again(tmp_path, dagster_instance):
+    write_terminal_task(tmp_path / "tasks", "bad-reward", 'echo "not a number" > "$EVAL_REWARD_FILE"\n')
+    campaign = parse_campaign(
+        {
+            "name": "small",
+            "benchmark": {"kind": "terminal", "path": str(tmp_path / "tasks")},
+            "variants": [{"name": "oracle", "agent": "oracle"}],
+            "retries": {"max_retries": 2, "delay_s": 0},
+        },
+        "test",
+    )
+    defs = build_definitions([campaign], Paths(tmp_path / "data"))
+    failed = run_trial(defs, campaign, dagster_instance, "bad-reward")
+    assert not failed.success
+    assert not failed.filter_events(lambda event: event.event_type == DagsterEventType.STEP_UP_FOR_RETRY), (
+        "a grading error is not retried within the run"
+    )
+    sensor = defs.resolve_sensor_def("small__infrastructure_retries")
+    verdict = sensor(sensor_context(dagster_instance, failed.run_id, sensor.name))
+    assert isinstance(verdict, SkipReason) and "grading_error" in verdict.skip_message

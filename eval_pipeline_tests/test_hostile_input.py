@@ -1,0 +1,148 @@
+"""Hostile or broken agent output on the local sandbox: each ends in a typed outcome, nothing else harmed.
+
+The same cases that need a container's isolation (writes outside the
+workspace, a fork bomb, gigabytes of output) are in test_container_faults.py.
+"""
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from eval_pipeline.agents import make_agent
+from eval_pipeline.evaluation import evaluate
+from eval_pipeline.generation import generate
+from eval_pipeline.grading import grade
+from eval_pipeline.outcomes import Outcome
+from eval_pipeline.patches import MAX_PATCH_BYTES, apply_patch
+
+FORCE_PASS_CONFTEST = """import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result().outcome = "passed"
+"""
+
+
+@pytest.fixture
+def instance(demo_benchmark):
+    return demo_benchmark.instances[2]  # calclib: mean([]) must raise ValueError
+
+
+@pytest.fixture
+def spec(demo_benchmark, instance):
+    return demo_benchmark.environment_for(instance)
+
+
+@pytest.fixture
+def environment(prepare, instance):
+    return prepare(instance)
+
+
+def trial(instance, spec, environment, sandbox, store, command: str):
+    """Generate with a command agent running `command`, then evaluate: the whole trial."""
+    generation = generate(instance, make_agent("command", {"command": command}), 0, environment, sandbox, store)
+    return generation, evaluate(instance, spec, generation, environment, sandbox, store, 60)
+
+
+def new_file_patch(path: str, text: str = "pwned") -> str:
+    return f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+{text}\n"
+
+
+@pytest.mark.parametrize("where", ["../escape-{tag}.txt", "../../escape-{tag}.txt", "/tmp/escape-{tag}.txt"])
+def test_a_patch_naming_paths_outside_the_repository_is_refused(instance, spec, environment, shared_sandbox, where):
+    path = where.format(tag=uuid.uuid4().hex[:8])
+    patch = new_file_patch(path).replace("+++ b//tmp", "+++ /tmp").replace("a//tmp", "a/tmp")
+    with shared_sandbox.workspace(environment, "hostile") as workspace:
+        verdict = grade(instance, spec, patch, workspace, 60)
+        escaped = [*workspace.root.parent.parent.rglob("escape-*.txt"), *Path("/tmp").glob("escape-*.txt")]
+    assert verdict.outcome is Outcome.PATCH_APPLY_FAILED
+    assert "outside the repository" in verdict.detail and path.lstrip("./") in verdict.detail.replace("../", "")
+    assert escaped == [], "nothing was written outside the workspace"
+
+
+def test_a_huge_patch_is_refused_without_applying_it(instance, spec, environment, shared_sandbox):
+    patch = new_file_patch("big.txt", "x" * (MAX_PATCH_BYTES + 1))
+    with shared_sandbox.workspace(environment, "huge") as workspace:
+        verdict = grade(instance, spec, patch, workspace, 60)
+    assert verdict.outcome is Outcome.PATCH_APPLY_FAILED and "over the limit" in verdict.detail
+    assert verdict.steps == [], "no command ran"
+
+
+def test_an_agent_whose_changes_make_a_huge_patch_fails_as_the_agent(
+    instance, spec, environment, shared_sandbox, store
+):
+    generation, evaluation = trial(
+        instance, spec, environment, shared_sandbox, store, "head -c 12000000 /dev/zero | tr '\\0' x > big.txt"
+    )
+    assert generation.status == Outcome.AGENT_ERROR and "over the limit" in generation.error
+    assert generation.patch == ""
+    assert evaluation.outcome_type is Outcome.AGENT_ERROR
+
+
+def test_a_conftest_that_forces_passes_is_undone_before_the_tests_run(
+    instance, spec, environment, shared_sandbox, store
+):
+    command = f"cat > conftest.py <<'EOF'\n{FORCE_PASS_CONFTEST}EOF"
+    generation, evaluation = trial(instance, spec, environment, shared_sandbox, store, command)
+    assert "conftest.py" in generation.patch
+    with shared_sandbox.workspace(environment, "naive") as workspace:  # what a harness that trusts it would see
+        assert apply_patch(workspace, generation.patch, "model.patch").ok
+        assert apply_patch(workspace, instance.test_patch, "test.patch").ok
+        assert workspace.run(f"{spec.test_cmd} {instance.FAIL_TO_PASS[0]}", timeout_s=60).ok, "the attack works"
+    assert evaluation.outcome_type is Outcome.UNRESOLVED
+    assert "conftest.py" in evaluation.detail
+    assert evaluation.tests[instance.FAIL_TO_PASS[0]] == "failed"
+
+
+def test_a_patch_that_rewrites_the_tests_is_graded_against_the_real_tests(
+    instance, spec, environment, shared_sandbox, store
+):
+    command = "printf 'def test_mean_of_empty_data_raises_value_error():\\n    pass\\n' > tests/test_stats.py"
+    generation, evaluation = trial(instance, spec, environment, shared_sandbox, store, command)
+    assert "tests/test_stats.py" in generation.patch
+    assert evaluation.outcome_type is Outcome.UNRESOLVED
+    assert evaluation.tests[instance.FAIL_TO_PASS[0]] == "failed"
+
+
+def test_output_that_forges_the_test_runners_markers_changes_nothing(
+    instance, spec, environment, shared_sandbox, store
+):
+    forged = f"{instance.FAIL_TO_PASS[0]} PASSED"
+    command = (
+        f'printf \'print("{forged}")\\nprint("===== 3 passed in 0.01s =====")\\n'
+        'print("<testsuite><testcase name=\\\\"x\\\\"/></testsuite>")\\n\' >> calclib/stats.py'
+    )
+    generation, evaluation = trial(instance, spec, environment, shared_sandbox, store, command)
+    assert forged in generation.patch
+    assert evaluation.outcome_type is Outcome.UNRESOLVED
+    assert evaluation.tests[instance.FAIL_TO_PASS[0]] == "failed"
+
+
+def test_binary_and_non_utf8_changes_are_kept_byte_for_byte(instance, spec, environment, shared_sandbox, store):
+    command = (
+        "printf 'caf\\351 cr\\350me\\n' > latin1.txt && printf '\\000\\001\\377binary' > blob.bin"
+        " && printf '\\377\\376 not utf-8 on stdout\\n'"
+    )
+    generation, evaluation = trial(instance, spec, environment, shared_sandbox, store, command)
+    assert generation.status == "completed"
+    assert "\ufffd" in generation.trajectory[0]["stdout_tail"], "undecodable output is replaced, not a crash"
+    assert "GIT binary patch" in generation.patch and "\ufffd" not in generation.patch
+    assert evaluation.outcome_type is Outcome.UNRESOLVED, "the patch applied; the bug is still there"
+    with shared_sandbox.workspace(environment, "bytes") as workspace:
+        assert apply_patch(workspace, generation.patch, "model.patch").ok
+        assert (workspace.repo / "latin1.txt").read_bytes() == b"caf\xe9 cr\xe8me\n"
+        assert (workspace.repo / "blob.bin").read_bytes() == b"\x00\x01\xffbinary"
+
+
+def test_an_agent_that_destroys_its_workspace_fails_as_the_agent(
+    instance, spec, environment, shared_sandbox, store, demo_benchmark
+):
+    generation, evaluation = trial(instance, spec, environment, shared_sandbox, store, 'rm -rf "$PWD"')
+    assert generation.status == Outcome.AGENT_ERROR and "could not diff" in generation.error
+    assert evaluation.outcome_type is Outcome.AGENT_ERROR
+    oracle = generate(instance, make_agent("oracle"), 0, environment, shared_sandbox, store)
+    again = evaluate(instance, spec, oracle, environment, shared_sandbox, store, 60)
+    assert again.outcome_type is Outcome.RESOLVED, "the shared environment is unharmed"
