@@ -9,6 +9,7 @@ output travels inside that JSON, already capped, so a command cannot forge the
 result, and gigabytes of output never leave the container.
 """
 
+import ctypes
 import json
 import math
 import os
@@ -23,6 +24,32 @@ _HAS_AFFINITY = hasattr(os, "sched_setaffinity")  # Linux; not macOS
 _OOM_COUNTERS = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events")
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _WATCH_INTERVAL_S = 0.02
+_PR_SET_CHILD_SUBREAPER = 36
+_REAP_GRACE_S = 2.0
+
+
+def _become_subreaper():
+    """Adopt the command's orphans (Linux), so that they can be reaped before this runner returns.
+
+    Until a killed process is reaped it holds its pid: a fork bomb's hundreds
+    of zombies would otherwise keep the pids limit exhausted, and the engine
+    could not start the next command in the container.
+    """
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _reap_orphans(deadline):
+    """Reap every adopted child that has ended, waiting for the rest until `deadline`."""
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            time.sleep(0.01)
 
 
 def _read_capped(stream, cap, sink, truncated):
@@ -115,6 +142,25 @@ def _limit_child(cpu_ceiling, uid):
         os.setuid(uid)
 
 
+def _wait(pid, deadline, kill_group):
+    """Wait for `pid` in this thread, killing its group at `deadline`: (status, rusage, timed_out).
+
+    Polling rather than a timer thread: under a pids limit that the command
+    exhausted, no new thread could start.
+    """
+    timed_out = False
+    pause = 0.001
+    while True:
+        waited, status, usage = os.wait4(pid, os.WNOHANG)
+        if waited:
+            return status, usage, timed_out
+        if not timed_out and time.monotonic() >= deadline:
+            timed_out = True
+            kill_group()
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+
+
 def _not_started(command, error, duration_s):
     return {
         "command": command,
@@ -150,21 +196,36 @@ def run_limited(
     """
     oom_before = cgroup_oom_kills() if watch_cgroup_oom else None
     started = time.monotonic()
+    if watch_cgroup_oom:  # in a container, this runner is a process of its own: it may adopt orphans
+        _become_subreaper()
+    truncated = threading.Event()
+    out, err = [], []
+    # The readers start before the command does: a command that exhausts the pids limit (a fork
+    # bomb) must not leave this runner unable to start the threads it needs to finish.
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    readers = [
+        threading.Thread(target=_read_capped, args=(os.fdopen(fd, "rb"), output_bytes, sink, truncated), daemon=True)
+        for fd, sink in ((out_read, out), (err_read, err))
+    ]
+    for reader in readers:
+        reader.start()
     try:
         process = subprocess.Popen(
             ["/bin/sh", "-c", command],
             cwd=cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=out_write,
+            stderr=err_write,
             start_new_session=True,
             preexec_fn=lambda: _limit_child(cpu_ceiling, uid),
         )
     except OSError as error:  # its working directory is gone (an earlier command removed it): the command fails
         return _not_started(command, error, time.monotonic() - started)
-    timed_out = threading.Event()
-    truncated = threading.Event()
+    finally:
+        os.close(out_write)
+        os.close(err_write)
 
     def kill_group():
         try:
@@ -172,33 +233,21 @@ def run_limited(
         except (ProcessLookupError, PermissionError):
             pass
 
-    def on_timeout():
-        timed_out.set()
-        kill_group()
-
-    out, err = [], []
-    readers = [
-        threading.Thread(target=_read_capped, args=(process.stdout, output_bytes, out, truncated), daemon=True),
-        threading.Thread(target=_read_capped, args=(process.stderr, output_bytes, err, truncated), daemon=True),
-    ]
     watch = None
     if not watch_cgroup_oom and os.path.isdir("/proc"):
         watch = _MemoryWatch(process.pid, (memory_ceiling_mb or 0) * 2**20, kill_group)
-        readers.append(threading.Thread(target=watch.run, daemon=True))
-    for reader in readers:
-        reader.start()
-    timer = threading.Timer(timeout_s, on_timeout)
-    timer.start()
+        threading.Thread(target=watch.run, daemon=True).start()
     try:
-        _, status, usage = os.wait4(process.pid, 0)
+        status, usage, timed_out = _wait(process.pid, started + timeout_s, kill_group)
     finally:
-        timer.cancel()
         if watch:
             watch.exited.set()
     process.returncode = os.waitstatus_to_exitcode(status)
     kill_group()  # background children left behind would hold the pipes open
     for reader in readers:
         reader.join()
+    if watch_cgroup_oom:
+        _reap_orphans(time.monotonic() + _REAP_GRACE_S)
     oom_after = cgroup_oom_kills() if watch_cgroup_oom else None
     # In a container this process is small and alone, so the kernel's figure is the command's own.
     # Locally a command that ended before the first sample has no measured peak (None), never 0.
@@ -212,14 +261,14 @@ def run_limited(
         "stdout": b"".join(out).decode("utf-8", errors="replace"),
         "stderr": b"".join(err).decode("utf-8", errors="replace"),
         "duration_s": time.monotonic() - started,
-        "timed_out": timed_out.is_set(),
+        "timed_out": timed_out,
         "output_truncated": truncated.is_set(),
         "peak_memory_mb": peak_memory_mb,
         # The killed process may be any descendant, and a script may carry on after it (a test
         # script that turns a failed run into reward 0 and exits 0): what tells an OOM kill apart
         # is the cgroup's counter rising while the command ran, whatever its exit code.
         "oom_killed": bool(watch and watch.exceeded)
-        or bool(oom_before is not None and oom_after is not None and oom_after > oom_before and not timed_out.is_set()),
+        or bool(oom_before is not None and oom_after is not None and oom_after > oom_before and not timed_out),
     }
 
 
