@@ -90,6 +90,18 @@ def wait_for(condition, what: str, timeout_s: float = 600) -> None:
         time.sleep(0.1)
 
 
+def running_agent_pod(engine):
+    """A pod of the campaign in which an agent's `sleep` runs now, if any."""
+    for pod in engine.containers.list(filters={"label": "eval_pipeline.campaign=faults"}):
+        try:
+            processes = pod.top()["Processes"]
+        except Exception:  # noqa: BLE001 - a pod starting or stopping right now has no process list
+            continue
+        if any("sleep" in " ".join(process) for process in processes):
+            return pod
+    return None
+
+
 def test_a_campaign_survives_a_killed_pod_and_an_engine_outage_with_clean_results(engine, tmp_path):
     if podman_service_pid() is None:
         pytest.skip("stopping the engine needs Podman's API service (scripts/start_container_engine.sh)")
@@ -100,22 +112,21 @@ def test_a_campaign_survives_a_killed_pod_and_an_engine_outage_with_clean_result
     def finished_trials() -> int:
         return len(list(evaluations.glob("*.json"))) if evaluations.is_dir() else 0
 
-    def running_agent_pod():
-        for pod in engine.containers.list(filters={"label": "eval_pipeline.campaign=faults"}):
-            if any("sleep" in " ".join(process) for process in pod.top()["Processes"]):
-                return pod
-        return None
-
-    wait_for(lambda: finished_trials() >= 2 and running_agent_pod() is not None, "a trial in progress")
-    running_agent_pod().kill()  # mid-trial: the agent's `sleep 2` runs in it
-    wait_for(lambda: finished_trials() >= 6, "trials after the pod kill")
-    stop_engine_briefly(3)
-
-    stdout, stderr = faulted.communicate(timeout=1200)
+    try:
+        wait_for(lambda: finished_trials() >= 2 and running_agent_pod(engine) is not None, "a trial in progress")
+        running_agent_pod(engine).kill()  # mid-trial: the agent's `sleep 2` runs in it
+        wait_for(lambda: finished_trials() >= 6, "trials after the pod kill")
+        stop_engine_briefly(3)
+        stdout, stderr = faulted.communicate(timeout=1200)
+        clean_stdout, clean_stderr = clean.communicate(timeout=1200)
+    finally:
+        for process in (faulted, clean):
+            process.kill()
+        for container in engine.containers.list(all=True, filters={"label": "eval_pipeline.campaign=faults"}):
+            container.remove(force=True)
     assert faulted.returncode == 0, stderr[-3000:]
-    summary = json.loads(stdout)
-    clean_stdout, clean_stderr = clean.communicate(timeout=1200)
     assert clean.returncode == 0, clean_stderr[-3000:]
+    summary = json.loads(stdout)
 
     assert summary["scored"] == summary["planned"] == PLANNED, "after the retries, nothing is lost"
     assert summary["generation"] == {"computed": PLANNED, "reused": 0, "failed": 0}, "no generation ran twice"

@@ -161,3 +161,40 @@ def test_a_command_agent_that_overruns_is_stopped_and_recorded(instance, environ
     assert "partial.txt" in generation.patch
     evaluation = evaluate(instance, EnvironmentSpec(), generation, environment, shared_sandbox, store, 60)
     assert evaluation.outcome_type is Outcome.AGENT_TIMEOUT and evaluation.outcome_type.is_scored
+
+
+def test_a_corrupt_evaluation_is_quarantined_and_graded_again_without_regenerating(
+    instance, environment, shared_sandbox, store, demo_benchmark
+):
+    spec = demo_benchmark.environment_for(instance)
+    generation = generate(instance, make_agent("oracle"), 0, environment, shared_sandbox, store)
+    first = evaluate(instance, spec, generation, environment, shared_sandbox, store, 60)
+    generation_file = store.root / generation.key
+    written = generation_file.stat().st_mtime_ns
+    (store.root / first.key).write_text((store.root / first.key).read_text()[:40])  # truncated on disk
+
+    again = evaluate(
+        instance,
+        spec,
+        generate(instance, make_agent("oracle"), 0, environment, shared_sandbox, store),
+        environment,
+        shared_sandbox,
+        store,
+        60,
+    )
+    assert not again.reused and again.outcome_type is Outcome.RESOLVED, "detected by checksum, graded again"
+    assert list((store.root / "quarantine").rglob("*")), "the corrupt copy is kept aside"
+    assert generation_file.stat().st_mtime_ns == written, "the generation was reused, not recomputed"
+
+
+def test_a_store_that_cannot_be_written_is_a_storage_error(
+    instance, environment, shared_sandbox, store, demo_benchmark
+):
+    spec = demo_benchmark.environment_for(instance)
+    generation = generate(instance, make_agent("oracle"), 0, environment, shared_sandbox, store)
+    (store.root / "attempts").write_text("a file where a directory must be")
+    blocked = evaluate(instance, spec, generation, environment, shared_sandbox, store, 60)
+    assert blocked.outcome_type is Outcome.STORAGE_ERROR and blocked.outcome_type.is_retried
+    assert "the verdict was resolved" in blocked.detail
+    (store.root / "attempts").unlink()
+    assert evaluate(instance, spec, generation, environment, shared_sandbox, store, 60).outcome_type is Outcome.RESOLVED
