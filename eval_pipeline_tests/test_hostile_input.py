@@ -1,7 +1,7 @@
 """Hostile or broken agent output on the local sandbox: each ends in a typed outcome, nothing else harmed.
 
 The same cases that need a container's isolation (writes outside the
-workspace, a fork bomb, gigabytes of output) are in test_container_faults.py.
+workspace, a fork bomb, gigabytes of output) are in test_hostile_containers.py.
 """
 
 import uuid

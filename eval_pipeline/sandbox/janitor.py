@@ -25,7 +25,10 @@ def remove_containers(client: docker.DockerClient, campaign: str | None = None) 
     """Remove the managed containers (of one campaign, or all); return their names."""
     removed = []
     for container in client.containers.list(all=True, filters=_filters(campaign)):
-        container.remove(force=True)
+        try:
+            container.remove(force=True)
+        except docker.errors.APIError:  # removed meanwhile by the run that owned it
+            continue
         removed.append(container.name)
     return removed
 
