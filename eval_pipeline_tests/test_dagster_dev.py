@@ -1,0 +1,212 @@
+"""End to end through `dagster dev` and its GraphQL API, as a user works in the UI.
+
+- A backfill of trial partitions runs while a real storage fault blocks one
+  trial's generation artifact; that partition fails (storage_error, an
+  infrastructure outcome), the others succeed; the fault is removed and
+  "re-execute from failure" runs exactly the failed partition, regenerating
+  nothing that finished.
+- A run worker is SIGKILLed while its agent works; the instance's run retries
+  (dagster.yaml) launch the run again, and the trial completes.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from dagster import AssetKey, DagsterInstance, RunsFilter
+
+from eval_pipeline.campaign import load_campaign
+from eval_pipeline.dataset_sources import load_portfolio
+from eval_pipeline.generation import generation_key
+from eval_pipeline.settings import Paths
+
+REPO = Path(__file__).resolve().parents[1]
+CAMPAIGN = """
+name: e2e
+benchmark: {{kind: demo}}
+variants:
+  - {{name: oracle, agent: oracle}}
+  - {{name: doomed, agent: command, params: {{command: "echo $PPID >> {worker_pids}; sleep 3"}}}}
+seeds: 1
+retries: {{max_retries: 1, delay_s: 0, max_rerequests: 0}}
+"""
+INSTANCES = ["eval-pipeline-demo__calclib-1", "eval-pipeline-demo__calclib-2", "eval-pipeline-demo__textkit-1"]
+TRIALS = [f"{instance}|oracle-s0" for instance in INSTANCES]
+LAUNCH = """mutation($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
+  __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }"""
+REEXECUTE = """mutation($params: ReexecutionParams!) { reexecutePartitionBackfill(reexecutionParams: $params) {
+  __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }"""
+STATUS = """query($id: String!) { partitionBackfillOrError(backfillId: $id) { ... on PartitionBackfill { status } } }"""
+LAUNCH_RUN = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
+  __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }"""
+RUN_STATUS = """query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class DagsterDev:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def query(self, text: str, **variables) -> dict:
+        response = requests.post(f"{self.url}/graphql", json={"query": text, "variables": variables}, timeout=60)
+        response.raise_for_status()
+        body = response.json()
+        assert "errors" not in body, body["errors"]
+        return body["data"]
+
+    def wait(self, text: str, done, timeout_s: float = 300, **variables) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            data = self.query(text, **variables)
+            if done(data):
+                return data
+            time.sleep(1)
+        raise AssertionError(f"timed out: {data}")
+
+    def launch_run(self, job: str, tags: dict[str, str] | None = None) -> str:
+        selector = {"repositoryLocationName": "eval_pipeline", "repositoryName": "__repository__", "jobName": job}
+        metadata = {"tags": [{"key": key, "value": value} for key, value in (tags or {}).items()]}
+        launched = self.query(LAUNCH_RUN, params={"selector": selector, "executionMetadata": metadata})["launchRun"]
+        assert launched["__typename"] == "LaunchRunSuccess", launched
+        return launched["run"]["runId"]
+
+    def finished(self, run_id: str) -> str:
+        """The run's final status, once it has one."""
+        ended = self.wait(RUN_STATUS, lambda d: d["runOrError"]["status"] in ("SUCCESS", "FAILURE"), id=run_id)
+        return ended["runOrError"]["status"]
+
+    def run_jobs(self, job: str, tags: list[dict[str, str]]) -> None:
+        """Launch one run of `job` per set of tags, all at once, and wait for every one to succeed."""
+        runs = [self.launch_run(job, run_tags) for run_tags in tags]
+        assert [self.finished(run_id) for run_id in runs] == ["SUCCESS"] * len(runs)
+
+    def run_job(self, job: str, tags: dict[str, str] | None = None) -> None:
+        self.run_jobs(job, [tags or {}])
+
+    def backfill(self, mutation: str, params: dict) -> tuple[str, str]:
+        """Launch (or re-execute) a backfill and wait for it to end: (backfill id, final status)."""
+        result = next(iter(self.query(mutation, params=params).values()))
+        assert result["__typename"] == "LaunchBackfillSuccess", result
+        ended = self.wait(
+            STATUS,
+            lambda d: (
+                d["partitionBackfillOrError"]["status"].startswith("COMPLETED")
+                or d["partitionBackfillOrError"]["status"] in ("FAILED", "CANCELED")
+            ),
+            id=result["backfillId"],
+        )
+        return result["backfillId"], ended["partitionBackfillOrError"]["status"]
+
+
+@pytest.fixture(scope="module")
+def dagster_dev(tmp_path_factory):
+    """One `dagster dev` for the module (it takes a while to start), on the repository's dagster.yaml."""
+    tmp_path = tmp_path_factory.mktemp("dagster_dev")
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    campaign = tmp_path / "e2e.yaml"
+    campaign.write_text(CAMPAIGN.format(worker_pids=tmp_path / "worker_pids"))
+    port = free_port()
+    env = {**os.environ, "DAGSTER_HOME": str(home), "EVAL_PIPELINE_CAMPAIGNS": str(campaign)}
+    env.pop("EVAL_PIPELINE_DATA_DIR", None)
+    process = subprocess.Popen(
+        ["dagster", "dev", "-p", str(port), "-h", "127.0.0.1"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "dagster_dev.log", "w"),  # noqa: SIM115 - closed with the process
+        start_new_session=True,
+    )
+    server = DagsterDev(f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if requests.get(f"{server.url}/server_info", timeout=5).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "dagster_dev.log").read_text()
+            time.sleep(1)
+        yield server, home, campaign, tmp_path / "worker_pids"
+    finally:
+        os.killpg(process.pid, 15)
+        process.wait(timeout=60)
+
+
+def asset(name: str) -> list[dict]:
+    return [{"path": ["e2e", name]}]
+
+
+def test_backfill_fails_one_partition_on_a_fault_and_reexecution_runs_only_that_one(dagster_dev):
+    server, home, campaign_path, _ = dagster_dev
+    data = Paths(home / "eval_pipeline")
+    server.run_job("e2e__prepare_job")
+    server.run_jobs("e2e__environments_job", [{"dagster/partition": instance} for instance in INSTANCES])
+
+    # The fault: a directory where one trial's generation artifact must be written.
+    campaign = load_campaign(str(campaign_path))
+    portfolio = load_portfolio(campaign.slices, data)
+    blocked = data.artifacts / generation_key(portfolio.instance(INSTANCES[1]), campaign.variants[0].make_agent(), 0)
+    blocked.mkdir(parents=True)
+
+    trials = asset("generation") + asset("evaluation")
+    first_id, status = server.backfill(LAUNCH, {"assetSelection": trials, "partitionNames": TRIALS})
+    assert status == "COMPLETED_FAILED"
+    with DagsterInstance.from_config(str(home)) as instance:
+        evaluated = instance.get_materialized_partitions(AssetKey(["e2e", "evaluation"]))
+        assert evaluated == {TRIALS[0], TRIALS[2]}, "the faulted partition failed, the others finished"
+        failed_runs = instance.get_runs(RunsFilter(tags={"dagster/backfill": first_id}, statuses=[]))
+        assert any(run.status.value == "FAILURE" for run in failed_runs)
+
+    blocked.rmdir()
+    second_id, status = server.backfill(REEXECUTE, {"parentRunId": first_id, "strategy": "FROM_FAILURE"})
+    assert status == "COMPLETED_SUCCESS"
+    with DagsterInstance.from_config(str(home)) as instance:
+        rerun = instance.get_runs(RunsFilter(tags={"dagster/backfill": second_id}))
+        assert {run.tags["dagster/partition"] for run in rerun} == {TRIALS[1]}, "only the failed partition ran"
+        assert instance.get_materialized_partitions(AssetKey(["e2e", "evaluation"])) == set(TRIALS)
+        generations = instance.fetch_materializations(AssetKey(["e2e", "generation"]), limit=100).records
+        assert len(generations) == 3, "nothing that finished was generated again"
+
+
+def partition_tags(instance_id: str, trial: str) -> dict[str, str]:
+    return {
+        "dagster/partition": f"{instance_id}|{trial}",
+        "dagster/partition/instance": instance_id,
+        "dagster/partition/trial": trial,
+    }
+
+
+def test_a_sigkilled_run_worker_is_launched_again_and_its_trial_completes(dagster_dev):
+    server, home, _, worker_pids = dagster_dev
+    server.run_job("e2e__prepare_job")
+    server.run_job("e2e__environments_job", {"dagster/partition": INSTANCES[0]})
+
+    crashed = server.launch_run("e2e__trials_job", partition_tags(INSTANCES[0], "doomed-s0"))
+    server.wait(RUN_STATUS, lambda _: worker_pids.exists() and worker_pids.read_text().strip(), id=crashed)
+    os.kill(int(worker_pids.read_text().split()[0]), signal.SIGKILL)  # the agent's parent: the run worker
+    server.wait(RUN_STATUS, lambda d: d["runOrError"]["status"] == "FAILURE", id=crashed)
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        deadline = time.monotonic() + 300
+        while not (retries := instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": crashed}))):
+            assert time.monotonic() < deadline, "the crashed run was not launched again"
+            time.sleep(1)
+        assert server.finished(retries[0].run_id) == "SUCCESS"
+        assert retries[0].tags.get("dagster/retry_number") == "1"
+        key = f"{INSTANCES[0]}|doomed-s0"
+        assert key in instance.get_materialized_partitions(AssetKey(["e2e", "evaluation"]))
+    assert len(worker_pids.read_text().split()) == 2, "the agent that never finished ran once more, in the retry"
