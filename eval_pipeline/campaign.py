@@ -28,6 +28,7 @@ _KNOWN_FIELDS = {
     "benchmark",
     "slices",
     "variants",
+    "baseline",
     "seeds",
     "sandbox",
     "resources",
@@ -105,6 +106,7 @@ class Campaign:
     retries: RetrySettings = RetrySettings()
     nightly: NightlySettings | None = None
     description: str = ""
+    baseline: str = ""  # the variant every other is compared with, paired by instance; the first by default
 
     def limits_for(self, task: Any) -> ResourceLimits:
         """The task's resources: its own ceilings where it sets them (terminal tasks), else the campaign's."""
@@ -167,6 +169,16 @@ def _variants(raw: Any, origin: str) -> tuple[Variant, ...]:
     if len(set(names)) != len(names):
         raise CampaignError(f"{origin}: field variants: duplicate variant names {names}")
     return tuple(variants)
+
+
+def _baseline(raw: Any, variants: tuple[Variant, ...], origin: str) -> str:
+    """`baseline:` names the variant others are compared with; the first variant when absent."""
+    if raw is None:
+        return variants[0].name
+    names = [variant.name for variant in variants]
+    if raw not in names:
+        raise CampaignError(f"{origin}: field baseline: {raw!r} is not a variant ({', '.join(names)})")
+    return raw
 
 
 def _seeds(raw: Any, origin: str) -> tuple[int, ...]:
@@ -265,11 +277,13 @@ def parse_campaign(data: Any, origin: str, base_dir: Path | None = None) -> Camp
         limits = ResourceLimits.from_mapping(_field(data, "resources", Mapping, origin, {}))
     except (ValueError, TypeError) as error:
         raise CampaignError(f"{origin}: field resources: {error}") from None
+    variants = _variants(data.get("variants"), origin)
     return Campaign(
         name=name,
         description=str(data.get("description", "")),
         slices=_slices(data, origin, base_dir),
-        variants=_variants(data.get("variants"), origin),
+        variants=variants,
+        baseline=_baseline(data.get("baseline"), variants, origin),
         seeds=_seeds(data.get("seeds", 1), origin),
         sandbox=sandbox,
         resources=limits,

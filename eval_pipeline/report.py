@@ -13,38 +13,88 @@ from pathlib import Path
 from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
+from eval_pipeline.outcomes import OutcomeKind
 from eval_pipeline.results import TrialResult
-from eval_pipeline.statistics import resolved_rate
+from eval_pipeline.statistics import (
+    distribution,
+    paired_difference,
+    pass_at_k,
+    per_resolved,
+    planning_mde,
+    resolved_rate,
+    seed_spread,
+)
+
+
+def _scores(results: Sequence[TrialResult]) -> dict[str, list[bool]]:
+    """Instance id -> the scored trials' resolved flags (instances with none keep an empty list)."""
+    scores: dict[str, list[bool]] = {}
+    for result in results:
+        flags = scores.setdefault(result.instance_id, [])
+        if result.scored:
+            flags.append(result.resolved)
+    return scores
 
 
 def _variant_summary(results: Sequence[TrialResult]) -> dict[str, Any]:
-    scores: dict[str, list[bool]] = defaultdict(list)
+    """Every number STATISTICS.md promises for one variant on one slice (or the whole portfolio)."""
+    scores = _scores(results)
+    by_seed: dict[str, dict[int, bool]] = defaultdict(dict)
     for result in results:
         if result.scored:
-            scores[result.instance_id].append(result.resolved)
-    repo_of = {result.instance_id: result.repo for result in results}
-    estimate = resolved_rate(scores, repo_of)
-    scored = sum(result.scored for result in results)
+            by_seed[result.instance_id][result.seed] = result.resolved
+    estimate = resolved_rate(scores, {result.instance_id: result.repo for result in results})
+    scored = [result for result in results if result.scored]
+    resolved = sum(result.resolved for result in scored)
+    spread = seed_spread(by_seed)
+    durations = distribution([(r.generation_duration_s or 0.0) + (r.evaluation_duration_s or 0.0) for r in scored])
+    kinds = Counter(result.outcome_kind or "missing" for result in results)
     return {
         "planned": len(results),
-        "scored": scored,
-        "coverage": scored / len(results) if results else 0.0,
+        "scored": len(scored),
+        "resolved": resolved,
+        "coverage": len(scored) / len(results) if results else 0.0,
         "outcomes": dict(sorted(Counter(result.outcome for result in results).items())),
+        "outcome_kinds": dict(sorted(kinds.items())),
+        "infrastructure_error_rate": kinds[OutcomeKind.INFRASTRUCTURE] / len(results) if results else 0.0,
         "resolved_rate": estimate.rate if estimate else None,
         **({key: value for key, value in asdict(estimate).items() if key != "rate"} if estimate else {"n": 0}),
+        "seed_spread": asdict(spread) if spread else None,
+        "pass_at_k": {str(k): value for k, value in pass_at_k(scores).items()},
+        "planning_mde": planning_mde(scores),
+        "duration_s": asdict(durations),
+        "tokens_per_resolved": per_resolved(sum(r.input_tokens + r.output_tokens for r in scored), resolved),
+        "cost_usd": sum(result.cost_usd for result in scored),
+        "cost_per_resolved": per_resolved(sum(result.cost_usd for result in scored), resolved),
     }
 
 
-def _by_variant(results: Sequence[TrialResult]) -> dict[str, dict[str, Any]]:
+def _by_variant(results: Sequence[TrialResult], baseline: str) -> dict[str, dict[str, Any]]:
+    """Each variant's summary; every other variant also gets its paired difference against the baseline."""
     grouped: dict[str, list[TrialResult]] = defaultdict(list)
     for result in results:
         grouped[result.variant].append(result)
-    return {name: _variant_summary(rows) for name, rows in grouped.items()}
+    summaries = {name: _variant_summary(rows) for name, rows in grouped.items()}
+    if baseline in grouped:
+        baseline_scores = _scores(grouped[baseline])
+        for name, rows in grouped.items():
+            if name != baseline:
+                paired = paired_difference(_scores(rows), baseline_scores)
+                summaries[name]["vs_baseline"] = {"baseline": baseline, **(asdict(paired) if paired else {"n": 0})}
+    return summaries
 
 
 def build_report(
-    campaign: str, dataset_version: str, plan_version: str, results: Sequence[TrialResult], quarantined: int = 0
+    campaign: str,
+    dataset_version: str,
+    plan_version: str,
+    results: Sequence[TrialResult],
+    quarantined: int = 0,
+    baseline: str = "",
 ) -> dict[str, Any]:
+    """The campaign's numbers per variant, over the portfolio and per slice; `baseline` names the
+    variant the others are compared with (the first variant in the results when empty)."""
+    baseline = baseline or (results[0].variant if results else "")
     by_slice: dict[str, list[TrialResult]] = defaultdict(list)
     for result in results:
         by_slice[result.slice].append(result)
@@ -55,11 +105,12 @@ def build_report(
         "dataset_version": dataset_version,
         "plan_version": plan_version,
         "quarantined_rows": quarantined,
+        "baseline": baseline,
         "planned": len(results),
         "scored": scored,
         "coverage": scored / len(results) if results else 0.0,
-        "variants": _by_variant(results),
-        "slices": {name: _by_variant(rows) for name, rows in sorted(by_slice.items())},
+        "variants": _by_variant(results, baseline),
+        "slices": {name: _by_variant(rows, baseline) for name, rows in sorted(by_slice.items())},
     }
 
 
@@ -67,14 +118,83 @@ def _number(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def _table_row(slice_name: str, variant_name: str, variant: dict[str, Any]) -> str:
-    ci = f"[{_number(variant.get('ci_low'))}, {_number(variant.get('ci_high'))}]"
-    ci_repo = f"[{_number(variant.get('ci_repo_low'))}, {_number(variant.get('ci_repo_high'))}]"
-    outcomes = ", ".join(f"{outcome} {count}" for outcome, count in variant["outcomes"].items())
-    return (
-        f"| {slice_name} | {variant_name} | {_number(variant['resolved_rate'])} | {ci} | {ci_repo} | {variant['n']} "
-        f"| {variant['scored']}/{variant['planned']} | {outcomes} |"
+def _interval(low: float | None, high: float | None) -> str:
+    return f"[{_number(low)}, {_number(high)}]"
+
+
+def _rows(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(slice, variant, summary) for every slice, then the whole portfolio when there are several slices."""
+    rows = [(slice_name, name, v) for slice_name, variants in report["slices"].items() for name, v in variants.items()]
+    if len(report["slices"]) > 1:
+        rows += [("**all**", name, v) for name, v in report["variants"].items()]
+    return rows
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    return [f"| {' | '.join(headers)} |", f"|{'---|' * len(headers)}", *(f"| {' | '.join(row)} |" for row in rows)]
+
+
+def _rates(report: dict[str, Any]) -> list[str]:
+    headers = ["slice", "variant", "resolved rate", "95% CI (by instance)", "95% CI (by repo)", "instances"]
+    headers += ["scored/planned", "infra error rate", "outcomes"]
+    return _table(
+        headers,
+        [
+            [
+                slice_name,
+                name,
+                _number(v["resolved_rate"]),
+                _interval(v.get("ci_low"), v.get("ci_high")),
+                _interval(v.get("ci_repo_low"), v.get("ci_repo_high")),
+                str(v["n"]),
+                f"{v['scored']}/{v['planned']}",
+                _number(v["infrastructure_error_rate"]),
+                ", ".join(f"{outcome} {count}" for outcome, count in v["outcomes"].items()),
+            ]
+            for slice_name, name, v in _rows(report)
+        ],
     )
+
+
+def _comparisons(report: dict[str, Any]) -> list[str]:
+    headers = ["slice", "variant", "difference", "95% CI", "p-value", "correlation", "MDE", "paired instances"]
+    rows = [
+        [
+            slice_name,
+            name,
+            _number(d.get("diff")),
+            _interval(d.get("ci_low"), d.get("ci_high")),
+            _number(d.get("p_value"), 4),
+            _number(d.get("correlation")),
+            _number(d.get("mde")),
+            str(d["n"]),
+        ]
+        for slice_name, name, v in _rows(report)
+        if (d := v.get("vs_baseline"))
+    ]
+    return _table(headers, rows) if rows else ["No other variant to compare."]
+
+
+def _costs(report: dict[str, Any]) -> list[str]:
+    headers = ["slice", "variant", "median s", "p95 s", "tokens / resolved", "cost / resolved", "seed rates"]
+    headers += ["seed sd", "pass@k"]
+    rows = []
+    for slice_name, name, v in _rows(report):
+        spread = v["seed_spread"]
+        rows.append(
+            [
+                slice_name,
+                name,
+                _number(v["duration_s"]["median"], 1),
+                _number(v["duration_s"]["p95"], 1),
+                _number(v["tokens_per_resolved"], 0),
+                _number(v["cost_per_resolved"], 4),
+                _interval(spread["min"], spread["max"]) if spread else "n/a",
+                _number(spread["sd"]) if spread else "n/a",
+                ", ".join(f"@{k} {_number(value)}" for k, value in v["pass_at_k"].items()) or "n/a",
+            ]
+        )
+    return _table(headers, rows)
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -85,16 +205,18 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"harness {report['harness_version']}. Coverage: {report['scored']}/{report['planned']} trials scored."
         f" Invalid dataset rows quarantined: {report['quarantined_rows']}.",
         "",
-        "| slice | variant | resolved rate | 95% CI (by instance) | 95% CI (by repo) | instances | scored/planned | outcomes |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for slice_name, variants in report["slices"].items():
-        lines += [_table_row(slice_name, name, variant) for name, variant in variants.items()]
-    if len(report["slices"]) > 1:
-        lines += [_table_row("**all**", name, variant) for name, variant in report["variants"].items()]
-    lines += [
+        *_rates(report),
         "",
-        "Rates average seeds within each instance first; trials that ended in an infrastructure outcome are not scored.",
+        f"## Against the baseline `{report['baseline']}` (paired by instance)",
+        "",
+        *_comparisons(report),
+        "",
+        "## Time, cost and seeds",
+        "",
+        *_costs(report),
+        "",
+        "Rates average seeds within each instance first; trials that ended in an infrastructure outcome are not"
+        " scored. Definitions: STATISTICS.md.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -4,6 +4,9 @@ Seeds are not independent samples: each instance's seeds are averaged first
 (m_i), and the standard error is taken over instances, which clusters it by
 instance. Where instances share repositories, a second interval clusters by
 repository. Only scored trials enter; infrastructure outcomes show in coverage.
+
+Every function takes plain mappings (instance id -> scored trials' resolved
+flags, or seed -> flag) so that each number can be checked by hand.
 """
 
 import math
@@ -27,6 +30,10 @@ class RateEstimate:
     se_repo: float | None = None
     ci_repo_low: float | None = None
     ci_repo_high: float | None = None
+
+
+# z(0.975) + z(0.80): a two-sided test at alpha 0.05 with power 0.8.
+MDE_MULTIPLIER = float(stats.norm.ppf(0.975) + stats.norm.ppf(0.80))
 
 
 def instance_means(scores: Mapping[str, Sequence[bool]]) -> dict[str, float]:
@@ -66,3 +73,117 @@ def resolved_rate(scores: Mapping[str, Sequence[bool]], repo_of: Mapping[str, st
         estimate["se_repo"] = se_repo
         estimate["ci_repo_low"], estimate["ci_repo_high"] = _interval(rate, se_repo, clusters - 1)
     return RateEstimate(**estimate)
+
+
+@dataclass(frozen=True)
+class SeedSpread:
+    """How much the rate moves between seeds: each seed's rate over the instances, summarised."""
+
+    seeds: tuple[int, ...]
+    rates: tuple[float, ...]
+    min: float
+    max: float
+    sd: float | None  # None with fewer than two seeds
+
+
+def seed_spread(scores_by_seed: Mapping[str, Mapping[int, bool]]) -> SeedSpread | None:
+    """rate_k = mean over instances of s_ik, for every seed k scored on every instance that has a score.
+
+    None when no seed was scored on all of them (or nothing was scored).
+    """
+    instances = [seeds for seeds in scores_by_seed.values() if seeds]
+    if not instances:
+        return None
+    common = sorted(set.intersection(*(set(seeds) for seeds in instances)))
+    if not common:
+        return None
+    rates = tuple(float(np.mean([seeds[k] for seeds in instances])) for k in common)
+    return SeedSpread(
+        seeds=tuple(common),
+        rates=rates,
+        min=min(rates),
+        max=max(rates),
+        sd=float(np.std(rates, ddof=1)) if len(rates) >= 2 else None,
+    )
+
+
+def pass_at_k(scores: Mapping[str, Sequence[bool]]) -> dict[int, float]:
+    """The unbiased pass@k (1 - C(N-c, k) / C(N, k) per instance, averaged), for k = 1..min N_i."""
+    counts = [(len(values), sum(map(bool, values))) for values in scores.values() if len(values)]
+    if not counts:
+        return {}
+    return {
+        k: float(np.mean([1 - math.comb(n - c, k) / math.comb(n, k) for n, c in counts]))
+        for k in range(1, min(n for n, _ in counts) + 1)
+    }
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Variant A minus variant B on the instances scored for both, with its interval and p-value."""
+
+    diff: float
+    n: int
+    se: float | None
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+    correlation: float | None  # Pearson's r of the instance means; None where either is constant
+    mde: float | None  # the smallest difference this design detects (alpha 0.05, power 0.8)
+
+
+def paired_difference(
+    scores_a: Mapping[str, Sequence[bool]], scores_b: Mapping[str, Sequence[bool]]
+) -> PairedDifference | None:
+    """d_i = m_i^A - m_i^B over the instances both scored; the paired t-test on them. None with no overlap."""
+    means_a, means_b = instance_means(scores_a), instance_means(scores_b)
+    shared = sorted(means_a.keys() & means_b.keys())
+    if not shared:
+        return None
+    a = np.array([means_a[i] for i in shared])
+    b = np.array([means_b[i] for i in shared])
+    d = a - b
+    n = len(shared)
+    diff = float(d.mean())
+    if n < 2:
+        return PairedDifference(diff, n, None, None, None, None, None, None)
+    se = float(d.std(ddof=1)) / math.sqrt(n)
+    ci_low, ci_high = _interval(diff, se, n - 1)
+    if se == 0:
+        p_value = 1.0 if diff == 0 else 0.0
+    else:
+        p_value = float(stats.ttest_rel(a, b).pvalue)
+    constant = a.std() == 0 or b.std() == 0
+    correlation = None if constant else float(stats.pearsonr(a, b).statistic)
+    return PairedDifference(diff, n, se, ci_low, ci_high, p_value, correlation, MDE_MULTIPLIER * se)
+
+
+def planning_mde(scores: Mapping[str, Sequence[bool]]) -> float | None:
+    """The minimum detectable effect for a paired comparison on these instances, before one exists.
+
+    sd(m, ddof=1) stands in for sd(d): SE_d = sd(m) / sqrt(n). None with fewer than two instances.
+    """
+    means = np.array(list(instance_means(scores).values()))
+    if len(means) < 2:
+        return None
+    return MDE_MULTIPLIER * float(means.std(ddof=1)) / math.sqrt(len(means))
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Median and 95th percentile (linear interpolation) of a quantity over scored trials."""
+
+    median: float | None
+    p95: float | None
+
+
+def distribution(values: Sequence[float]) -> Distribution:
+    if not len(values):
+        return Distribution(None, None)
+    median, p95 = np.percentile(np.asarray(values, dtype=float), [50, 95])
+    return Distribution(float(median), float(p95))
+
+
+def per_resolved(total: float, resolved: int) -> float | None:
+    """A total over scored trials divided by the number resolved; None (never 0 or infinity) when none was."""
+    return total / resolved if resolved else None

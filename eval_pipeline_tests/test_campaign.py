@@ -16,6 +16,12 @@ def test_builtin_demo_campaign():
     assert campaign.resources.memory_floor_mb < campaign.resources.memory_ceiling_mb
     assert list(campaign.slices) == ["code-issues", "terminal"]
     assert campaign.slices["terminal"]["path"] == str(DEMO_TASKS_DIR), "relative to the built-in campaign file"
+    assert campaign.baseline == "oracle", "the first variant unless the campaign names one"
+
+
+def test_the_baseline_is_a_named_variant():
+    two = {**MINIMAL, "variants": [{"name": "o", "agent": "oracle"}, {"name": "n", "agent": "null"}]}
+    assert parse_campaign({**two, "baseline": "n"}, "x").baseline == "n"
 
 
 def test_a_single_benchmark_is_the_default_slice_and_slices_name_a_portfolio():
@@ -70,6 +76,7 @@ def test_plan_version_follows_the_plan():
         ({"sandbox": {"backend": "vmware"}}, "field sandbox.backend: unknown backend 'vmware'"),
         ({"slices": {"a": {"kind": "demo"}}}, "either benchmark .* or slices"),
         ({"timeouts": {"multiplier": 0}}, "field timeouts.multiplier: expected a positive number"),
+        ({"baseline": "gpt"}, "field baseline: 'gpt' is not a variant"),
     ],
 )
 def test_bad_campaigns_name_the_file_and_field(change, message):

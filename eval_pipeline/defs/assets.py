@@ -358,7 +358,12 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         """Per-variant resolved rates with confidence intervals and coverage."""
         rows = read_results_table(Path(results_path))
         summary = build_report(
-            campaign.name, portfolio.version, campaign.plan_version, rows, quarantined=len(portfolio.quarantined)
+            campaign.name,
+            portfolio.version,
+            campaign.plan_version,
+            rows,
+            quarantined=len(portfolio.quarantined),
+            baseline=campaign.baseline,
         )
         path = write_report(summary, eval_pipeline.paths.reports / campaign.name)
         summary["report_path"] = str(path)
