@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from eval_pipeline.agents import Agent, make_agent
+from eval_pipeline.gates import GatePolicy, GatePolicyError, load_policy
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.sandbox import BACKENDS, ResourceLimits, SandboxSettings
 
@@ -35,6 +36,7 @@ _KNOWN_FIELDS = {
     "timeouts",
     "retries",
     "nightly",
+    "gates",
 }
 DEFAULT_SLICE = "default"
 BUILTIN_DIR = Path(str(resources.files("eval_pipeline.campaigns")))
@@ -107,6 +109,7 @@ class Campaign:
     nightly: NightlySettings | None = None
     description: str = ""
     baseline: str = ""  # the variant every other is compared with, paired by instance; the first by default
+    gates: tuple[GatePolicy, ...] = ()  # release gates, one policy per environment (gates.py)
 
     def limits_for(self, task: Any) -> ResourceLimits:
         """The task's resources: its own ceilings where it sets them (terminal tasks), else the campaign's."""
@@ -179,6 +182,26 @@ def _baseline(raw: Any, variants: tuple[Variant, ...], origin: str) -> str:
     if raw not in names:
         raise CampaignError(f"{origin}: field baseline: {raw!r} is not a variant ({', '.join(names)})")
     return raw
+
+
+def _gates(raw: Any, variants: tuple[Variant, ...], origin: str, base_dir: Path | None) -> tuple[GatePolicy, ...]:
+    """`gates:` a list of policy files (relative to the campaign file), one per environment."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(path, str) for path in raw):
+        raise CampaignError(f"{origin}: field gates: expected a list of policy file paths, got {raw!r}")
+    try:
+        policies = tuple(load_policy((base_dir or Path.cwd()) / path) for path in raw)
+    except GatePolicyError as error:
+        raise CampaignError(f"{origin}: field gates: {error}") from None
+    names = [variant.name for variant in variants]
+    for path, policy in zip(raw, policies, strict=True):
+        if policy.candidate not in names:
+            raise CampaignError(f"{origin}: field gates: {path}: candidate {policy.candidate!r} is not a variant")
+    environments = [policy.environment for policy in policies]
+    if len(set(environments)) != len(environments):
+        raise CampaignError(f"{origin}: field gates: more than one policy for an environment: {environments}")
+    return policies
 
 
 def _seeds(raw: Any, origin: str) -> tuple[int, ...]:
@@ -284,6 +307,7 @@ def parse_campaign(data: Any, origin: str, base_dir: Path | None = None) -> Camp
         slices=_slices(data, origin, base_dir),
         variants=variants,
         baseline=_baseline(data.get("baseline"), variants, origin),
+        gates=_gates(data.get("gates"), variants, origin, base_dir),
         seeds=_seeds(data.get("seeds", 1), origin),
         sandbox=sandbox,
         resources=limits,

@@ -6,6 +6,7 @@ import os
 import sys
 import warnings
 from datetime import timedelta
+from pathlib import Path
 
 from eval_pipeline.settings import dagster_home
 
@@ -62,6 +63,37 @@ def _janitor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gate(args: argparse.Namespace) -> int:
+    """Exit 0 when the report passes the gate, 1 when it fails, 2 when the inputs cannot be used."""
+    from eval_pipeline.campaign import CampaignError, load_campaign
+    from eval_pipeline.gates import GatePolicyError, evaluate_gate, load_policy
+    from eval_pipeline.settings import Paths
+
+    if not (args.campaign or (args.policy and args.report)):
+        print("eval-pipeline gate: give --campaign, or both --policy and --report", file=sys.stderr)
+        return 2
+    try:
+        campaign = load_campaign(args.campaign) if args.campaign else None
+        if args.policy:
+            policy = load_policy(Path(args.policy))
+        else:
+            policies = {policy.environment: policy for policy in campaign.gates} if campaign else {}
+            if args.environment not in policies:
+                raise GatePolicyError(f"campaign {args.campaign!r} has no gate for environment {args.environment!r}")
+            policy = policies[args.environment]
+        report_path = Path(args.report) if args.report else Paths.from_env().reports / campaign.name / "report.json"
+        report = json.loads(report_path.read_text())
+    except (CampaignError, GatePolicyError) as error:
+        print(f"eval-pipeline gate: {error}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as error:
+        print(f"eval-pipeline gate: report {report_path}: {error}", file=sys.stderr)
+        return 2
+    decision = evaluate_gate(policy, report)
+    print(json.dumps(decision.as_record(), indent=2, sort_keys=True))
+    return 0 if decision.passed else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eval-pipeline", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -81,6 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         "--prune-images-older-than-days", type=float, help="also remove eval_pipeline images older than this, if unused"
     )
     janitor.set_defaults(handler=_janitor)
+    gate = commands.add_parser(
+        "gate", help="check a campaign's report against a release gate; exit 1 when it fails (for other CI systems)"
+    )
+    gate.add_argument("--campaign", help="the campaign whose gate and report to use")
+    gate.add_argument("--environment", default="staging", help="the campaign's gate for this environment")
+    gate.add_argument("--policy", help="a gate policy file instead of the campaign's")
+    gate.add_argument("--report", help="a report.json instead of the campaign's latest")
+    gate.set_defaults(handler=_gate)
     args = parser.parse_args(argv)
     return args.handler(args)
 

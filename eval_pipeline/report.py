@@ -57,6 +57,7 @@ def _variant_summary(results: Sequence[TrialResult]) -> dict[str, Any]:
         "outcomes": dict(sorted(Counter(result.outcome for result in results).items())),
         "outcome_kinds": dict(sorted(kinds.items())),
         "infrastructure_error_rate": kinds[OutcomeKind.INFRASTRUCTURE] / len(results) if results else 0.0,
+        "hard_violations": sum(result.test_infrastructure_changes > 0 for result in scored),
         "resolved_rate": estimate.rate if estimate else None,
         **({key: value for key, value in asdict(estimate).items() if key != "rate"} if estimate else {"n": 0}),
         "seed_spread": asdict(spread) if spread else None,
@@ -227,10 +228,16 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(scratch, path)
 
 
+def write_json(payload: dict[str, Any], path: Path) -> Path:
+    """Write `payload` as JSON atomically (readers never see half a file); return the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomically(path, json.dumps(payload, indent=2, sort_keys=True))
+    return path
+
+
 def write_report(report: dict[str, Any], directory: Path) -> Path:
     """Write report.json and report.md into `directory`; return the markdown path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    _write_atomically(directory / "report.json", json.dumps(report, indent=2, sort_keys=True))
+    write_json(report, directory / "report.json")
     markdown = directory / "report.md"
     _write_atomically(markdown, render_markdown(report))
     return markdown

@@ -54,6 +54,7 @@ class TrialResult:
     evaluation_duration_s: float | None
     peak_memory_mb: float | None
     oom_killed: bool
+    test_infrastructure_changes: int  # files of test infrastructure the patch changed (undone before grading)
     input_tokens: int
     output_tokens: int
     cost_usd: float
@@ -91,6 +92,12 @@ def _peak_memory_mb(evaluation: Evaluation | None) -> float | None:
     """The largest peak any grading step measured; None where none was measured."""
     peaks = [step["peak_memory_mb"] for step in evaluation.steps if step.get("peak_memory_mb")] if evaluation else []
     return max(peaks, default=None)
+
+
+def _test_infrastructure_changes(evaluation: Evaluation | None) -> int:
+    """How many test-infrastructure files (conftest.py, tests, pytest settings) the graded patch changed."""
+    steps = evaluation.steps if evaluation else []
+    return sum(len(step.get("undone", [])) for step in steps if step.get("step") == "restore_test_files")
 
 
 def trial_result(
@@ -145,6 +152,7 @@ def trial_result(
         evaluation_duration_s=evaluation.duration_s if evaluation else None,
         peak_memory_mb=_peak_memory_mb(evaluation),
         oom_killed=bool(evaluation and any(step.get("oom_killed") for step in evaluation.steps)),
+        test_infrastructure_changes=_test_infrastructure_changes(evaluation),
         input_tokens=generation.input_tokens if generation else 0,
         output_tokens=generation.output_tokens if generation else 0,
         cost_usd=generation.cost_usd if generation else 0.0,

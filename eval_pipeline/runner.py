@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dagster import AssetKey, BetaWarning, DagsterInstance, Definitions, ExecuteInProcessResult
 
 from eval_pipeline.campaign import Campaign
-from eval_pipeline.defs import build_definitions, stage_job_name
+from eval_pipeline.defs import RELEASE_STAGE, build_definitions, stage_job_name
 from eval_pipeline.defs.assets import failure_outcomes
 from eval_pipeline.defs.partitions import trial_run_key
 from eval_pipeline.results import collect_results
@@ -81,6 +81,7 @@ class CampaignRun:
     environments_prepared: int = 0
     generation: StageCounts = field(default_factory=StageCounts)
     evaluation: StageCounts = field(default_factory=StageCounts)
+    gates: dict[str, bool] = field(default_factory=dict)  # environment -> whether its release gate passed
 
     def as_json(self) -> dict[str, Any]:
         variants = {
@@ -106,6 +107,7 @@ class CampaignRun:
             "environments_prepared": self.environments_prepared,
             "generation": vars(self.generation),
             "evaluation": vars(self.evaluation),
+            "gates": self.gates,
         }
 
 
@@ -256,4 +258,18 @@ def run_campaign(
     if not finished.success:
         raise _failure(finished, f"campaign {campaign.name}: building results")
     run.report = finished.asset_value(executor.asset_key("report"))
+    if campaign.gates:
+        run.gates = _release(executor)
     return run
+
+
+def _release(executor: CampaignExecutor) -> dict[str, bool]:
+    """Run the release gates and, when all pass, the release decision; a failed gate is a result, not an error."""
+    released = executor.execute(RELEASE_STAGE)
+    gates = {
+        evaluation.check_name.removeprefix("gate_"): evaluation.passed
+        for evaluation in released.get_asset_check_evaluations()
+    }
+    if len(gates) != len(executor.campaign.gates):
+        raise _failure(released, f"campaign {executor.campaign.name}: evaluating its release gates")
+    return gates

@@ -10,6 +10,7 @@ import pytest
 from eval_pipeline.artifacts import LocalArtifactStore
 from eval_pipeline.benchmark import Benchmark, Instance
 from eval_pipeline.demo_benchmark import build_demo_benchmark
+from eval_pipeline.results import TrialResult
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxSettings, make_sandbox
 from eval_pipeline.sandbox.images import MANAGED_LABEL
 from eval_pipeline.sandbox.local import LocalSandbox
@@ -106,3 +107,49 @@ def container_sandbox(engine, tmp_path):
 
 def prepare_on(sandbox, benchmark, instance):
     return sandbox.prepare(instance, benchmark.environment_for(instance), benchmark.source)
+
+
+def trial(instance_id: str, variant: str, seed: int, outcome: str, **fields) -> TrialResult:
+    """One results row; only what the report reads is given, the rest is lineage it passes over."""
+    kind = {"resolved": "agent", "unresolved": "agent", "oom_killed": "infrastructure"}[outcome]
+    row = {
+        "campaign": "c",
+        "slice": "code",
+        "instance_id": instance_id,
+        "repo": f"owner/{instance_id[0]}",
+        "trial": f"{variant}-s{seed}",
+        "variant": variant,
+        "seed": seed,
+        "agent": variant,
+        "agent_config_hash": variant,
+        "outcome": outcome,
+        "outcome_kind": kind,
+        "scored": kind == "agent",
+        "resolved": outcome == "resolved",
+        "attempts": 1,
+        "generation_key": None,
+        "evaluation_key": None,
+        "patch_sha256": None,
+        "generation_duration_s": 1.0,
+        "evaluation_duration_s": 1.0,
+        "peak_memory_mb": None,
+        "oom_killed": outcome == "oom_killed",
+        "test_infrastructure_changes": 0,
+        "input_tokens": 100,
+        "output_tokens": 50,
+        "cost_usd": 0.5,
+        "harness_version": "h",
+        "dataset_version": "d",
+        "sandbox_backend": "local",
+        "sandbox_mode": "pod",
+        "environment_image": None,
+        "memory_floor_mb": 1,
+        "memory_ceiling_mb": 2,
+        "cpu_floor": 1.0,
+        "cpu_ceiling": 1.0,
+        "resource_multiplier": 1.0,
+        "effective_memory_ceiling_mb": 2,
+        "pids_limit": 1,
+        "enforced_limits": "{}",
+    }
+    return TrialResult(**{**row, **fields})

@@ -42,7 +42,11 @@ def test_only_a_campaign_with_nightly_gets_a_schedule(tmp_path):
 
 
 def test_the_nightly_schedule_runs_the_whole_campaign_and_resumes_the_next_night(tmp_path, dagster_instance):
-    campaign = campaign_of(nightly={"cron": "30 3 * * *", "timezone": "Europe/Berlin", "workers": 1})
+    policy = tmp_path / "staging.yaml"
+    policy.write_text("environment: staging\ncandidate: oracle\nfloors: {'*': 0.9}\n")
+    campaign = campaign_of(
+        nightly={"cron": "30 3 * * *", "timezone": "Europe/Berlin", "workers": 1}, gates=[str(policy)]
+    )
     defs = build_definitions([campaign], Paths(tmp_path / "data"))
     schedule = defs.resolve_schedule_def("small__nightly")
     assert (schedule.cron_schedule, schedule.execution_timezone) == ("30 3 * * *", "Europe/Berlin")
@@ -64,6 +68,9 @@ def test_the_nightly_schedule_runs_the_whole_campaign_and_resumes_the_next_night
     evaluated = dagster_instance.get_materialized_partitions(AssetKey(["small", "evaluation"]))
     assert len(evaluated) == 8, "each trial is its own partition run, recorded in the instance"
     assert dagster_instance.get_latest_materialization_event(AssetKey(["small", "report"])) is not None
+    assert first["gates"] == {"staging": True}
+    decision = dagster_instance.get_latest_materialization_event(AssetKey(["small", "release_decision"]))
+    assert decision.asset_materialization.metadata["promote"].value is True, "every gate passed: a release"
 
     second = night()
     assert second["generation"] == {"computed": 0, "reused": 0, "failed": 0}, "the next night only resumes"

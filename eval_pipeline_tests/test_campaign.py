@@ -16,12 +16,22 @@ def test_builtin_demo_campaign():
     assert campaign.resources.memory_floor_mb < campaign.resources.memory_ceiling_mb
     assert list(campaign.slices) == ["code-issues", "terminal"]
     assert campaign.slices["terminal"]["path"] == str(DEMO_TASKS_DIR), "relative to the built-in campaign file"
-    assert campaign.baseline == "oracle", "the first variant unless the campaign names one"
+    assert campaign.baseline == "null"
+    assert [(gate.environment, gate.candidate) for gate in campaign.gates] == [("staging", "flaky"), ("prod", "flaky")]
 
 
-def test_the_baseline_is_a_named_variant():
+def test_the_baseline_is_a_named_variant_or_the_first():
     two = {**MINIMAL, "variants": [{"name": "o", "agent": "oracle"}, {"name": "n", "agent": "null"}]}
     assert parse_campaign({**two, "baseline": "n"}, "x").baseline == "n"
+    assert parse_campaign(two, "x").baseline == "o"
+
+
+def test_gate_policies_are_checked_against_the_variants(tmp_path):
+    (tmp_path / "prod.yaml").write_text("environment: prod\ncandidate: gpt\n")
+    with pytest.raises(CampaignError, match="my.yaml: field gates: prod.yaml: candidate 'gpt' is not a variant"):
+        parse_campaign({**MINIMAL, "gates": ["prod.yaml"]}, "my.yaml", base_dir=tmp_path)
+    with pytest.raises(CampaignError, match="my.yaml: field gates: .*missing.yaml: cannot be read"):
+        parse_campaign({**MINIMAL, "gates": ["missing.yaml"]}, "my.yaml", base_dir=tmp_path)
 
 
 def test_a_single_benchmark_is_the_default_slice_and_slices_name_a_portfolio():

@@ -5,6 +5,7 @@ import subprocess
 from pathlib import Path
 
 import duckdb
+from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
 from eval_pipeline import HARNESS_VERSION
 
@@ -45,6 +46,7 @@ def test_demo_portfolio_end_to_end_then_resume_regrades_only_the_unscored(campai
     assert measured == (48, 0), "pytest runs record their peak; a run too short to sample records none, never 0"
     assert unscored == [("build-index", "oom_killed", 6, 256), ("slow-report", "test_timeout", 6, 1024)]
     assert {row[0] for row in oracle_terminal} <= {"build-index", "slow-report", "shuffle-deck"}
+    assert_release_gates(campaign_env, summary)
 
     second = run_cli(campaign_env, "--campaign", "demo", "--json")
     assert second.returncode == 0, second.stderr[-3000:]
@@ -53,6 +55,33 @@ def test_demo_portfolio_end_to_end_then_resume_regrades_only_the_unscored(campai
     assert again["evaluation"] == {"computed": 0, "reused": 0, "failed": 12}
     assert again["variants"] == summary["variants"]
     assert "84 of 96 trials already done" in second.stderr
+
+
+def assert_release_gates(env: dict[str, str], summary: dict) -> None:
+    """The demo's candidate (flaky) beats its baseline (null) everywhere, yet code-issues is under prod's floor."""
+    assert summary["gates"] == {"staging": True, "prod": False}
+    reports = Path(env["DAGSTER_HOME"]) / "eval_pipeline" / "reports" / "demo"
+    prod = json.loads((reports / "gate_prod.json").read_text())
+    assert {(v["rule"], v["slice"]) for v in prod["violations"]} == {
+        ("floor", "code-issues"),
+        ("min_coverage", "terminal"),
+    }
+    assert not (reports / "release_decision.json").exists(), "a failed gate blocks the release decision"
+    with DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        assert instance.get_latest_materialization_event(AssetKey(["demo", "release_decision"])) is None
+        check = AssetCheckKey(AssetKey(["demo", "report"]), "gate_prod")
+        record = instance.event_log_storage.get_asset_check_execution_history(check, limit=1)[0]
+        assert record.event.dagster_event.event_specific_data.metadata["decision"].value == prod
+
+    for environment, exit_code in (("staging", 0), ("prod", 1)):
+        gate = subprocess.run(
+            ["eval-pipeline", "gate", "--campaign", "demo", "--environment", environment],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert gate.returncode == exit_code, gate.stderr
+        assert json.loads(gate.stdout)["passed"] is (exit_code == 0)
 
 
 def test_a_bad_campaign_gets_a_clear_error(campaign_env, tmp_path):

@@ -5,54 +5,9 @@ import math
 import pytest
 
 from eval_pipeline.report import build_report, render_markdown
-from eval_pipeline.results import TrialResult
+from eval_pipeline_tests.conftest import trial
 
 T_975_DOF_2 = 4.302652729749464
-
-
-def trial(instance_id: str, variant: str, seed: int, outcome: str, **fields) -> TrialResult:
-    """One results row; only what the report reads is given, the rest is lineage it passes over."""
-    kind = {"resolved": "agent", "unresolved": "agent", "oom_killed": "infrastructure"}[outcome]
-    row = {
-        "campaign": "c",
-        "slice": "code",
-        "instance_id": instance_id,
-        "repo": f"owner/{instance_id[0]}",
-        "trial": f"{variant}-s{seed}",
-        "variant": variant,
-        "seed": seed,
-        "agent": variant,
-        "agent_config_hash": variant,
-        "outcome": outcome,
-        "outcome_kind": kind,
-        "scored": kind == "agent",
-        "resolved": outcome == "resolved",
-        "attempts": 1,
-        "generation_key": None,
-        "evaluation_key": None,
-        "patch_sha256": None,
-        "generation_duration_s": 1.0,
-        "evaluation_duration_s": 1.0,
-        "peak_memory_mb": None,
-        "oom_killed": outcome == "oom_killed",
-        "input_tokens": 100,
-        "output_tokens": 50,
-        "cost_usd": 0.5,
-        "harness_version": "h",
-        "dataset_version": "d",
-        "sandbox_backend": "local",
-        "sandbox_mode": "pod",
-        "environment_image": None,
-        "memory_floor_mb": 1,
-        "memory_ceiling_mb": 2,
-        "cpu_floor": 1.0,
-        "cpu_ceiling": 1.0,
-        "resource_multiplier": 1.0,
-        "effective_memory_ceiling_mb": 2,
-        "pids_limit": 1,
-        "enforced_limits": "{}",
-    }
-    return TrialResult(**{**row, **fields})
 
 
 # new resolves a1 twice, a2 once, b1 never; old resolves a1 once; one of new's trials was OOM-killed.

@@ -1,11 +1,12 @@
 """The Dagster layer: per campaign, one asset group, its partitions, stage jobs, and automation."""
 
-from dagster import AssetKey, Definitions, define_asset_job, in_process_executor
+from dagster import AssetKey, AssetSelection, Definitions, define_asset_job, in_process_executor
 
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.defs.assets import build_campaign_assets
 from eval_pipeline.defs.automation import campaign_job, infrastructure_retry_sensor, nightly_schedule
 from eval_pipeline.defs.partitions import CampaignPartitions
+from eval_pipeline.defs.release import build_release_definitions
 from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.settings import Paths
 
@@ -16,6 +17,7 @@ STAGES = {
     "trials": ["generation", "evaluation"],
     "results": ["results", "report"],
 }
+RELEASE_STAGE = "release"  # the report's gate checks and the release decision, for a campaign with gates
 STAGE_TAG = "eval_pipeline/stage"  # dagster.yaml limits how many runs of each stage run at once
 
 
@@ -28,15 +30,23 @@ def campaign_definitions(campaign: Campaign) -> Definitions:
     jobs = {
         stage: define_asset_job(
             stage_job_name(campaign, stage),
-            selection=[AssetKey([campaign.name, name]) for name in names],
+            selection=AssetSelection.assets(*(AssetKey([campaign.name, name]) for name in names)).without_checks(),
             tags={STAGE_TAG: stage},
         )
         for stage, names in STAGES.items()
     }
+    gate_checks, release_assets = build_release_definitions(campaign)
+    if release_assets:
+        jobs[RELEASE_STAGE] = define_asset_job(
+            stage_job_name(campaign, RELEASE_STAGE),
+            selection=AssetSelection.checks(*gate_checks) | AssetSelection.assets(*release_assets),
+            tags={STAGE_TAG: RELEASE_STAGE},
+        )
     whole = campaign_job(campaign)
     schedule = nightly_schedule(campaign, whole)
     return Definitions(
-        assets=build_campaign_assets(campaign, partitions),
+        assets=[*build_campaign_assets(campaign, partitions), *release_assets],
+        asset_checks=gate_checks,
         jobs=[*jobs.values(), whole],
         schedules=[schedule] if schedule else [],
         sensors=[infrastructure_retry_sensor(campaign, jobs["trials"])],

@@ -47,7 +47,7 @@ from eval_pipeline.sandbox.local import ENVIRONMENT_LAYOUT_VERSION
 # Code versions of the assets whose logic has no version of its own in the core.
 SNAPSHOT_CODE_VERSION = "1"
 PLAN_CODE_VERSION = "1"
-RESULTS_CODE_VERSION = "2"
+RESULTS_CODE_VERSION = "3"
 IMAGE_CODE_VERSION = "1"
 # Concurrency pools (limits per Dagster instance: dagster.yaml, or `dagster instance concurrency set`).
 ENVIRONMENT_POOL = "eval_pipeline_environments"  # image builds and environment pods started at once

@@ -1,0 +1,114 @@
+"""Release gates on hand-made reports: floors per slice, regressions against the baseline, hard violations."""
+
+import pytest
+
+from eval_pipeline.gates import GatePolicyError, evaluate_gate, load_policy, parse_policy
+from eval_pipeline.report import build_report
+from eval_pipeline_tests.conftest import trial
+
+
+def outcomes(flags: str) -> list[str]:
+    return ["resolved" if flag == "1" else "unresolved" for flag in flags]
+
+
+def slice_results(slice_name: str, variant: str, per_instance: list[str], **fields) -> list:
+    """One trial per seed per instance: `per_instance[i]` is a string of 1s and 0s, one per seed."""
+    return [
+        trial(f"{slice_name[0]}{i}", variant, seed, outcome, slice=slice_name, **fields)
+        for i, flags in enumerate(per_instance)
+        for seed, outcome in enumerate(outcomes(flags))
+    ]
+
+
+# The candidate gains a lot on `code` and loses a little on `terminal`, where it falls under a 0.5 floor.
+RESULTS = [
+    *slice_results("code", "base", ["00", "00", "10", "00"]),
+    *slice_results("code", "cand", ["11", "11", "11", "10"]),
+    *slice_results("terminal", "base", ["11", "10", "00", "00"]),
+    *slice_results("terminal", "cand", ["11", "00", "00", "00"]),
+]
+POLICY = {
+    "environment": "prod",
+    "candidate": "cand",
+    "floors": {"terminal": 0.5, "*": 0.2},
+    "max_regression": {"resolved_rate": 0.2},
+}
+
+
+def report_of(results):
+    return build_report("c", "d", "p", results, baseline="base")
+
+
+def test_a_slice_under_its_floor_fails_the_gate_while_the_overall_rate_rises():
+    report = report_of(RESULTS)
+    assert report["variants"]["cand"]["resolved_rate"] > report["variants"]["base"]["resolved_rate"]
+    decision = evaluate_gate(parse_policy(POLICY, "prod.yaml"), report)
+    assert not decision.passed
+    assert [(v.rule, v.slice, v.value, v.limit) for v in decision.violations] == [("floor", "terminal", 0.25, 0.5)]
+    record = decision.as_record()
+    assert record["violations"][0]["message"].startswith("terminal: resolved rate 0.25 is below the floor 0.5")
+
+
+def test_the_gate_passes_when_every_slice_meets_its_floor():
+    decision = evaluate_gate(parse_policy({**POLICY, "floors": {"*": 0.25}}, "staging.yaml"), report_of(RESULTS))
+    assert decision.passed and decision.violations == ()
+
+
+def test_a_regression_beyond_the_tolerance_fails_even_above_the_floor():
+    policy = parse_policy({**POLICY, "floors": {}, "max_regression": {"resolved_rate": 0.1}}, "prod.yaml")
+    decision = evaluate_gate(policy, report_of(RESULTS))
+    # terminal: d = (0, -.5, 0, 0), mean -.125
+    assert [(v.rule, v.slice) for v in decision.violations] == [("max_regression.resolved_rate", "terminal")]
+    assert decision.violations[0].value == pytest.approx(-0.125)
+
+
+def test_duration_and_cost_regressions_are_relative_to_the_baseline():
+    results = [
+        *slice_results("code", "base", ["1", "1"], cost_usd=1.0),
+        *slice_results("code", "cand", ["1", "1"], cost_usd=1.5, generation_duration_s=3.0),
+    ]
+    policy = parse_policy(
+        {**POLICY, "floors": {}, "max_regression": {"p95_duration": 0.5, "cost_per_resolved": 0.4}}, "x"
+    )
+    decision = evaluate_gate(policy, report_of(results))
+    # durations 2 s vs 4 s: +100%; cost per resolved 1.0 vs 1.5: +50%
+    assert {v.rule: pytest.approx(v.value) for v in decision.violations} == {
+        "max_regression.cost_per_resolved": 0.5,
+        "max_regression.p95_duration": 1.0,
+    }
+
+
+def test_any_hard_violation_fails_by_default():
+    results = [*slice_results("code", "base", ["1"]), trial("c0", "cand", 0, "resolved", test_infrastructure_changes=1)]
+    decision = evaluate_gate(parse_policy({"environment": "prod", "candidate": "cand"}, "x"), report_of(results))
+    assert [(v.rule, v.value) for v in decision.violations] == [("max_hard_violations", 1)]
+
+
+def test_a_slice_without_the_candidate_fails():
+    results = [*slice_results("code", "base", ["1"])]
+    decision = evaluate_gate(parse_policy(POLICY, "x"), report_of(results))
+    assert [v.rule for v in decision.violations] == ["candidate"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"candidate": None}, "field candidate"),
+        ({"floors": {"code": -1}}, "field floors.code"),
+        ({"max_regression": {"latency": 1}}, r"field max_regression: unknown metric\(s\) \['latency'\]"),
+        ({"max_hard_violations": 0.5}, "field max_hard_violations"),
+        ({"typo": 1}, "unknown field"),
+    ],
+)
+def test_bad_policies_name_the_file_and_field(change, message):
+    with pytest.raises(GatePolicyError, match=r"prod\.yaml: " + message):
+        parse_policy({**POLICY, **change}, "prod.yaml")
+
+
+def test_policy_files_load_and_name_their_errors(tmp_path):
+    path = tmp_path / "prod.yaml"
+    path.write_text("environment: prod\ncandidate: cand\nfloors: {'*': 0.3}\n")
+    assert load_policy(path).floor_for("anything") == 0.3
+    path.write_text("environment: [\n")
+    with pytest.raises(GatePolicyError, match="prod.yaml: not valid YAML"):
+        load_policy(path)
