@@ -14,11 +14,12 @@ from dataclasses import replace
 
 import duckdb
 import pytest
+import yaml
 from dagster import DagsterInstance
 
 from eval_pipeline.agents import make_agent
 from eval_pipeline.artifacts import LocalArtifactStore
-from eval_pipeline.campaign import load_campaign
+from eval_pipeline.campaign import BUILTIN_DIR, load_campaign
 from eval_pipeline.defs import build_definitions, stage_job_name
 from eval_pipeline.demo_benchmark import DemoBug, DemoRepo, DemoStage, build_repos_benchmark
 from eval_pipeline.evaluation import evaluate
@@ -28,6 +29,7 @@ from eval_pipeline.outcomes import Outcome
 from eval_pipeline.sandbox import ResourceLimits, janitor
 from eval_pipeline.sandbox.images import MANAGED_LABEL, ImageBuilder
 from eval_pipeline.settings import Paths
+from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR
 from eval_pipeline_tests.conftest import prepare_on
 
 # A bug whose test needs about 350 MB: OOM-killed under a 256 MB ceiling, fine under 3x.
@@ -188,17 +190,32 @@ def count_containers_created(engine, campaign: str, action) -> dict[str, int]:
     return {role: list(roles.values()).count(role) for role in set(roles.values())}
 
 
+def demo_twin(tmp_path, backend: str) -> str:
+    """The built-in demo_containers campaign on `backend`, cut to two variants and one seed to keep CI short."""
+    campaign = yaml.safe_load((BUILTIN_DIR / "demo_containers.yaml").read_text())
+    campaign["sandbox"]["backend"] = backend
+    campaign["slices"]["terminal"]["path"] = str(DEMO_TASKS_DIR)
+    campaign["variants"] = [v for v in campaign["variants"] if v["name"] in ("oracle", "null")]
+    campaign["seeds"] = 1
+    path = tmp_path / f"demo_containers_{backend}.yaml"
+    path.write_text(yaml.safe_dump(campaign))
+    return str(path)
+
+
 def test_demo_campaign_in_containers_matches_local_with_one_pod_per_instance(engine, tmp_path):
     homes = {name: tmp_path / name for name in ("local", "containers")}
     envs = {name: {**os.environ, "DAGSTER_HOME": str(home)} for name, home in homes.items()}
     local = subprocess.Popen(
-        ["eval-pipeline", "run", "--campaign", "demo", "--json"], env=envs["local"], stdout=subprocess.PIPE, text=True
+        ["eval-pipeline", "run", "--campaign", demo_twin(tmp_path, "local"), "--json"],
+        env=envs["local"],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     summaries = {}
 
     def run_in_containers() -> None:
         completed = subprocess.run(
-            ["eval-pipeline", "run", "--campaign", "demo_containers", "--json"],
+            ["eval-pipeline", "run", "--campaign", demo_twin(tmp_path, "container"), "--json"],
             env=envs["containers"],
             capture_output=True,
             text=True,
@@ -210,7 +227,7 @@ def test_demo_campaign_in_containers_matches_local_with_one_pod_per_instance(eng
     created = count_containers_created(engine, "demo_containers", run_in_containers)
     summaries["local"] = json.loads(local.communicate(timeout=1200)[0])
     assert created == {"pod": 16}, "one environment container per instance, none per trial"
-    assert (summaries["containers"]["scored"], summaries["containers"]["planned"]) == (84, 96)
+    assert (summaries["containers"]["scored"], summaries["containers"]["planned"]) == (28, 32)
     code_issues = [summary["slices"]["code-issues"] for summary in summaries.values()]
     assert code_issues[0] == code_issues[1]
 
@@ -221,7 +238,7 @@ def test_demo_campaign_in_containers_matches_local_with_one_pod_per_instance(eng
                 "SELECT instance_id, trial, outcome, environment_image FROM trials ORDER BY 1, 2"
             ).fetchall()
 
-    local_rows, container_rows = verdicts("local", "demo"), verdicts("containers", "demo_containers")
+    local_rows, container_rows = verdicts("local", "demo_containers"), verdicts("containers", "demo_containers")
 
     def deterministic(rows: list[tuple]) -> list[tuple]:  # shuffle-deck's test is flaky by design
         return [row[:3] for row in rows if row[0] != "shuffle-deck"]
