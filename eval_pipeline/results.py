@@ -1,4 +1,8 @@
-"""The results table: one row per planned trial, rebuilt from the artifact store alone.
+"""The results warehouse: DuckDB tables rebuilt from the artifact store alone.
+
+`trials` has one row per planned trial; `attempts` one per kept attempt at a
+trial's environment, generation or evaluation; `instances`, `variants` and
+`lineage` say what was evaluated, with what, by which versions.
 
 Every key is recomputed from the campaign and the benchmark, so the table
 reflects exactly what is stored, whatever Dagster did or did not record. A
@@ -23,7 +27,8 @@ from eval_pipeline.artifacts import ArtifactStore, attempts_prefix
 from eval_pipeline.campaign import Campaign, Trial
 from eval_pipeline.environments import environment_failures
 from eval_pipeline.evaluation import Evaluation, evaluation_key
-from eval_pipeline.generation import Generation, failed_attempts, generation_key
+from eval_pipeline.generation import GENERATION_VERSION, Generation, failed_attempts, generation_key
+from eval_pipeline.grading import GRADING_VERSION
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.sandbox import SandboxBackend
@@ -73,10 +78,27 @@ class TrialResult:
     enforced_limits: str
 
 
-def _latest_attempt(store: ArtifactStore, key: str) -> tuple[Evaluation | None, int]:
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One kept attempt at a trial's stage (an environment's attempts count for each of its trials)."""
+
+    campaign: str
+    instance_id: str
+    trial: str
+    stage: str  # environment, generation or evaluation
+    outcome: str
+    outcome_kind: str
+    final: bool  # the attempt whose artifact is the stage's stored result
+    started_at: str
+    duration_s: float | None
+    detail: str
+
+
+def _kept_evaluations(store: ArtifactStore, key: str) -> list[Evaluation]:
+    """Every kept evaluation attempt at `key`, oldest first."""
     attempts = [store.get(k) for k in store.keys(attempts_prefix(key))]
     kept = sorted((a for a in attempts if a), key=lambda a: a["started_at"])
-    return (Evaluation.from_payload(kept[-1], reused=True) if kept else None), len(kept)
+    return [Evaluation.from_payload(attempt, reused=True) for attempt in kept]
 
 
 def _unfinished_outcome(outcome: str) -> Outcome:
@@ -100,7 +122,37 @@ def _test_infrastructure_changes(evaluation: Evaluation | None) -> int:
     return sum(len(step.get("undone", [])) for step in steps if step.get("step") == "restore_test_files")
 
 
-def trial_result(
+def _attempts(
+    campaign: Campaign,
+    instance_id: str,
+    trial: Trial,
+    environment_attempts: list[dict[str, Any]],
+    generation_failures: list[Generation],
+    generation: Generation | None,
+    evaluations: list[Evaluation],
+    final_attempt_id: str | None,
+) -> list[AttemptRecord]:
+    """Every kept attempt at the trial's stages; the stored generation, and the evaluation attempt whose id is
+    `final_attempt_id`, are final."""
+
+    def record(stage: str, outcome: str, final: bool, started_at: str, duration_s: float | None, detail: str):
+        kind = Outcome(outcome).kind.value if outcome in set(Outcome) else ""  # a finished generation is `completed`
+        return AttemptRecord(
+            campaign.name, instance_id, trial.key, stage, outcome, kind, final, started_at, duration_s, detail[-2000:]
+        )
+
+    generations = [(g, False) for g in generation_failures] + ([(generation, True)] if generation else [])
+    return [
+        *(record("environment", a["outcome"], False, a["started_at"], None, a["detail"]) for a in environment_attempts),
+        *(record("generation", g.status, final, g.started_at, g.duration_s, g.error) for g, final in generations),
+        *(
+            record("evaluation", e.outcome, e.attempt_id == final_attempt_id, e.started_at, e.duration_s, e.detail)
+            for e in evaluations
+        ),
+    ]
+
+
+def trial_records(
     campaign: Campaign,
     portfolio: Portfolio,
     instance: Any,
@@ -108,16 +160,20 @@ def trial_result(
     sandbox: SandboxBackend,
     store: ArtifactStore,
     environment_key: str,
-) -> TrialResult:
+) -> tuple[TrialResult, list[AttemptRecord]]:
+    """The trial's results row, and every attempt kept at its stages, from the store alone."""
     agent = trial.variant.make_agent()
     gen_key = generation_key(instance, agent, trial.seed, campaign.timeout_multiplier)
     stored_generation = store.get(gen_key)
     generation = Generation.from_payload(stored_generation, reused=True) if stored_generation else None
     generation_failures = failed_attempts(store, gen_key)
-    evaluation, eval_key, attempts, final = None, None, 0, None
+    environment_attempts = environment_failures(store, environment_key)
+    evaluations: list[Evaluation] = []
+    evaluation, eval_key, final = None, None, None
     if generation:
         eval_key = evaluation_key(generation, environment_key, sandbox, campaign.test_timeout_for(instance))
-        evaluation, attempts = _latest_attempt(store, eval_key)
+        evaluations = _kept_evaluations(store, eval_key)
+        evaluation = evaluations[-1] if evaluations else None
         if (final := store.get(eval_key)) is not None:
             evaluation = Evaluation.from_payload(final, reused=True)
     if final is not None:
@@ -127,10 +183,19 @@ def trial_result(
     elif generation_failures:
         outcome = Outcome(generation_failures[-1].status)
     else:
-        environment_attempts = environment_failures(store, environment_key)
         outcome = Outcome(environment_attempts[-1]["outcome"]) if environment_attempts else None
+    attempts = _attempts(
+        campaign,
+        instance.instance_id,
+        trial,
+        environment_attempts,
+        generation_failures,
+        generation,
+        evaluations,
+        evaluation.attempt_id if final is not None else None,
+    )
     limits = sandbox.limits
-    return TrialResult(
+    result = TrialResult(
         campaign=campaign.name,
         slice=portfolio.slice_of(instance.instance_id),
         instance_id=instance.instance_id,
@@ -144,7 +209,7 @@ def trial_result(
         outcome_kind=outcome.kind.value if outcome else None,
         scored=final is not None,
         resolved=bool(final is not None and outcome and outcome.is_resolved),
-        attempts=attempts + len(generation_failures),
+        attempts=len(evaluations) + len(generation_failures),
         generation_key=gen_key if generation else None,
         evaluation_key=eval_key if evaluation else None,
         patch_sha256=generation.patch_sha256 if generation else None,
@@ -170,6 +235,73 @@ def trial_result(
         pids_limit=limits.pids,
         enforced_limits=json.dumps(sandbox.enforced_limits(), sort_keys=True),
     )
+    return result, attempts
+
+
+@dataclass(frozen=True)
+class Warehouse:
+    """The campaign's results as tables: what `write_warehouse` stores in DuckDB, one writer, atomically."""
+
+    trials: list[TrialResult]
+    attempts: list[AttemptRecord]
+    instances: list[dict[str, Any]]
+    variants: list[dict[str, Any]]
+    lineage: dict[str, Any]
+
+
+def collect_warehouse(
+    campaign: Campaign,
+    portfolio: Portfolio,
+    sandbox_for: Callable[[Any], SandboxBackend],
+    store: ArtifactStore,
+) -> Warehouse:
+    """Every table, from the campaign, the portfolio and the store alone; `sandbox_for` gives a task's sandbox.
+
+    One row per planned (instance, trial) in `trials`, in a stable order, and one per kept attempt in `attempts`.
+    """
+    trials, attempts, instances = [], [], []
+    for instance in sorted(portfolio.instances, key=lambda i: i.instance_id):
+        sandbox = sandbox_for(instance)
+        environment_key = sandbox.environment_key(instance, portfolio.environment_for(instance))
+        instances.append(
+            {
+                "instance_id": instance.instance_id,
+                "slice": portfolio.slice_of(instance.instance_id),
+                "repo": instance.repo,
+                "base_commit": instance.base_commit,
+                "version": instance.version,
+                "content_hash": instance.content_hash,
+                "environment_key": environment_key,
+            }
+        )
+        for trial in campaign.trials:
+            result, kept = trial_records(campaign, portfolio, instance, trial, sandbox, store, environment_key)
+            trials.append(result)
+            attempts.extend(kept)
+    variants = [
+        {
+            "variant": variant.name,
+            "agent": variant.agent,
+            "agent_config_hash": variant.make_agent().config_hash,
+            "params": json.dumps(dict(variant.params), sort_keys=True),
+            "is_baseline": variant.name == campaign.baseline,
+        }
+        for variant in campaign.variants
+    ]
+    lineage = {
+        "campaign": campaign.name,
+        "dataset_version": portfolio.version,
+        "plan_version": campaign.plan_version,
+        "harness_version": HARNESS_VERSION,
+        "generation_version": GENERATION_VERSION,
+        "grading_version": GRADING_VERSION,
+        "seeds": json.dumps(list(campaign.seeds)),
+        "sandbox_backend": campaign.sandbox.backend,
+        "sandbox_mode": campaign.sandbox.mode,
+        "resources": json.dumps(campaign.resources.as_record(), sort_keys=True),
+        "quarantined_rows": len(portfolio.quarantined),
+    }
+    return Warehouse(trials, attempts, instances, variants, lineage)
 
 
 def collect_results(
@@ -178,27 +310,29 @@ def collect_results(
     sandbox_for: Callable[[Any], SandboxBackend],
     store: ArtifactStore,
 ) -> list[TrialResult]:
-    """One result per planned (instance, trial), in a stable order; `sandbox_for` gives a task's sandbox."""
-    results = []
-    for instance in sorted(portfolio.instances, key=lambda i: i.instance_id):
-        sandbox = sandbox_for(instance)
-        environment_key = sandbox.environment_key(instance, portfolio.environment_for(instance))
-        results.extend(
-            trial_result(campaign, portfolio, instance, trial, sandbox, store, environment_key)
-            for trial in campaign.trials
-        )
-    return results
+    """The `trials` table alone: one result per planned (instance, trial)."""
+    return collect_warehouse(campaign, portfolio, sandbox_for, store).trials
 
 
-def write_results_table(results: list[TrialResult], path: Path) -> Path:
-    """Write the `trials` table to a DuckDB file atomically; return its path."""
+def write_warehouse(warehouse: Warehouse, path: Path) -> Path:
+    """Write every table to a DuckDB file at a temporary path, then move it into place; return its path."""
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     scratch.unlink(missing_ok=True)
-    frame = pd.DataFrame([asdict(result) for result in results], columns=list(TrialResult.__dataclass_fields__))
+    frames = {
+        "trials": pd.DataFrame([asdict(t) for t in warehouse.trials], columns=list(TrialResult.__dataclass_fields__)),
+        "attempts": pd.DataFrame(
+            [asdict(a) for a in warehouse.attempts], columns=list(AttemptRecord.__dataclass_fields__)
+        ),
+        "instances": pd.DataFrame(warehouse.instances),
+        "variants": pd.DataFrame(warehouse.variants),
+        "lineage": pd.DataFrame([warehouse.lineage]),
+    }
     with duckdb.connect(str(scratch)) as connection:
-        connection.register("results_frame", frame)
-        connection.execute("CREATE TABLE trials AS SELECT * FROM results_frame")
+        for table, frame in frames.items():
+            connection.register("frame", frame)
+            connection.execute(f"CREATE TABLE {table} AS SELECT * FROM frame")
+            connection.unregister("frame")
     os.replace(scratch, path)
     return path
 

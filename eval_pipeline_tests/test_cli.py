@@ -47,6 +47,7 @@ def test_demo_portfolio_end_to_end_then_resume_regrades_only_the_unscored(campai
     assert unscored == [("build-index", "oom_killed", 6, 256), ("slow-report", "test_timeout", 6, 1024)]
     assert {row[0] for row in oracle_terminal} <= {"build-index", "slow-report", "shuffle-deck"}
     assert_release_gates(campaign_env, summary)
+    unscored_attempts = assert_warehouse(home, summary)
 
     second = run_cli(campaign_env, "--campaign", "demo", "--json")
     assert second.returncode == 0, second.stderr[-3000:]
@@ -55,6 +56,27 @@ def test_demo_portfolio_end_to_end_then_resume_regrades_only_the_unscored(campai
     assert again["evaluation"] == {"computed": 0, "reused": 0, "failed": 12}
     assert again["variants"] == summary["variants"]
     assert "84 of 96 trials already done" in second.stderr
+    assert assert_warehouse(home, again) == 2 * unscored_attempts, "a re-grade adds attempts and deletes none"
+
+
+def assert_warehouse(home: Path, summary: dict) -> int:
+    """The warehouse's tables agree with each other and the summary; returns the unscored trials' attempts."""
+    with duckdb.connect(str(home / "eval_pipeline" / "results" / "demo.duckdb"), read_only=True) as db:
+        kept = db.execute(
+            "SELECT count(*), count(DISTINCT outcome), bool_or(final) FROM attempts"
+            " WHERE stage = 'evaluation' AND instance_id IN ('build-index', 'slow-report')"
+        ).fetchone()
+        counted = db.execute("SELECT sum(attempts) FROM trials WHERE NOT scored").fetchone()[0]
+        finals = db.execute("SELECT stage, count(*) FROM attempts WHERE final GROUP BY ALL ORDER BY ALL").fetchall()
+        instances = db.execute("SELECT count(*), count(DISTINCT slice) FROM instances").fetchone()
+        baseline = db.execute("SELECT variant FROM variants WHERE is_baseline").fetchall()
+        lineage = db.execute("SELECT dataset_version, harness_version FROM lineage").fetchall()
+    assert kept[0] == counted and kept[0] > 12, "each unscored trial was retried in its run, every attempt kept"
+    assert (kept[1], kept[2]) == (2, False), "oom_killed and test_timeout attempts, none final"
+    assert finals == [("evaluation", 84), ("generation", 96)]
+    assert instances == (16, 2) and baseline == [("null",)]
+    assert lineage == [(summary["dataset_version"], HARNESS_VERSION)]
+    return kept[0]
 
 
 def assert_release_gates(env: dict[str, str], summary: dict) -> None:

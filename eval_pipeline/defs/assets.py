@@ -40,7 +40,7 @@ from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.report import build_report, render_markdown, write_report
-from eval_pipeline.results import collect_results, read_results_table, write_results_table
+from eval_pipeline.results import collect_warehouse, read_results_table, write_warehouse
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.sandbox.local import ENVIRONMENT_LAYOUT_VERSION
 
@@ -331,18 +331,21 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
     def results(
         context: AssetExecutionContext, portfolio: Portfolio, eval_pipeline: EvalPipelineResource
     ) -> Output[str]:
-        """The DuckDB results table, one row per planned trial, rebuilt from stored artifacts."""
+        """The results warehouse (DuckDB: trials, attempts, instances, variants, lineage), rebuilt from stored
+        artifacts by this one writer."""
         sandbox = eval_pipeline.sandbox(campaign)
-        rows = collect_results(
+        warehouse = collect_warehouse(
             campaign, portfolio, lambda task: eval_pipeline.sandbox(campaign, task), eval_pipeline.artifact_store()
         )
-        path = write_results_table(rows, eval_pipeline.paths.results / f"{campaign.name}.duckdb")
+        rows = warehouse.trials
+        path = write_warehouse(warehouse, eval_pipeline.paths.results / f"{campaign.name}.duckdb")
         return Output(
             str(path),
             metadata={
                 **_lineage(portfolio, sandbox),
                 "path": MetadataValue.path(str(path)),
                 "planned": len(rows),
+                "attempts": len(warehouse.attempts),
                 "scored": sum(row.scored for row in rows),
             },
         )
