@@ -123,7 +123,7 @@ def _interval(low: float | None, high: float | None) -> str:
     return f"[{_number(low)}, {_number(high)}]"
 
 
-def _rows(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+def report_rows(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     """(slice, variant, summary) for every slice, then the whole portfolio when there are several slices."""
     rows = [(slice_name, name, v) for slice_name, variants in report["slices"].items() for name, v in variants.items()]
     if len(report["slices"]) > 1:
@@ -152,7 +152,7 @@ def _rates(report: dict[str, Any]) -> list[str]:
                 _number(v["infrastructure_error_rate"]),
                 ", ".join(f"{outcome} {count}" for outcome, count in v["outcomes"].items()),
             ]
-            for slice_name, name, v in _rows(report)
+            for slice_name, name, v in report_rows(report)
         ],
     )
 
@@ -170,7 +170,7 @@ def _comparisons(report: dict[str, Any]) -> list[str]:
             _number(d.get("mde")),
             str(d["n"]),
         ]
-        for slice_name, name, v in _rows(report)
+        for slice_name, name, v in report_rows(report)
         if (d := v.get("vs_baseline"))
     ]
     return _table(headers, rows) if rows else ["No other variant to compare."]
@@ -180,7 +180,7 @@ def _costs(report: dict[str, Any]) -> list[str]:
     headers = ["slice", "variant", "median s", "p95 s", "tokens / resolved", "cost / resolved", "seed rates"]
     headers += ["seed sd", "pass@k"]
     rows = []
-    for slice_name, name, v in _rows(report):
+    for slice_name, name, v in report_rows(report):
         spread = v["seed_spread"]
         rows.append(
             [
@@ -222,7 +222,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write to a scratch file beside `path`, then move it into place: readers never see half a file."""
     scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     scratch.write_text(text)
     os.replace(scratch, path)
@@ -231,7 +232,7 @@ def _write_atomically(path: Path, text: str) -> None:
 def write_json(payload: dict[str, Any], path: Path) -> Path:
     """Write `payload` as JSON atomically (readers never see half a file); return the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(path, json.dumps(payload, indent=2, sort_keys=True))
+    write_text_atomically(path, json.dumps(payload, indent=2, sort_keys=True))
     return path
 
 
@@ -239,5 +240,5 @@ def write_report(report: dict[str, Any], directory: Path) -> Path:
     """Write report.json and report.md into `directory`; return the markdown path."""
     write_json(report, directory / "report.json")
     markdown = directory / "report.md"
-    _write_atomically(markdown, render_markdown(report))
+    write_text_atomically(markdown, render_markdown(report))
     return markdown

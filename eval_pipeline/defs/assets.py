@@ -37,6 +37,7 @@ from eval_pipeline.evaluation import Evaluation, evaluate
 from eval_pipeline.generation import GENERATION_VERSION, Generation, generate
 from eval_pipeline.grading import GRADING_VERSION
 from eval_pipeline.hashing import stable_hash
+from eval_pipeline.html_report import write_html_report
 from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.report import build_report, render_markdown, write_report
@@ -369,12 +370,14 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             baseline=campaign.baseline,
         )
         path = write_report(summary, eval_pipeline.paths.reports / campaign.name)
+        html = write_html_report(summary, rows, eval_pipeline.paths.reports / campaign.name)
         summary["report_path"] = str(path)
         return Output(
             summary,
             metadata={
                 **_lineage(portfolio, eval_pipeline.sandbox(campaign)),
                 "path": MetadataValue.path(str(path)),
+                "html": MetadataValue.path(str(html)),
                 "summary": MetadataValue.md(render_markdown(summary)),
             },
         )

@@ -1,0 +1,172 @@
+"""The campaign report as one self-contained HTML file: tables and inline SVG plots, no scripts, no network.
+
+Plots: resolved rates with their 95% intervals per slice and variant; paired
+differences against the baseline with their intervals; each variant's trial
+durations (every scored trial a dot, median and p95 marked); and the outcome
+taxonomy per variant. Every number comes from the report (STATISTICS.md) or,
+for the duration dots, from the results table.
+"""
+
+from collections import defaultdict
+from collections.abc import Sequence
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from eval_pipeline.outcomes import Outcome, OutcomeKind
+from eval_pipeline.report import report_rows, write_text_atomically
+from eval_pipeline.results import MISSING, TrialResult
+
+WIDTH, ROW, LABEL, MARGIN = 760, 26, 220, 30
+KIND_COLOURS = {OutcomeKind.AGENT: "#2b6cb0", OutcomeKind.INFRASTRUCTURE: "#c05621", OutcomeKind.HARNESS: "#6b46c1"}
+OUTCOME_COLOURS = {Outcome.RESOLVED: "#2f855a", Outcome.UNRESOLVED: "#a0aec0"}
+STYLE = """body{font:14px system-ui,sans-serif;margin:2em;color:#1a202c}h1,h2{font-weight:600}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #cbd5e0;padding:4px 8px;text-align:right}
+td:first-child,td:nth-child(2),th{text-align:left}svg{display:block;margin:1em 0}text{font:12px sans-serif}"""
+
+
+def _colour(outcome: str) -> str:
+    if outcome in OUTCOME_COLOURS:
+        return OUTCOME_COLOURS[outcome]
+    return KIND_COLOURS[Outcome(outcome).kind] if outcome != MISSING else "#e2e8f0"
+
+
+def _svg(height: int, body: list[str], title: str) -> str:
+    return (
+        f'<svg role="img" aria-label="{escape(title)}" width="{WIDTH}" height="{height}" '
+        f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>{"".join(body)}</svg>'
+    )
+
+
+def _x(value: float, low: float, high: float) -> float:
+    return LABEL + (value - low) / (high - low) * (WIDTH - LABEL - MARGIN)
+
+
+def _axis(low: float, high: float, bottom: int, ticks: Sequence[float]) -> list[str]:
+    parts = [f'<line x1="{LABEL}" y1="{bottom}" x2="{WIDTH - MARGIN}" y2="{bottom}" stroke="#718096"/>']
+    for tick in ticks:
+        x = _x(tick, low, high)
+        parts.append(f'<line x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 4}" stroke="#718096"/>')
+        parts.append(f'<text x="{x:.1f}" y="{bottom + 16}" text-anchor="middle">{tick:.3g}</text>')
+    return parts
+
+
+def interval_chart(
+    title: str, rows: Sequence[tuple[str, float | None, float | None, float | None]], domain: tuple[float, float]
+) -> str:
+    """One row per (label, estimate, low, high): a dot at the estimate and a line over the interval.
+
+    A zero line is drawn when the domain spans zero (differences).
+    """
+    low, high = domain
+    body = []
+    if low < 0 < high:
+        zero = _x(0, low, high)
+        body.append(f'<line x1="{zero:.1f}" y1="0" x2="{zero:.1f}" y2="{len(rows) * ROW}" stroke="#a0aec0"/>')
+    for index, (label, estimate, ci_low, ci_high) in enumerate(rows):
+        y = index * ROW + ROW / 2
+        body.append(f'<text x="{LABEL - 8}" y="{y + 4}" text-anchor="end">{escape(label)}</text>')
+        if ci_low is not None and ci_high is not None:
+            left, right = (_x(max(low, min(high, v)), low, high) for v in (ci_low, ci_high))
+            body.append(f'<line x1="{left:.1f}" y1="{y}" x2="{right:.1f}" y2="{y}" stroke="#2b6cb0" stroke-width="2"/>')
+        if estimate is not None:
+            body.append(f'<circle class="estimate" cx="{_x(estimate, low, high):.1f}" cy="{y}" r="5" fill="#2b6cb0"/>')
+    ticks = [low + (high - low) * step / 4 for step in range(5)]
+    return _svg(len(rows) * ROW + 30, body + _axis(low, high, len(rows) * ROW + 4, ticks), title)
+
+
+def duration_chart(trials: Sequence[TrialResult], report: dict[str, Any]) -> str:
+    """Every scored trial's duration (generation + evaluation) as a dot per variant; median and p95 as ticks."""
+    durations: dict[str, list[float]] = defaultdict(list)
+    for trial in trials:
+        if trial.scored:
+            durations[trial.variant].append((trial.generation_duration_s or 0) + (trial.evaluation_duration_s or 0))
+    high = max((d for values in durations.values() for d in values), default=1.0) * 1.05 or 1.0
+    body = []
+    for index, (variant, values) in enumerate(sorted(durations.items())):
+        y = index * ROW + ROW / 2
+        body.append(f'<text x="{LABEL - 8}" y="{y + 4}" text-anchor="end">{escape(variant)}</text>')
+        body += [
+            f'<circle cx="{_x(d, 0, high):.1f}" cy="{y}" r="3" fill="#2b6cb0" fill-opacity="0.4"/>' for d in values
+        ]
+        spread = report["variants"][variant]["duration_s"]
+        for quantile, colour in (("median", "#1a202c"), ("p95", "#c05621")):
+            x = _x(spread[quantile], 0, high)
+            body.append(
+                f'<line x1="{x:.1f}" y1="{y - 9}" x2="{x:.1f}" y2="{y + 9}" stroke="{colour}" stroke-width="2"/>'
+            )
+    rows = len(durations)
+    ticks = [high * step / 4 for step in range(5)]
+    return _svg(rows * ROW + 30, body + _axis(0, high, rows * ROW + 4, ticks), "Durations (s)")
+
+
+def taxonomy_chart(report: dict[str, Any]) -> str:
+    """Each variant's trials as one bar split by outcome, coloured by outcome kind (agent, infrastructure)."""
+    body = []
+    for index, (variant, summary) in enumerate(report["variants"].items()):
+        y = index * ROW + 4
+        body.append(f'<text x="{LABEL - 8}" y="{y + 14}" text-anchor="end">{escape(variant)}</text>')
+        left = float(LABEL)
+        for outcome, count in summary["outcomes"].items():
+            width = count / summary["planned"] * (WIDTH - LABEL - MARGIN)
+            body.append(
+                f'<rect x="{left:.1f}" y="{y}" width="{width:.1f}" height="{ROW - 8}" fill="{_colour(outcome)}">'
+                f"<title>{escape(outcome)}: {count}</title></rect>"
+            )
+            left += width
+    legend = sorted({outcome for summary in report["variants"].values() for outcome in summary["outcomes"]})
+    bottom = len(report["variants"]) * ROW + 16
+    for index, outcome in enumerate(legend):
+        x = LABEL + index * 130
+        body.append(f'<rect x="{x}" y="{bottom - 10}" width="10" height="10" fill="{_colour(outcome)}"/>')
+        body.append(f'<text x="{x + 14}" y="{bottom}">{escape(outcome)}</text>')
+    return _svg(bottom + 10, body, "Outcomes per variant")
+
+
+def _table(report: dict[str, Any]) -> str:
+    head = "<tr><th>slice</th><th>variant</th><th>resolved rate</th><th>95% CI</th><th>scored/planned</th></tr>"
+    cells = [
+        f"<tr><td>{escape(s)}</td><td>{escape(v)}</td><td>{_fmt(r['resolved_rate'])}</td>"
+        f"<td>[{_fmt(r.get('ci_low'))}, {_fmt(r.get('ci_high'))}]</td><td>{r['scored']}/{r['planned']}</td></tr>"
+        for s, v, r in report_rows(report)
+    ]
+    return f"<table>{head}{''.join(cells)}</table>"
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def render_html(report: dict[str, Any], trials: Sequence[TrialResult]) -> str:
+    rows = report_rows(report)
+    rates = [(f"{s} / {v}", r["resolved_rate"], r.get("ci_low"), r.get("ci_high")) for s, v, r in rows]
+    differences = [
+        (f"{s} / {v}", d.get("diff"), d.get("ci_low"), d.get("ci_high"))
+        for s, v, r in rows
+        if (d := r.get("vs_baseline"))
+    ]
+    sections = [
+        f"<h1>Campaign {escape(report['campaign'])}</h1>",
+        f"<p>Dataset {escape(report['dataset_version'][:12])}, plan {escape(report['plan_version'][:12])}, harness "
+        f"{escape(report['harness_version'])}. Coverage: {report['scored']}/{report['planned']} trials scored; "
+        "trials that ended in an infrastructure outcome are not scored and never count as failures.</p>",
+        _table(report),
+        "<h2>Resolved rate with 95% interval (clustered by instance)</h2>",
+        interval_chart("Resolved rates", rates, (0.0, 1.0)),
+        f"<h2>Paired difference against {escape(report['baseline'])}</h2>",
+        interval_chart("Paired differences", differences, (-1.0, 1.0)) if differences else "<p>No comparison.</p>",
+        "<h2>Trial durations (median black, p95 orange)</h2>",
+        duration_chart(trials, report),
+        "<h2>Outcome taxonomy</h2>",
+        taxonomy_chart(report),
+    ]
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Campaign {escape(report["campaign"])}'
+        f"</title><style>{STYLE}</style></head><body>{''.join(sections)}</body></html>\n"
+    )
+
+
+def write_html_report(report: dict[str, Any], trials: Sequence[TrialResult], directory: Path) -> Path:
+    path = directory / "report.html"
+    write_text_atomically(path, render_html(report, trials))
+    return path
