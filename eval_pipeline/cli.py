@@ -11,19 +11,25 @@ from pathlib import Path
 from eval_pipeline.settings import dagster_home
 
 
-def _run(args: argparse.Namespace) -> int:
+def _use_dagster_home() -> None:
+    """Point Dagster at the CLI's instance (DAGSTER_HOME, or the default) before it reads the variable."""
     home = dagster_home()
     home.mkdir(parents=True, exist_ok=True)
-    os.environ["DAGSTER_HOME"] = str(home)  # before Dagster reads it
+    os.environ["DAGSTER_HOME"] = str(home)
+    from dagster import BetaWarning
 
-    from dagster import BetaWarning, DagsterInstance
+    warnings.filterwarnings("ignore", category=BetaWarning)  # data versions are beta; we rely on them knowingly
+
+
+def _run(args: argparse.Namespace) -> int:
+    _use_dagster_home()
+    from dagster import DagsterInstance
 
     from eval_pipeline.campaign import CampaignError, load_campaign
     from eval_pipeline.defs import build_definitions
     from eval_pipeline.report import render_markdown
     from eval_pipeline.runner import CampaignRunError, run_campaign
 
-    warnings.filterwarnings("ignore", category=BetaWarning)  # data versions are beta; we rely on them knowingly
     try:
         campaign = load_campaign(args.campaign)
     except CampaignError as error:
@@ -46,6 +52,37 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(render_markdown(run.report))
         print(f"Report: {run.report['report_path']}")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    _use_dagster_home()
+    from dagster import DagsterInstance
+
+    from eval_pipeline.calibration import render_calibration, run_calibration
+    from eval_pipeline.campaign import CampaignError, load_campaign
+    from eval_pipeline.report import write_json, write_text_atomically
+    from eval_pipeline.runner import CampaignRunError
+    from eval_pipeline.settings import Paths
+
+    try:
+        campaign = load_campaign(args.campaign)
+        multipliers = [m.strip() for m in args.multipliers.split(",") if m.strip()]
+        with DagsterInstance.get() as instance:
+            calibration = run_calibration(
+                campaign, multipliers, instance, lambda line: print(line, file=sys.stderr), args.workers
+            )
+    except (CampaignError, ValueError) as error:
+        print(f"eval-pipeline: {error}", file=sys.stderr)
+        return 2
+    except CampaignRunError as error:
+        print(f"eval-pipeline: {error}", file=sys.stderr)
+        return 1
+    directory = Paths.from_env().reports / campaign.name
+    write_json(calibration, directory / "calibration.json")
+    markdown = render_calibration(calibration["rows"])
+    write_text_atomically(directory / "calibration.md", markdown)
+    print(json.dumps(calibration, indent=2, sort_keys=True) if args.json else markdown)
     return 0
 
 
@@ -107,6 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         help="trial runs in parallel processes (default: cores, at most 4)",
     )
     run.set_defaults(handler=_run)
+    calibrate = commands.add_parser(
+        "calibrate", help="run a campaign at several resource multipliers and compare rates and infra errors"
+    )
+    calibrate.add_argument("--campaign", default="demo", help="a built-in campaign name or a campaign YAML path")
+    calibrate.add_argument("--multipliers", default="1,3,uncapped", help="comma-separated: numbers or 'uncapped'")
+    calibrate.add_argument("--json", action="store_true", help="print the calibration as JSON")
+    calibrate.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="as for run")
+    calibrate.set_defaults(handler=_calibrate)
     janitor = commands.add_parser("janitor", help="remove leaked containers (and old images) from the container engine")
     janitor.add_argument("--campaign", help="only this campaign's containers (default: all of eval_pipeline's)")
     janitor.add_argument(

@@ -16,6 +16,7 @@ from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.outcomes import OutcomeKind
 from eval_pipeline.results import TrialResult
 from eval_pipeline.statistics import (
+    RateEstimate,
     distribution,
     paired_difference,
     pass_at_k,
@@ -34,6 +35,13 @@ def _scores(results: Sequence[TrialResult]) -> dict[str, list[bool]]:
         if result.scored:
             flags.append(result.resolved)
     return scores
+
+
+def _estimate_fields(estimate: RateEstimate | None) -> dict[str, Any]:
+    """The rate estimate's fields but the rate; all None (and n 0) when nothing was scored."""
+    if estimate is None:
+        return {name: None for name in RateEstimate.__dataclass_fields__ if name != "rate"} | {"n": 0, "n_repos": 0}
+    return {key: value for key, value in asdict(estimate).items() if key != "rate"}
 
 
 def _variant_summary(results: Sequence[TrialResult]) -> dict[str, Any]:
@@ -59,7 +67,7 @@ def _variant_summary(results: Sequence[TrialResult]) -> dict[str, Any]:
         "infrastructure_error_rate": kinds[OutcomeKind.INFRASTRUCTURE] / len(results) if results else 0.0,
         "hard_violations": sum(result.test_infrastructure_changes > 0 for result in scored),
         "resolved_rate": estimate.rate if estimate else None,
-        **({key: value for key, value in asdict(estimate).items() if key != "rate"} if estimate else {"n": 0}),
+        **_estimate_fields(estimate),
         "seed_spread": asdict(spread) if spread else None,
         "pass_at_k": {str(k): value for k, value in pass_at_k(scores).items()},
         "planning_mde": planning_mde(scores),

@@ -1,0 +1,92 @@
+"""Resource calibration: the same campaign at several resource multipliers (1x, 3x, uncapped).
+
+How much of a score is the infrastructure's? Run the campaign with its
+ceilings scaled by each multiplier and compare, per slice and variant, the
+resolved rate (with its interval) and the infrastructure error rate. Each
+multiplier is its own campaign (`<name>_x1`, `<name>_x3`, `<name>_uncapped`)
+with its own partitions and results, on the same artifact store: a
+generation's key does not depend on the grading's resources, so every
+multiplier grades the same patches, and only the first generates them.
+"""
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from dagster import DagsterInstance
+
+from eval_pipeline.campaign import Campaign
+from eval_pipeline.report import report_rows
+from eval_pipeline.sandbox.base import parse_multiplier
+
+DEFAULT_MULTIPLIERS = ("1", "3", "uncapped")
+
+
+def _label(multiplier: float | None) -> str:
+    return "uncapped" if multiplier is None else f"x{multiplier:g}"
+
+
+def at_multiplier(campaign: Campaign, multiplier: str) -> Campaign:
+    """The campaign with its ceilings scaled by `multiplier` (a number or 'uncapped'), under its own name."""
+    scale = parse_multiplier(multiplier)
+    return replace(
+        campaign,
+        name=f"{campaign.name}_{_label(scale).replace('.', '_')}",
+        resources=campaign.resources.with_multiplier(scale),
+        gates=(),  # release gates judge the campaign as configured, not its calibration runs
+    )
+
+
+def calibration_rows(reports: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per multiplier, slice and variant: resolved rate, interval, infrastructure error rate, coverage."""
+    return [
+        {
+            "multiplier": multiplier,
+            "slice": slice_name.strip("*"),
+            "variant": variant,
+            "resolved_rate": summary["resolved_rate"],
+            "ci_low": summary.get("ci_low"),
+            "ci_high": summary.get("ci_high"),
+            "infrastructure_error_rate": summary["infrastructure_error_rate"],
+            "coverage": summary["coverage"],
+        }
+        for multiplier, report in reports.items()
+        for slice_name, variant, summary in report_rows(report)
+    ]
+
+
+def render_calibration(rows: Sequence[dict[str, Any]]) -> str:
+    def number(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.3f}"
+
+    lines = [
+        "| multiplier | slice | variant | resolved rate | 95% CI | infra error rate | coverage |",
+        "|---|---|---|---|---|---|---|",
+        *(
+            f"| {r['multiplier']} | {r['slice']} | {r['variant']} | {number(r['resolved_rate'])} "
+            f"| [{number(r['ci_low'])}, {number(r['ci_high'])}] | {number(r['infrastructure_error_rate'])} "
+            f"| {number(r['coverage'])} |"
+            for r in rows
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def run_calibration(
+    campaign: Campaign,
+    multipliers: Sequence[str],
+    instance: DagsterInstance,
+    progress: Callable[[str], None] = lambda _: None,
+    workers: int = 1,
+) -> dict[str, Any]:
+    """Run (or resume) the campaign at each multiplier; the rows and each run's summary."""
+    from eval_pipeline.defs import build_definitions
+    from eval_pipeline.runner import run_campaign
+
+    reports, runs = {}, {}
+    for multiplier in multipliers:
+        scaled = at_multiplier(campaign, multiplier)
+        run = run_campaign(scaled, build_definitions([scaled]), instance, progress=progress, workers=workers)
+        label = _label(scaled.resources.multiplier)
+        reports[label], runs[label] = run.report, run.as_json()
+    return {"campaign": campaign.name, "rows": calibration_rows(reports), "runs": runs}
