@@ -18,6 +18,7 @@ from eval_pipeline.report import report_rows, write_text_atomically
 from eval_pipeline.results import MISSING, TrialResult
 
 WIDTH, ROW, LABEL, MARGIN = 760, 26, 220, 30
+MAX_DOTS = 300  # per variant: beyond it, evenly spaced quantiles keep the file small and the shape intact
 KIND_COLOURS = {OutcomeKind.AGENT: "#2b6cb0", OutcomeKind.INFRASTRUCTURE: "#c05621", OutcomeKind.HARNESS: "#6b46c1"}
 OUTCOME_COLOURS = {Outcome.RESOLVED: "#2f855a", Outcome.UNRESOLVED: "#a0aec0"}
 STYLE = """body{font:14px system-ui,sans-serif;margin:2em;color:#1a202c}h1,h2{font-weight:600}
@@ -76,7 +77,8 @@ def interval_chart(
 
 
 def duration_chart(trials: Sequence[TrialResult], report: dict[str, Any]) -> str:
-    """Every scored trial's duration (generation + evaluation) as a dot per variant; median and p95 as ticks."""
+    """Each scored trial's duration (generation + evaluation) as a dot per variant, or `MAX_DOTS` evenly spaced
+    quantiles of them; median and p95 as ticks."""
     durations: dict[str, list[float]] = defaultdict(list)
     for trial in trials:
         if trial.scored:
@@ -87,7 +89,8 @@ def duration_chart(trials: Sequence[TrialResult], report: dict[str, Any]) -> str
         y = index * ROW + ROW / 2
         body.append(f'<text x="{LABEL - 8}" y="{y + 4}" text-anchor="end">{escape(variant)}</text>')
         body += [
-            f'<circle cx="{_x(d, 0, high):.1f}" cy="{y}" r="3" fill="#2b6cb0" fill-opacity="0.4"/>' for d in values
+            f'<circle cx="{_x(d, 0, high):.1f}" cy="{y}" r="3" fill="#2b6cb0" fill-opacity="0.4"/>'
+            for d in _quantiles(sorted(values), MAX_DOTS)
         ]
         spread = report["variants"][variant]["duration_s"]
         for quantile, colour in (("median", "#1a202c"), ("p95", "#c05621")):
@@ -98,6 +101,12 @@ def duration_chart(trials: Sequence[TrialResult], report: dict[str, Any]) -> str
     rows = len(durations)
     ticks = [high * step / 4 for step in range(5)]
     return _svg(rows * ROW + 30, body + _axis(0, high, rows * ROW + 4, ticks), "Durations (s)")
+
+
+def _quantiles(ordered: list[float], most: int) -> list[float]:
+    if len(ordered) <= most:
+        return ordered
+    return [ordered[round(i * (len(ordered) - 1) / (most - 1))] for i in range(most)]
 
 
 def taxonomy_chart(report: dict[str, Any]) -> str:
