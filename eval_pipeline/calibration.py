@@ -16,7 +16,7 @@ from typing import Any
 from dagster import DagsterInstance
 
 from eval_pipeline.campaign import Campaign
-from eval_pipeline.report import report_rows
+from eval_pipeline.report import format_interval, format_number, markdown_table, report_rows
 from eval_pipeline.sandbox.base import parse_multiplier
 
 DEFAULT_MULTIPLIERS = ("1", "3", "uncapped")
@@ -56,20 +56,20 @@ def calibration_rows(reports: Mapping[str, dict[str, Any]]) -> list[dict[str, An
 
 
 def render_calibration(rows: Sequence[dict[str, Any]]) -> str:
-    def number(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.3f}"
-
-    lines = [
-        "| multiplier | slice | variant | resolved rate | 95% CI | infra error rate | coverage |",
-        "|---|---|---|---|---|---|---|",
-        *(
-            f"| {r['multiplier']} | {r['slice']} | {r['variant']} | {number(r['resolved_rate'])} "
-            f"| [{number(r['ci_low'])}, {number(r['ci_high'])}] | {number(r['infrastructure_error_rate'])} "
-            f"| {number(r['coverage'])} |"
-            for r in rows
-        ),
+    headers = ["multiplier", "slice", "variant", "resolved rate", "95% CI", "infra error rate", "coverage"]
+    cells = [
+        [
+            r["multiplier"],
+            r["slice"],
+            r["variant"],
+            format_number(r["resolved_rate"]),
+            format_interval(r["ci_low"], r["ci_high"]),
+            format_number(r["infrastructure_error_rate"]),
+            format_number(r["coverage"]),
+        ]
+        for r in rows
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(markdown_table(headers, cells)) + "\n"
 
 
 def run_calibration(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_pipeline.outcomes import Outcome, OutcomeKind
-from eval_pipeline.report import report_rows, write_text_atomically
+from eval_pipeline.report import format_number, report_rows, write_text_atomically
 from eval_pipeline.results import MISSING, TrialResult
 
 WIDTH, ROW, LABEL, MARGIN = 760, 26, 220, 30
@@ -135,15 +135,11 @@ def taxonomy_chart(report: dict[str, Any]) -> str:
 def _table(report: dict[str, Any]) -> str:
     head = "<tr><th>slice</th><th>variant</th><th>resolved rate</th><th>95% CI</th><th>scored/planned</th></tr>"
     cells = [
-        f"<tr><td>{escape(s)}</td><td>{escape(v)}</td><td>{_fmt(r['resolved_rate'])}</td>"
-        f"<td>[{_fmt(r.get('ci_low'))}, {_fmt(r.get('ci_high'))}]</td><td>{r['scored']}/{r['planned']}</td></tr>"
+        f"<tr><td>{escape(s)}</td><td>{escape(v)}</td><td>{format_number(r['resolved_rate'])}</td>"
+        f"<td>[{format_number(r.get('ci_low'))}, {format_number(r.get('ci_high'))}]</td><td>{r['scored']}/{r['planned']}</td></tr>"
         for s, v, r in report_rows(report)
     ]
     return f"<table>{head}{''.join(cells)}</table>"
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
 
 
 def render_html(report: dict[str, Any], trials: Sequence[TrialResult]) -> str:

@@ -123,12 +123,12 @@ def build_report(
     }
 
 
-def _number(value: float | None, digits: int = 3) -> str:
+def format_number(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def _interval(low: float | None, high: float | None) -> str:
-    return f"[{_number(low)}, {_number(high)}]"
+def format_interval(low: float | None, high: float | None) -> str:
+    return f"[{format_number(low)}, {format_number(high)}]"
 
 
 def report_rows(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -139,25 +139,25 @@ def report_rows(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]
     return rows
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+def markdown_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return [f"| {' | '.join(headers)} |", f"|{'---|' * len(headers)}", *(f"| {' | '.join(row)} |" for row in rows)]
 
 
 def _rates(report: dict[str, Any]) -> list[str]:
     headers = ["slice", "variant", "resolved rate", "95% CI (by instance)", "95% CI (by repo)", "instances"]
     headers += ["scored/planned", "infra error rate", "outcomes"]
-    return _table(
+    return markdown_table(
         headers,
         [
             [
                 slice_name,
                 name,
-                _number(v["resolved_rate"]),
-                _interval(v.get("ci_low"), v.get("ci_high")),
-                _interval(v.get("ci_repo_low"), v.get("ci_repo_high")),
+                format_number(v["resolved_rate"]),
+                format_interval(v.get("ci_low"), v.get("ci_high")),
+                format_interval(v.get("ci_repo_low"), v.get("ci_repo_high")),
                 str(v["n"]),
                 f"{v['scored']}/{v['planned']}",
-                _number(v["infrastructure_error_rate"]),
+                format_number(v["infrastructure_error_rate"]),
                 ", ".join(f"{outcome} {count}" for outcome, count in v["outcomes"].items()),
             ]
             for slice_name, name, v in report_rows(report)
@@ -171,17 +171,17 @@ def _comparisons(report: dict[str, Any]) -> list[str]:
         [
             slice_name,
             name,
-            _number(d.get("diff")),
-            _interval(d.get("ci_low"), d.get("ci_high")),
-            _number(d.get("p_value"), 4),
-            _number(d.get("correlation")),
-            _number(d.get("mde")),
+            format_number(d.get("diff")),
+            format_interval(d.get("ci_low"), d.get("ci_high")),
+            format_number(d.get("p_value"), 4),
+            format_number(d.get("correlation")),
+            format_number(d.get("mde")),
             str(d["n"]),
         ]
         for slice_name, name, v in report_rows(report)
         if (d := v.get("vs_baseline"))
     ]
-    return _table(headers, rows) if rows else ["No other variant to compare."]
+    return markdown_table(headers, rows) if rows else ["No other variant to compare."]
 
 
 def _costs(report: dict[str, Any]) -> list[str]:
@@ -194,16 +194,16 @@ def _costs(report: dict[str, Any]) -> list[str]:
             [
                 slice_name,
                 name,
-                _number(v["duration_s"]["median"], 1),
-                _number(v["duration_s"]["p95"], 1),
-                _number(v["tokens_per_resolved"], 0),
-                _number(v["cost_per_resolved"], 4),
-                _interval(spread["min"], spread["max"]) if spread else "n/a",
-                _number(spread["sd"]) if spread else "n/a",
-                ", ".join(f"@{k} {_number(value)}" for k, value in v["pass_at_k"].items()) or "n/a",
+                format_number(v["duration_s"]["median"], 1),
+                format_number(v["duration_s"]["p95"], 1),
+                format_number(v["tokens_per_resolved"], 0),
+                format_number(v["cost_per_resolved"], 4),
+                format_interval(spread["min"], spread["max"]) if spread else "n/a",
+                format_number(spread["sd"]) if spread else "n/a",
+                ", ".join(f"@{k} {format_number(value)}" for k, value in v["pass_at_k"].items()) or "n/a",
             ]
         )
-    return _table(headers, rows)
+    return markdown_table(headers, rows)
 
 
 def render_markdown(report: dict[str, Any]) -> str:

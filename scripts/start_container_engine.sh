@@ -29,9 +29,11 @@ runtime = "runc"
 events_logger = "file"
 CONF
 
+# The service runs in a directory of its own: conmon needs its working directory to exist for as long as the
+# service lives (a deleted checkout breaks every container start), and writes files such as `oom` into it.
 if ! curl -sf --unix-socket "$SOCKET" http://d/_ping >/dev/null 2>&1; then
   mkdir -p "$(dirname "$SOCKET")"
-  nohup podman system service --time=0 "unix://$SOCKET" >/tmp/podman-service.log 2>&1 &
+  (cd "$(dirname "$SOCKET")" && nohup podman system service --time=0 "unix://$SOCKET" >/tmp/podman-service.log 2>&1 &)
   for _ in $(seq 1 50); do
     curl -sf --unix-socket "$SOCKET" http://d/_ping >/dev/null 2>&1 && break
     sleep 0.2
