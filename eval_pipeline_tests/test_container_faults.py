@@ -33,7 +33,7 @@ resources: {{memory_floor_mb: 128, memory_ceiling_mb: 512, cpu_ceiling: 1}}
 retries: {{max_retries: 4, delay_s: 1, max_rerequests: 0}}
 """
 PLANNED = 16
-AGENT_COMMAND = "sleep 2.5"
+AGENT_COMMAND = "sleep 4"
 
 
 def start_campaign(tmp_path: Path, backend: str) -> tuple[subprocess.Popen, Path]:
@@ -131,10 +131,15 @@ def test_a_campaign_survives_a_killed_pod_an_engine_outage_and_corrupt_artifacts
 
     try:
         busy_pods = []
-        wait_for(lambda: busy_pods.append(running_agent_pod(engine)) or busy_pods[-1], "an agent at work", faulted)
+
+        def agent_at_work() -> None:
+            wait_for(lambda: busy_pods.append(running_agent_pod(engine)) or busy_pods[-1], "an agent at work", faulted)
+
+        agent_at_work()
         busy_pods[-1].kill()  # mid-trial: the agent's command runs in it
         wait_for(lambda: finished_trials() >= 10, "trials after the pod kill", faulted)
-        stop_engine_briefly(3)
+        agent_at_work()
+        stop_engine_briefly(3)  # mid-trial too: the agent's command stream is cut
         summary = summary_of(faulted, tmp_path, "container")
         assert summary_of(clean, tmp_path, "local")["scored"] == PLANNED
 

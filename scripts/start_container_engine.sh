@@ -33,7 +33,8 @@ CONF
 # service lives (a deleted checkout breaks every container start), and writes files such as `oom` into it.
 if ! curl -sf --unix-socket "$SOCKET" http://d/_ping >/dev/null 2>&1; then
   mkdir -p "$(dirname "$SOCKET")"
-  (cd "$(dirname "$SOCKET")" && nohup podman system service --time=0 "unix://$SOCKET" >/tmp/podman-service.log 2>&1 &)
+  (cd "$(dirname "$SOCKET")" && exec nohup podman system service --time=0 "unix://$SOCKET") \
+    </dev/null >/tmp/podman-service.log 2>&1 &
   for _ in $(seq 1 50); do
     curl -sf --unix-socket "$SOCKET" http://d/_ping >/dev/null 2>&1 && break
     sleep 0.2
