@@ -15,6 +15,8 @@ import os
 import tempfile
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Self
@@ -74,6 +76,17 @@ def _unwrap(text: str) -> dict[str, Any] | None:
     return None
 
 
+def _checked(key: str) -> str:
+    if ".." in key.split("/") or key.startswith("/"):
+        raise ValueError(f"artifact key {key!r} must be a relative path")
+    return key
+
+
+def quarantine_key(key: str) -> str:
+    """Where a corrupt artifact is moved: kept for inspection, out of the way of its recomputation."""
+    return f"quarantine/{key}.{time.time_ns()}"
+
+
 class LocalArtifactStore(ArtifactStore):
     """Artifacts as JSON files under `root`, one file per key."""
 
@@ -81,9 +94,7 @@ class LocalArtifactStore(ArtifactStore):
         self.root = root
 
     def _path(self, key: str) -> Path:
-        if ".." in key.split("/") or key.startswith("/"):
-            raise ValueError(f"artifact key {key!r} must be a relative path")
-        return self.root / key
+        return self.root / _checked(key)
 
     def get(self, key: str) -> dict[str, Any] | None:
         path = self._path(key)
@@ -99,7 +110,7 @@ class LocalArtifactStore(ArtifactStore):
         return payload
 
     def _quarantine(self, key: str, path: Path) -> None:
-        target = self.root / "quarantine" / f"{key}.{time.time_ns()}"
+        target = self.root / quarantine_key(key)
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.replace(path, target)
@@ -136,3 +147,81 @@ class LocalArtifactStore(ArtifactStore):
             for path in base.rglob("*")
             if path.is_file() and not path.name.startswith(".tmp-")
         )
+
+
+class S3ArtifactStore(ArtifactStore):
+    """Artifacts as objects under `s3://bucket/prefix`, one object per key, with local disk's guarantees.
+
+    A PUT is atomic (an object is whole or absent), and `If-None-Match: *`
+    makes it first-writer-wins as `os.link` does on disk: a second writer gets
+    412 and keeps the first artifact. Any S3-compatible server that honours
+    conditional writes works (AWS S3, SeaweedFS, MinIO); AWS_ENDPOINT_URL and
+    the usual AWS variables select it and its credentials.
+    """
+
+    def __init__(self, bucket: str, prefix: str = "", client: Any = None) -> None:
+        import boto3
+        from botocore.config import Config
+
+        self.bucket = bucket
+        self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+        self.client = client or boto3.client(
+            "s3", config=Config(connect_timeout=5, read_timeout=60, retries={"mode": "standard", "max_attempts": 3})
+        )
+
+    @property
+    def location(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    @contextmanager
+    def _storage_errors(self, what: str) -> Iterator[None]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
+        except (BotoCoreError, ClientError) as error:
+            raise StorageError(f"{what} in {self.location}: {error}") from error
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        name = self.prefix + _checked(key)
+        with self._storage_errors(f"reading artifact {key}"):
+            try:
+                text = self.client.get_object(Bucket=self.bucket, Key=name)["Body"].read().decode(errors="replace")
+            except self.client.exceptions.NoSuchKey:
+                return None
+            payload = _unwrap(text)
+            if payload is None:
+                target = self.prefix + quarantine_key(key)
+                self.client.copy_object(Bucket=self.bucket, Key=target, CopySource={"Bucket": self.bucket, "Key": name})
+                self.client.delete_object(Bucket=self.bucket, Key=name)
+                logger.warning("artifact %s failed its checksum; moved to %s and will be recomputed", key, target)
+        return payload
+
+    def put(self, key: str, payload: dict[str, Any]) -> bool:
+        from botocore.exceptions import ClientError
+
+        name = self.prefix + _checked(key)
+        with self._storage_errors(f"writing artifact {key}"):
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=name, Body=_envelope(payload).encode(), IfNoneMatch="*")
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") != "PreconditionFailed":
+                    raise
+                return False
+        return True
+
+    def keys(self, prefix: str) -> list[str]:
+        base = self.prefix + _checked(prefix).rstrip("/") + "/"
+        with self._storage_errors(f"listing {prefix}"):
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base)
+            return sorted(item["Key"].removeprefix(self.prefix) for page in pages for item in page.get("Contents", []))
+
+
+def open_artifact_store(location: str) -> ArtifactStore:
+    """The store at `location`: `s3://bucket/prefix`, or a local directory."""
+    if location.startswith("s3://"):
+        bucket, _, prefix = location.removeprefix("s3://").partition("/")
+        if not bucket:
+            raise ValueError(f"artifact location {location!r} names no bucket")
+        return S3ArtifactStore(bucket, prefix)
+    return LocalArtifactStore(Path(location))

@@ -8,14 +8,18 @@ import warnings
 from datetime import timedelta
 from pathlib import Path
 
-from eval_pipeline.settings import dagster_home
+from eval_pipeline.settings import Deployment, DeploymentError, dagster_home
 
 
 def _use_dagster_home() -> None:
-    """Point Dagster at the CLI's instance (DAGSTER_HOME, or the default) before it reads the variable."""
+    """Point Dagster at the CLI's instance (DAGSTER_HOME, or the default) before it reads the variable,
+    with the instance settings the deployment's variables choose (unless the user keeps their own)."""
+    from eval_pipeline.instance_config import ensure_instance_config
+
     home = dagster_home()
     home.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(home)
+    ensure_instance_config(home, Deployment.from_env())
     from dagster import BetaWarning
 
     warnings.filterwarnings("ignore", category=BetaWarning)  # data versions are beta; we rely on them knowingly
@@ -131,6 +135,13 @@ def _gate(args: argparse.Namespace) -> int:
     return 0 if decision.passed else 1
 
 
+def _instance_config(args: argparse.Namespace) -> int:
+    from eval_pipeline.instance_config import instance_yaml
+
+    print(instance_yaml(Deployment.from_env()), end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eval-pipeline", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -166,8 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--policy", help="a gate policy file instead of the campaign's")
     gate.add_argument("--report", help="a report.json instead of the campaign's latest")
     gate.set_defaults(handler=_gate)
+    commands.add_parser(
+        "instance-config", help="print the dagster.yaml that the deployment's environment variables choose"
+    ).set_defaults(handler=_instance_config)
     args = parser.parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except DeploymentError as error:
+        print(f"eval-pipeline: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from dagster import AssetKey, BetaWarning, DagsterInstance, Definitions, Execute
 
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.defs import RELEASE_STAGE, build_definitions, stage_job_name
-from eval_pipeline.defs.assets import failure_outcomes
+from eval_pipeline.defs.assets import ENVIRONMENT_POOL, MODEL_API_POOL, failure_outcomes
 from eval_pipeline.defs.partitions import trial_run_key
 from eval_pipeline.results import collect_results
 from eval_pipeline.settings import Paths
@@ -194,6 +194,19 @@ def _executor_pool(executor: CampaignExecutor, workers: int) -> Iterator[Callabl
         yield parallel_map
 
 
+def _create_pools(instance: DagsterInstance) -> None:
+    """Create the pools' default limits once, before worker processes race to.
+
+    On PostgreSQL two runs creating the same pool at once fail one of them: Dagster's storage
+    retries a failed insert as an update inside the transaction the failure aborted.
+    A pool that exists (with its default or a limit an operator set) is left as it is.
+    """
+    existing = instance.event_log_storage.get_concurrency_keys()
+    for pool in (ENVIRONMENT_POOL, MODEL_API_POOL):
+        if pool not in existing:
+            instance.event_log_storage.initialize_concurrency_limit_to_default(pool)
+
+
 def run_campaign(
     campaign: Campaign,
     defs: Definitions,
@@ -202,6 +215,7 @@ def run_campaign(
     workers: int = 1,
 ) -> CampaignRun:
     executor = CampaignExecutor(campaign, defs, instance)
+    _create_pools(instance)
     prepared = executor.execute("prepare")
     if not prepared.success:
         raise _failure(prepared, f"campaign {campaign.name}: preparing the dataset")

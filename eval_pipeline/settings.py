@@ -5,9 +5,13 @@
 - ``EVAL_PIPELINE_DATA_DIR``: artifacts, prepared environments, workspaces,
   demo repositories, result tables and reports. Defaults to
   ``$DAGSTER_HOME/eval_pipeline`` so one directory holds a whole installation.
+
+`Deployment` reads the variables that move a campaign from the embedded
+default to production (PostgreSQL, S3, Kubernetes) without a code change.
 """
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,3 +56,64 @@ class Paths:
     @property
     def reports(self) -> Path:
         return self.data_dir / "reports"
+
+
+EXECUTORS = ("in_process", "k8s")
+POSTGRES_SCHEME = "postgresql+psycopg2://"
+
+
+class DeploymentError(ValueError):
+    """A deployment variable has a value that cannot be used; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The embedded default (every field unset) or a production deployment.
+
+    - ``EVAL_PIPELINE_POSTGRES_URL``: Dagster's run, event and schedule storage
+      on PostgreSQL (``postgresql+psycopg2://user:password@host:port/database``:
+      Dagster's storage needs the psycopg2 driver, which SQLAlchemy 2.1 no longer
+      picks for a bare ``postgresql://``). dagster.yaml refers to the variable, so
+      the password stays out of files.
+    - ``EVAL_PIPELINE_ARTIFACTS``: ``s3://bucket/prefix`` puts artifacts under
+      ``prefix/``, step outputs under ``prefix/io/`` and compute logs under
+      ``prefix/compute-logs/``; the standard AWS variables (``AWS_ENDPOINT_URL``
+      for S3-compatible servers, credentials, region) reach the server.
+    - ``EVAL_PIPELINE_EXECUTOR``: ``in_process`` (default; a run's few steps in
+      its run worker) or ``k8s`` (a Kubernetes job per step, sized by its
+      ``dagster-k8s/config`` tag).
+    - ``EVAL_PIPELINE_MAX_CONCURRENT_RUNS``: the run queue's limit (default 8).
+    """
+
+    postgres_url: str | None = None
+    artifacts: str | None = None
+    executor: str = "in_process"
+    max_concurrent_runs: int = 8
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Deployment":
+        artifacts = environ.get("EVAL_PIPELINE_ARTIFACTS") or None
+        if artifacts and not (artifacts.startswith("s3://") and len(artifacts) > len("s3://")):
+            raise DeploymentError(f"EVAL_PIPELINE_ARTIFACTS must be s3://bucket[/prefix], got {artifacts!r}")
+        postgres_url = environ.get("EVAL_PIPELINE_POSTGRES_URL") or None
+        if postgres_url and not postgres_url.startswith(POSTGRES_SCHEME):
+            raise DeploymentError(
+                f"EVAL_PIPELINE_POSTGRES_URL must start with {POSTGRES_SCHEME} (Dagster's PostgreSQL storage"
+                f" runs on psycopg2), got {postgres_url.partition('://')[0]}://..."
+            )
+        executor = environ.get("EVAL_PIPELINE_EXECUTOR") or "in_process"
+        if executor not in EXECUTORS:
+            raise DeploymentError(f"EVAL_PIPELINE_EXECUTOR must be one of {EXECUTORS}, got {executor!r}")
+        runs = environ.get("EVAL_PIPELINE_MAX_CONCURRENT_RUNS") or "8"
+        if not runs.isdigit() or int(runs) < 1:
+            raise DeploymentError(f"EVAL_PIPELINE_MAX_CONCURRENT_RUNS must be a positive integer, got {runs!r}")
+        return cls(postgres_url, artifacts, executor, int(runs))
+
+    @property
+    def s3_bucket(self) -> str | None:
+        return self.artifacts.removeprefix("s3://").partition("/")[0] if self.artifacts else None
+
+    def s3_prefix(self, *parts: str) -> str:
+        """The key prefix under the artifacts' bucket for `parts` (no trailing slash)."""
+        base = self.artifacts.removeprefix("s3://").partition("/")[2].strip("/") if self.artifacts else ""
+        return "/".join(p for p in (base, *parts) if p)

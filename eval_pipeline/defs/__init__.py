@@ -1,14 +1,16 @@
 """The Dagster layer: per campaign, one asset group, its partitions, stage jobs, and automation."""
 
-from dagster import AssetKey, AssetSelection, Definitions, define_asset_job, in_process_executor
+from typing import Any
+
+from dagster import AssetKey, AssetSelection, Definitions, ExecutorDefinition, define_asset_job, in_process_executor
 
 from eval_pipeline.campaign import Campaign
-from eval_pipeline.defs.assets import build_campaign_assets
+from eval_pipeline.defs.assets import build_campaign_assets, kubernetes_step_tags
 from eval_pipeline.defs.automation import campaign_job, infrastructure_retry_sensor, nightly_schedule
 from eval_pipeline.defs.partitions import CampaignPartitions
 from eval_pipeline.defs.release import build_release_definitions
 from eval_pipeline.defs.resources import EvalPipelineResource
-from eval_pipeline.settings import Paths
+from eval_pipeline.settings import Deployment, Paths
 
 # Stages of a campaign, each a job: the CLI runs them in order, the UI and schedules by name.
 STAGES = {
@@ -31,7 +33,8 @@ def campaign_definitions(campaign: Campaign) -> Definitions:
         stage: define_asset_job(
             stage_job_name(campaign, stage),
             selection=AssetSelection.assets(*(AssetKey([campaign.name, name]) for name in names)).without_checks(),
-            tags={STAGE_TAG: stage},
+            # On Kubernetes with the in-process executor, a trial run is one pod: size it like a trial step.
+            tags={STAGE_TAG: stage, **(kubernetes_step_tags(campaign.resources) if stage == "trials" else {})},
         )
         for stage, names in STAGES.items()
     }
@@ -53,14 +56,41 @@ def campaign_definitions(campaign: Campaign) -> Definitions:
     )
 
 
-def build_definitions(campaigns: list[Campaign], paths: Paths | None = None) -> Definitions:
-    """Definitions for the campaigns, sharing one resource rooted at the data directory.
+def _executor(deployment: Deployment) -> ExecutorDefinition:
+    """In process by default: a run is one partition's few steps in sequence, so a process per step would
+    only add start-up time, and the run worker is then the process doing the work, which run monitoring
+    and run retries watch. On Kubernetes, `k8s` runs each step as a job sized by its tags."""
+    if deployment.executor == "k8s":
+        from dagster_k8s import k8s_job_executor
 
-    Runs execute in process: a run is one partition's few steps in sequence,
-    so a process per step would only add start-up time; and the run worker is
-    then the process doing the work, which run monitoring and run retries watch.
-    """
-    resources = {"eval_pipeline": EvalPipelineResource(data_dir=str((paths or Paths.from_env()).data_dir))}
+        return k8s_job_executor
+    return in_process_executor
+
+
+def _io_managers(deployment: Deployment) -> dict[str, Any]:
+    """Step outputs on S3 beside the artifacts when those are there, so steps in other pods can read them."""
+    if not deployment.s3_bucket:
+        return {}
+    from dagster_aws.s3 import S3PickleIOManager, S3Resource
+
+    return {
+        "io_manager": S3PickleIOManager(
+            s3_resource=S3Resource(), s3_bucket=deployment.s3_bucket, s3_prefix=deployment.s3_prefix("io")
+        )
+    }
+
+
+def build_definitions(campaigns: list[Campaign], paths: Paths | None = None) -> Definitions:
+    """Definitions for the campaigns, sharing one resource rooted at the data directory, with the
+    artifact store, step output storage and executor that the deployment's variables choose."""
+    deployment = Deployment.from_env()
+    resources = {
+        "eval_pipeline": EvalPipelineResource(
+            data_dir=str((paths or Paths.from_env()).data_dir), artifacts=deployment.artifacts or ""
+        ),
+        **_io_managers(deployment),
+    }
     return Definitions.merge(
-        *(campaign_definitions(c) for c in campaigns), Definitions(resources=resources, executor=in_process_executor)
+        *(campaign_definitions(c) for c in campaigns),
+        Definitions(resources=resources, executor=_executor(deployment)),
     )

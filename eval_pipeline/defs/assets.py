@@ -42,7 +42,8 @@ from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.report import build_report, render_markdown, write_report
 from eval_pipeline.results import collect_warehouse, read_results_table, write_warehouse
-from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
+from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend
+from eval_pipeline.sandbox.kubernetes import pod_resources
 from eval_pipeline.sandbox.local import ENVIRONMENT_LAYOUT_VERSION
 
 # Code versions of the assets whose logic has no version of its own in the core.
@@ -120,6 +121,15 @@ def _trial_lineage(
         "agent_config_hash": agent_config_hash,
         "seed": trial.seed,
     }
+
+
+K8S_CONFIG_TAG = "dagster-k8s/config"
+
+
+def kubernetes_step_tags(limits: ResourceLimits) -> dict[str, Any]:
+    """Tags that size a trial step's pod on Kubernetes (k8s_job_executor or K8sRunLauncher):
+    its request is the task's floor and its limit the ceiling, as for an environment pod."""
+    return {K8S_CONFIG_TAG: {"container_config": {"resources": pod_resources(limits)}}}
 
 
 def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) -> list[AssetsDefinition]:
@@ -238,6 +248,7 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         code_version=GENERATION_VERSION,
         retry_policy=retry_policy,
         pool=MODEL_API_POOL,
+        op_tags=kubernetes_step_tags(campaign.resources),
     )
     def generation(
         context: AssetExecutionContext,
@@ -291,6 +302,7 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         },
         code_version=GRADING_VERSION,
         retry_policy=retry_policy,
+        op_tags=kubernetes_step_tags(campaign.resources),
     )
     def evaluation(
         context: AssetExecutionContext,

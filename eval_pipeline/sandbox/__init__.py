@@ -12,6 +12,7 @@ from eval_pipeline.sandbox.base import (
     Workspace,
 )
 from eval_pipeline.sandbox.container import ContainerSandbox
+from eval_pipeline.sandbox.kubernetes import KubernetesSandbox
 from eval_pipeline.sandbox.local import LocalSandbox
 
 __all__ = [
@@ -26,7 +27,9 @@ __all__ = [
     "make_sandbox",
 ]
 
-BACKENDS: dict[str, type[SandboxBackend]] = {backend.name: backend for backend in (LocalSandbox, ContainerSandbox)}
+BACKENDS: dict[str, type[SandboxBackend]] = {
+    backend.name: backend for backend in (LocalSandbox, ContainerSandbox, KubernetesSandbox)
+}
 
 
 def make_sandbox(settings: SandboxSettings, root: Path, limits: ResourceLimits, campaign: str) -> SandboxBackend:

@@ -109,7 +109,9 @@ class SandboxSettings:
     `build_parallelism` how many environments (images) are built at once.
     The base image and an extra CA bundle (for TLS-inspecting proxies) are
     machine settings as much as campaign settings, so EVAL_PIPELINE_BASE_IMAGE
-    and EVAL_PIPELINE_EXTRA_CA_BUNDLE override them.
+    and EVAL_PIPELINE_EXTRA_CA_BUNDLE override them. So are the Kubernetes
+    backend's `namespace` for environment pods and the `image_registry` its
+    images are pushed to (EVAL_PIPELINE_K8S_NAMESPACE, EVAL_PIPELINE_IMAGE_REGISTRY).
     """
 
     backend: str = "local"
@@ -118,6 +120,8 @@ class SandboxSettings:
     extra_ca_bundle: str | None = None
     pod_parallelism: int = 1
     build_parallelism: int = 2
+    namespace: str = "eval-environments"
+    image_registry: str | None = None
 
     MODES = ("pod", "strict")
 
@@ -135,6 +139,8 @@ class SandboxSettings:
             settings,
             base_image=os.environ.get("EVAL_PIPELINE_BASE_IMAGE") or settings.base_image,
             extra_ca_bundle=os.environ.get("EVAL_PIPELINE_EXTRA_CA_BUNDLE") or settings.extra_ca_bundle,
+            namespace=os.environ.get("EVAL_PIPELINE_K8S_NAMESPACE") or settings.namespace,
+            image_registry=os.environ.get("EVAL_PIPELINE_IMAGE_REGISTRY") or settings.image_registry,
         )
 
 

@@ -18,7 +18,6 @@ counter are read in the container, and one JSON result comes back.
 
 import fcntl
 import io
-import json
 import logging
 import os
 import re
@@ -39,13 +38,12 @@ from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
 from eval_pipeline.gitutil import clone_at
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import InfrastructureError, SandboxLost
-from eval_pipeline.sandbox.base import EnvironmentHandle, ExecResult, SandboxBackend, SandboxError, Workspace
+from eval_pipeline.sandbox.base import EnvironmentHandle, SandboxBackend, SandboxError
+from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec
 from eval_pipeline.sandbox.images import (
     CA_BUNDLE,
     EXEC_SCRIPT,
     MANAGED_LABEL,
-    PATH,
-    TESTBED,
     WORKSPACES,
     ImageBuilder,
     ImageLayer,
@@ -78,77 +76,42 @@ def engine_errors(what: str) -> Iterator[None]:
         raise SandboxError(f"{what}: {error}") from error
 
 
-class ContainerWorkspace(Workspace):
-    def __init__(
-        self, container: Container, root: str, uid: int, extra_env: Mapping[str, str], output_bytes: int
-    ) -> None:
-        self.container = container
-        self.root = root
-        self.repo = f"{root}/repo"
-        self.uid = uid
-        self._extra_env = extra_env
-        self._output_bytes = output_bytes
+class EngineExec(PodExec):
+    """Exec into a container through the Docker Engine API."""
 
-    def _failure(self, message: str) -> InfrastructureError:
-        """Why an exec failed: the container is gone or stopped (SandboxLost), or the engine misbehaved."""
-        with engine_errors(self.container.name):
+    def __init__(self, container: Container) -> None:
+        self.container = container
+        self.name = container.name
+
+    def run(self, argv: list[str]) -> tuple[int, bytes, bytes]:
+        api = self.container.client.api
+        try:
+            exec_id = api.exec_create(self.container.id, argv, user="0")["Id"]
+            stdout, stderr = api.exec_start(exec_id, demux=True)
+            return api.exec_inspect(exec_id)["ExitCode"], stdout or b"", stderr or b""
+        except _ENGINE_FAILURES as error:
+            raise self.failure(f"exec failed: {error}") from error
+
+    def failure(self, message: str) -> InfrastructureError:
+        with engine_errors(self.name):
             try:
                 self.container.reload()
                 state = self.container.status
             except docker.errors.NotFound:
                 state = "removed"
         if state != "running":
-            return SandboxLost(f"{self.container.name} is {state}: {message}")
-        return SandboxError(f"{self.container.name}: {message}")
+            return SandboxLost(f"{self.name} is {state}: {message}")
+        return SandboxError(f"{self.name}: {message}")
 
-    def _as_root(self, command: str) -> None:
-        try:
-            result = self.container.exec_run(["sh", "-c", command], user="0")
-        except _ENGINE_FAILURES as error:
-            raise self._failure(f"{command!r}: {error}") from error
-        if result.exit_code != 0:
-            raise self._failure(f"{command!r} failed: {result.output.decode(errors='replace')}")
 
-    def create(self) -> None:
-        root, uid = self.root, self.uid
-        self._as_root(
-            f"rm -rf {root} && mkdir -p {root}/harness {root}/home {root}/tmp && cp -a {TESTBED} {root}/repo"
-            f" && chown -R {uid}:{uid} {root} && chmod 700 {root}"
-        )
+class ContainerWorkspace(ExecWorkspace):
+    """An exec workspace whose harness files move as tar archives, one engine call each."""
 
-    def destroy(self) -> None:
-        self._as_root(f"rm -rf {self.root}")
-
-    def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
-        request = {
-            "command": command,
-            "cwd": self.repo,
-            "env": {
-                "PATH": PATH,
-                "HOME": f"{self.root}/home",
-                "TMPDIR": f"{self.root}/tmp",
-                "PYTHONDONTWRITEBYTECODE": "1",
-                **self._extra_env,
-                **(env or {}),
-            },
-            "timeout_s": timeout_s,
-            "output_bytes": self._output_bytes,
-            "uid": self.uid,
-            "watch_cgroup_oom": True,
-        }
-        api = self.container.client.api
-        try:
-            exec_id = api.exec_create(self.container.id, ["python3", EXEC_SCRIPT, json.dumps(request)], user="0")["Id"]
-            stdout, stderr = api.exec_start(exec_id, demux=True)
-            exit_code = api.exec_inspect(exec_id)["ExitCode"]
-        except _ENGINE_FAILURES as error:
-            raise self._failure(f"exec failed: {error}") from error
-        if exit_code != 0 or not stdout:
-            raise self._failure(f"the command runner failed (exit {exit_code}): {(stderr or b'')[-2000:]!r}")
-        return ExecResult(**json.loads(stdout))
-
-    def harness_path(self, name: str) -> str:
-        return f"{self.root}/harness/{name}"
+    def __init__(
+        self, container: Container, root: str, uid: int, extra_env: Mapping[str, str], output_bytes: int
+    ) -> None:
+        super().__init__(EngineExec(container), root, uid, extra_env, output_bytes)
+        self.container = container
 
     def write_harness_file(self, name: str, content: str) -> str:
         data = content.encode()
@@ -169,21 +132,21 @@ class ContainerWorkspace(Workspace):
         try:
             written = self.container.put_archive(f"{self.root}/harness", archive.getvalue())
         except _ENGINE_FAILURES as error:
-            raise self._failure(f"writing {name}: {error}") from error
+            raise self.pod.failure(f"writing {name}: {error}") from error
         if not written:
-            raise self._failure(f"could not write {name}")
+            raise self.pod.failure(f"could not write {name}")
         return self.harness_path(name)
 
     def read_harness_file(self, name: str) -> bytes | None:
         try:
             chunks, _ = self.container.get_archive(self.harness_path(name))
         except docker.errors.NotFound as error:
-            failure = self._failure(f"reading {name}: {error}")
+            failure = self.pod.failure(f"reading {name}: {error}")
             if isinstance(failure, SandboxLost):
                 raise failure from error
             return None  # the container is fine; no command wrote the file
         except _ENGINE_FAILURES as error:
-            raise self._failure(f"reading {name}: {error}") from error
+            raise self.pod.failure(f"reading {name}: {error}") from error
         with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
             member = tar.extractfile(tar.getmembers()[0])
             return member.read() if member else None
@@ -303,7 +266,7 @@ class ContainerSandbox(SandboxBackend):
         return self._start(handle.details["image"], handle.location, labels, self.settings.pod_parallelism)
 
     @contextmanager
-    def _pod_slot(self, handle: EnvironmentHandle) -> Iterator[int]:
+    def pod_slot(self, handle: EnvironmentHandle) -> Iterator[int]:
         """One of the pod's `pod_parallelism` trial slots, held across processes; yields its index."""
         locks = self.root / "locks"
         locks.mkdir(parents=True, exist_ok=True)
@@ -319,7 +282,7 @@ class ContainerSandbox(SandboxBackend):
             with open(locks / f"{handle.location}.slot0", "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # wait for the first slot rather than spin
 
-    def _extra_env(self) -> dict[str, str]:
+    def extra_env(self) -> dict[str, str]:
         if not self.settings.extra_ca_bundle:
             return {}
         return {"SSL_CERT_FILE": CA_BUNDLE, "REQUESTS_CA_BUNDLE": CA_BUNDLE, "PIP_CERT": CA_BUNDLE}
@@ -327,7 +290,7 @@ class ContainerSandbox(SandboxBackend):
     @contextmanager
     def workspace(self, environment: EnvironmentHandle, label: str) -> Iterator[ContainerWorkspace]:
         if self.settings.mode == "pod":
-            with self._pod_slot(environment) as slot, self._used(self._pod(environment), f"slot{slot}", slot) as ws:
+            with self.pod_slot(environment) as slot, self._used(self._pod(environment), f"slot{slot}", slot) as ws:
                 yield ws
             return
         labels = self._labels(
@@ -352,16 +315,10 @@ class ContainerSandbox(SandboxBackend):
     def _used(self, container: Container, name: str, slot: int) -> Iterator[ContainerWorkspace]:
         """A workspace made in `container` for the duration of the block, under the slot's own uid."""
         workspace = ContainerWorkspace(
-            container, f"{WORKSPACES}/{name}", FIRST_TRIAL_UID + slot, self._extra_env(), self.limits.output_bytes
+            container, f"{WORKSPACES}/{name}", FIRST_TRIAL_UID + slot, self.extra_env(), self.limits.output_bytes
         )
-        workspace.create()
-        try:
+        with workspace.created():
             yield workspace
-        finally:
-            try:
-                workspace.destroy()
-            except InfrastructureError as error:  # the next workspace in this slot starts by removing it
-                logger.warning("could not remove workspace %s: %s", workspace.root, error)
 
     def release(self) -> None:
         with engine_errors(f"releasing campaign {self.campaign}'s containers"):

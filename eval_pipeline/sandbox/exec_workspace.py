@@ -1,0 +1,137 @@
+"""A trial's workspace inside a long-lived environment pod, reached only by exec.
+
+The container and Kubernetes backends share this: a workspace is a copy of
+/testbed under /workspaces owned by its own uid (mode 0700), and every command
+runs through limited_exec.py in the pod, as root dropping to that uid, which
+enforces the timeout and output cap and reads the cgroup's OOM counter there.
+Only the way an exec reaches the pod differs (`PodExec`): the Docker Engine
+API, or the Kubernetes API's exec subresource.
+"""
+
+import base64
+import json
+import logging
+import shlex
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from eval_pipeline.outcomes import InfrastructureError
+from eval_pipeline.sandbox.base import ExecResult, Workspace
+from eval_pipeline.sandbox.images import EXEC_SCRIPT, PATH, TESTBED
+
+# Harness files travel base64-encoded in exec arguments, each well under Linux's 128 KiB per argument.
+FILE_CHUNK_BYTES = 48 * 1024
+_APPEND_BASE64 = (
+    "import base64, os, sys\n"
+    "path, mode, data = sys.argv[1], sys.argv[2], base64.b64decode(sys.argv[3])\n"
+    "os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+    "with open(path, mode) as f: f.write(data)\n"
+)
+_PRINT_BASE64 = (
+    "import base64, sys\n"
+    "try: data = open(sys.argv[1], 'rb').read()\n"
+    "except FileNotFoundError: sys.exit(3)\n"
+    "sys.stdout.write(base64.b64encode(data).decode())\n"
+)
+MISSING_FILE_EXIT = 3
+
+logger = logging.getLogger(__name__)
+
+
+class PodExec(ABC):
+    """Runs a command as root in one pod and returns (exit code, stdout, stderr)."""
+
+    name: str
+
+    @abstractmethod
+    def run(self, argv: list[str]) -> tuple[int, bytes, bytes]:
+        """Run `argv`; a failure to reach the pod raises a typed InfrastructureError."""
+
+    @abstractmethod
+    def failure(self, message: str) -> InfrastructureError:
+        """Why a command failed for reasons other than itself: SandboxLost when the pod is gone, else SandboxError."""
+
+
+class ExecWorkspace(Workspace):
+    def __init__(self, pod: PodExec, root: str, uid: int, extra_env: Mapping[str, str], output_bytes: int) -> None:
+        self.pod = pod
+        self.root = root
+        self.repo = f"{root}/repo"
+        self.uid = uid
+        self._extra_env = extra_env
+        self._output_bytes = output_bytes
+
+    def _as_root(self, argv: list[str]) -> bytes:
+        exit_code, stdout, stderr = self.pod.run(argv)
+        if exit_code != 0:
+            raise self.pod.failure(f"{shlex.join(argv)[:200]} failed (exit {exit_code}): {stderr[-2000:]!r}")
+        return stdout
+
+    def create(self) -> None:
+        root, uid = self.root, self.uid
+        self._as_root(
+            [
+                "sh",
+                "-c",
+                f"rm -rf {root} && mkdir -p {root}/harness {root}/home {root}/tmp && cp -a {TESTBED} {root}/repo"
+                f" && chown -R {uid}:{uid} {root} && chmod 700 {root}",
+            ]
+        )
+
+    def destroy(self) -> None:
+        self._as_root(["rm", "-rf", self.root])
+
+    @contextmanager
+    def created(self) -> Iterator["ExecWorkspace"]:
+        """This workspace, made for the duration of the block and removed after it."""
+        self.create()
+        try:
+            yield self
+        finally:
+            try:
+                self.destroy()
+            except InfrastructureError as error:  # the next workspace in this slot starts by removing it
+                logger.warning("could not remove workspace %s: %s", self.root, error)
+
+    def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
+        request = {
+            "command": command,
+            "cwd": self.repo,
+            "env": {
+                "PATH": PATH,
+                "HOME": f"{self.root}/home",
+                "TMPDIR": f"{self.root}/tmp",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                **self._extra_env,
+                **(env or {}),
+            },
+            "timeout_s": timeout_s,
+            "output_bytes": self._output_bytes,
+            "uid": self.uid,
+            "watch_cgroup_oom": True,
+        }
+        exit_code, stdout, stderr = self.pod.run(["python3", EXEC_SCRIPT, json.dumps(request)])
+        if exit_code != 0 or not stdout:
+            raise self.pod.failure(f"the command runner failed (exit {exit_code}): {stderr[-2000:]!r}")
+        return ExecResult(**json.loads(stdout))
+
+    def harness_path(self, name: str) -> str:
+        return f"{self.root}/harness/{name}"
+
+    def write_harness_file(self, name: str, content: str) -> str:
+        path, data = self.harness_path(name), content.encode()
+        for start in range(0, max(len(data), 1), FILE_CHUNK_BYTES):
+            chunk = base64.b64encode(data[start : start + FILE_CHUNK_BYTES]).decode()
+            self._as_root(["python3", "-c", _APPEND_BASE64, path, "ab" if start else "wb", chunk])
+        # The workspace's uid owns what it may read: every directory from the harness root down, and the file.
+        self._as_root(["sh", "-c", f"chown -R {self.uid}:{self.uid} {self.root}/harness && chmod 600 {path}"])
+        return path
+
+    def read_harness_file(self, name: str) -> bytes | None:
+        exit_code, stdout, stderr = self.pod.run(["python3", "-c", _PRINT_BASE64, self.harness_path(name)])
+        if exit_code == MISSING_FILE_EXIT:
+            return None
+        if exit_code != 0:
+            raise self.pod.failure(f"reading {name} failed (exit {exit_code}): {stderr[-2000:]!r}")
+        return base64.b64decode(stdout)

@@ -1,0 +1,364 @@
+"""The Kubernetes backend: one environment pod per instance, through the official `kubernetes` client.
+
+Images are the container backend's three layers (same tags, so the same
+environment keys and artifacts), built on a Docker Engine API and pushed to
+`image_registry` (EVAL_PIPELINE_IMAGE_REGISTRY) for the cluster to pull; with
+no registry, pods name the local tag (a node that has the image, or `podman
+kube play`). Each instance gets one long-lived pod in the environments
+namespace (EVAL_PIPELINE_K8S_NAMESPACE), created idempotently, waited on
+until ready, labelled so that the janitor can find leaked pods; its requests
+are the task's floors and its limits the ceilings, times `pod_parallelism`.
+Trials run in workspaces inside it, as in the container backend, through the
+API's exec subresource; the pod gets no service account token, and
+k8s/networkpolicy.yaml denies it egress.
+"""
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import stream
+from kubernetes.stream.ws_client import ERROR_CHANNEL
+from urllib3.exceptions import HTTPError as Urllib3Error
+from websocket import WebSocketException
+
+from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
+from eval_pipeline.outcomes import InfrastructureError, SandboxLost
+from eval_pipeline.sandbox.base import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxError
+from eval_pipeline.sandbox.container import FIRST_TRIAL_UID, ContainerSandbox
+from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec
+from eval_pipeline.sandbox.images import EXEC_SCRIPT, TESTBED, WORKSPACES
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "eval-pipeline"}
+CAMPAIGN_LABEL = "eval-pipeline/campaign"
+INSTANCE_LABEL = "eval-pipeline/instance"
+ROLE_LABEL = "eval-pipeline/role"
+INSTANCE_ANNOTATION = "eval-pipeline/instance-id"  # the exact id; a label value may have been shortened
+CONTAINER = "environment"
+# Waiting reasons that will not resolve by waiting longer: the pod cannot start.
+STUCK_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"}
+_API_FAILURES = (ApiException, Urllib3Error, WebSocketException, OSError)
+
+
+def label_value(text: str) -> str:
+    """`text` as a valid label value: at most 63 of [A-Za-z0-9_.-], alphanumeric at both ends."""
+    value = re.sub(r"[^A-Za-z0-9_.-]", "-", text)
+    if len(value) > 63:
+        value = f"{value[:54]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    return value.strip("-_.") or "x"
+
+
+def pod_name(campaign: str, instance_id: str, identity: str) -> str:
+    """A DNS-1123 label (at most 63 characters) naming the instance's pod, unique per `identity`."""
+    readable = re.sub(r"[^a-z0-9-]+", "-", f"{campaign}-{instance_id}".lower()).strip("-")[:48].strip("-")
+    return f"env-{readable}-{hashlib.sha256(identity.encode()).hexdigest()[:10]}"
+
+
+def _cpu(cores: float) -> str:
+    return f"{round(cores * 1000)}m"
+
+
+def pod_resources(limits: ResourceLimits, trials: int = 1) -> dict[str, dict[str, str]]:
+    """Requests are the floors and limits the ceilings (absent when uncapped), for `trials` trials at once."""
+    resources: dict[str, dict[str, str]] = {
+        "requests": {"memory": f"{limits.memory_floor_mb * trials}Mi", "cpu": _cpu(limits.cpu_floor * trials)},
+        "limits": {},
+    }
+    if limits.effective_memory_ceiling_mb is not None:
+        resources["limits"]["memory"] = f"{limits.effective_memory_ceiling_mb * trials}Mi"
+        floor = (
+            min(limits.memory_floor_mb, limits.effective_memory_ceiling_mb) * trials
+        )  # a request never tops its limit
+        resources["requests"]["memory"] = f"{floor}Mi"
+    if limits.effective_cpu_ceiling is not None:
+        resources["limits"]["cpu"] = _cpu(limits.effective_cpu_ceiling * trials)
+        resources["requests"]["cpu"] = _cpu(min(limits.cpu_floor, limits.effective_cpu_ceiling) * trials)
+    if not resources["limits"]:
+        del resources["limits"]
+    return resources
+
+
+def environment_pod_manifest(
+    name: str, namespace: str, image: str, campaign: str, instance_id: str, resources: dict[str, Any]
+) -> dict[str, Any]:
+    """The environment pod: the instance image idling under the command runner, ready once /testbed exists."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {
+                **MANAGED_BY,
+                CAMPAIGN_LABEL: label_value(campaign),
+                INSTANCE_LABEL: label_value(instance_id),
+                ROLE_LABEL: "environment",
+            },
+            "annotations": {INSTANCE_ANNOTATION: instance_id},
+        },
+        "spec": {
+            "restartPolicy": "Never",  # a lost pod is reported (sandbox_lost) and recreated, never silently restarted
+            "automountServiceAccountToken": False,  # agents get no credentials to the cluster
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {
+                    "name": CONTAINER,
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["python3", EXEC_SCRIPT, "--reap"],
+                    "resources": resources,
+                    "readinessProbe": {"exec": {"command": ["test", "-d", TESTBED]}, "periodSeconds": 2},
+                }
+            ],
+        },
+    }
+
+
+def exit_code_of(status: str, failure: Callable[[str], InfrastructureError]) -> int:
+    """The exit code in an exec's final status message (its error channel); none means the exec was cut off."""
+    try:
+        message = json.loads(status)
+        if message["status"] == "Success":
+            return 0
+        return int(message["details"]["causes"][0]["message"])
+    except (ValueError, KeyError, IndexError, TypeError) as error:
+        raise failure(f"the exec ended without an exit status ({status[:200]!r})") from error
+
+
+class KubernetesExec(PodExec):
+    """Exec into a pod's environment container through the Kubernetes API (the `exec` subresource)."""
+
+    def __init__(self, core: k8s.CoreV1Api, namespace: str, name: str) -> None:
+        self.core, self.namespace, self.name = core, namespace, name
+
+    def run(self, argv: list[str]) -> tuple[int, bytes, bytes]:
+        try:
+            session = stream(
+                self.core.connect_get_namespaced_pod_exec,
+                self.name,
+                self.namespace,
+                container=CONTAINER,
+                command=argv,
+                stdin=False,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+            )
+            session.run_forever()  # commands bound their own time: limited_exec.py times them out in the pod
+            stdout, stderr = session.read_stdout(), session.read_stderr()
+            status = session.read_channel(ERROR_CHANNEL)
+            session.close()
+        except _API_FAILURES as error:
+            raise self.failure(f"exec failed: {error}") from error
+        return exit_code_of(status, self.failure), stdout.encode(), stderr.encode()
+
+    def failure(self, message: str) -> InfrastructureError:
+        try:
+            pod = self.core.read_namespaced_pod(self.name, self.namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return SandboxLost(f"pod {self.name} is gone: {message}")
+            return SandboxError(f"pod {self.name}: {message} (and reading it failed: {error.reason})")
+        except _API_FAILURES as error:
+            return SandboxError(f"pod {self.name}: {message} (the API is unreachable: {error})")
+        if pod.status.phase != "Running" or pod.metadata.deletion_timestamp:
+            return SandboxLost(f"pod {self.name} is {pod.status.phase}: {message}")
+        return SandboxError(f"pod {self.name}: {message}")
+
+
+def _ready(pod: k8s.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+class KubernetesSandbox(SandboxBackend):
+    name = "kubernetes"
+    ready_timeout_s = 600.0
+    poll_interval_s = 1.0
+
+    @property
+    def core(self) -> k8s.CoreV1Api:
+        """The API, configured in-cluster or from KUBECONFIG; tests and callers may set their own."""
+        if not hasattr(self, "_core"):
+            from kubernetes import config
+
+            try:
+                config.load_config()
+            except config.ConfigException as error:
+                raise SandboxError(f"no Kubernetes configuration (in-cluster or KUBECONFIG): {error}") from error
+            self._core = k8s.CoreV1Api()
+        return self._core
+
+    @core.setter
+    def core(self, api: k8s.CoreV1Api) -> None:
+        self._core = api
+
+    @property
+    def images(self) -> ContainerSandbox:
+        """Builds the environment images on a Docker Engine API, exactly as the container backend does."""
+        if not hasattr(self, "_images"):
+            self._images = ContainerSandbox(self.root, self.limits, self.settings, self.campaign)
+        return self._images
+
+    def environment_key(self, instance: Instance, spec: EnvironmentSpec) -> str:
+        return self.images.environment_key(instance, spec)
+
+    def enforced_limits(self) -> dict[str, bool]:
+        capped = self.limits.multiplier is not None
+        return {
+            "memory_floor_mb": True,  # the pod's request: the scheduler reserves it on a node
+            "memory_ceiling_mb": capped,
+            "cpu_floor": True,  # the pod's CPU request is reserved too
+            "cpu_ceiling": capped,
+            "pids": False,  # a node-wide kubelet setting (podPidsLimit), not a pod field
+            "output_bytes": True,
+        }
+
+    def image_reference(self, tag: str) -> str:
+        registry = self.settings.image_registry
+        return f"{registry.rstrip('/')}/{tag.removeprefix('localhost/')}" if registry else tag
+
+    def build(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
+        record = self.images.build(instance, spec, source)
+        reference = self.image_reference(record["tag"])
+        if reference != record["tag"]:
+            repository, _, tag = reference.rpartition(":")
+            image = self.images.client.images.get(record["tag"])
+            image.tag(repository, tag)
+            for line in self.images.client.images.push(repository, tag, stream=True, decode=True):
+                if "error" in line:
+                    raise SandboxError(f"pushing {reference} for {instance.instance_id}: {line['error']}")
+        return {**record, "image": reference}
+
+    def pod_manifest(self, instance_id: str, image: str) -> dict[str, Any]:
+        resources = pod_resources(self.limits, self.settings.pod_parallelism)
+        name = pod_name(self.campaign, instance_id, f"{self.campaign}|{instance_id}|{image}|{resources}")
+        return environment_pod_manifest(name, self.settings.namespace, image, self.campaign, instance_id, resources)
+
+    def prepare(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
+        record = self.build(instance, spec, source)
+        manifest = self.pod_manifest(instance.instance_id, record["image"])
+        handle = EnvironmentHandle(
+            backend=self.name,
+            instance_id=instance.instance_id,
+            key=record["environment_key"],
+            location=manifest["metadata"]["name"],
+            details={"image": record["image"], "image_id": record["image_id"], "namespace": self.settings.namespace},
+        )
+        self.ensure_pod(manifest)
+        return handle
+
+    def _read_pod(self, name: str) -> k8s.V1Pod | None:
+        try:
+            return self.core.read_namespaced_pod(name, self.settings.namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    @contextmanager
+    def _api(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except ApiException as error:
+            raise SandboxError(f"{what}: {error.status} {error.reason}: {error.body}") from error
+        except _API_FAILURES as error:
+            raise SandboxError(f"{what}: the Kubernetes API is unreachable: {error}") from error
+
+    def ensure_pod(self, manifest: dict[str, Any]) -> None:
+        """Create the pod unless it exists (a finished or deleted one is replaced), then wait until it is ready."""
+        name, namespace = manifest["metadata"]["name"], self.settings.namespace
+        with self._api(f"creating pod {name}"):
+            pod = self._read_pod(name)
+            if pod is not None and (pod.status.phase in ("Failed", "Succeeded") or pod.metadata.deletion_timestamp):
+                self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+                self._wait(name, until_gone=True)
+                pod = None
+            if pod is not None and _ready(pod):
+                return
+            if pod is None:
+                try:
+                    self.core.create_namespaced_pod(namespace, manifest)
+                except ApiException as error:
+                    if error.status != 409:  # 409: another process created it first
+                        raise
+            self._wait(name)
+
+    def _wait(self, name: str, *, until_gone: bool = False) -> None:
+        deadline = time.monotonic() + self.ready_timeout_s
+        while True:
+            pod = self._read_pod(name)
+            if until_gone and pod is None:
+                return
+            if not until_gone:
+                if pod is None:
+                    raise SandboxLost(f"pod {name} was deleted while starting")
+                if pod.status.phase in ("Failed", "Succeeded"):
+                    raise SandboxLost(f"pod {name} ended ({pod.status.phase}) while starting")
+                if _ready(pod):
+                    return
+                for status in pod.status.container_statuses or []:
+                    waiting = status.state.waiting if status.state else None
+                    if waiting and waiting.reason in STUCK_REASONS:
+                        raise SandboxError(f"pod {name} cannot start: {waiting.reason}: {waiting.message}")
+            if time.monotonic() > deadline:
+                raise SandboxError(
+                    f"pod {name} not {'gone' if until_gone else 'ready'} after {self.ready_timeout_s:.0f} s"
+                )
+            time.sleep(self.poll_interval_s)
+
+    def pod_exec(self, environment: EnvironmentHandle) -> PodExec:
+        return KubernetesExec(self.core, self.settings.namespace, environment.location)
+
+    @contextmanager
+    def workspace(self, environment: EnvironmentHandle, label: str) -> Iterator[ExecWorkspace]:
+        """A workspace in the instance's pod (recreated if it was lost), in one of its `pod_parallelism` slots."""
+        manifest = self.pod_manifest(environment.instance_id, environment.details["image"])
+        self.ensure_pod(manifest)
+        with self.images.pod_slot(environment) as slot:
+            workspace = ExecWorkspace(
+                self.pod_exec(environment),
+                f"{WORKSPACES}/slot{slot}",
+                FIRST_TRIAL_UID + slot,
+                self.images.extra_env(),
+                self.limits.output_bytes,
+            )
+            with workspace.created():
+                yield workspace
+
+    def release(self) -> None:
+        with self._api(f"releasing campaign {self.campaign}'s pods"):
+            remove_pods(self.core, self.settings.namespace, campaign=self.campaign)
+
+
+def remove_pods(
+    core: k8s.CoreV1Api, namespace: str, campaign: str | None = None, older_than: timedelta | None = None
+) -> list[str]:
+    """Delete eval_pipeline's environment pods (of one campaign, or all; only those older than `older_than`,
+    or finished ones, when it is given); return their names. This is the janitor for pods leaked by crashed runs."""
+    selector = ",".join(
+        f"{key}={value}"
+        for key, value in {**MANAGED_BY, **({CAMPAIGN_LABEL: label_value(campaign)} if campaign else {})}.items()
+    )
+    cutoff = datetime.now(UTC) - older_than if older_than is not None else None
+    removed = []
+    for pod in core.list_namespaced_pod(namespace, label_selector=selector).items:
+        finished = pod.status is not None and pod.status.phase in ("Failed", "Succeeded")
+        if cutoff is not None and not finished and pod.metadata.creation_timestamp >= cutoff:
+            continue
+        try:
+            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+        except ApiException as error:
+            if error.status != 404:  # 404: deleted meanwhile by the run that owned it
+                raise
+            continue
+        removed.append(pod.metadata.name)
+    return removed

@@ -1,0 +1,238 @@
+"""The Kubernetes backend's API calls, made by the official client against a small fake cluster.
+
+No API server can run here. The client itself builds and serializes every
+request (its real request objects); only the HTTP transport is replaced, by
+a fake cluster that keeps pods in a dict and answers as the API would. Exec
+goes over a real websocket to a server speaking Kubernetes' channel protocol.
+"""
+
+import json
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import urllib3
+from kubernetes.client import ApiClient, Configuration, CoreV1Api
+from websockets.sync.server import serve
+
+from eval_pipeline.outcomes import SandboxLost
+from eval_pipeline.sandbox import ResourceLimits, SandboxError, SandboxSettings
+from eval_pipeline.sandbox.kubernetes import KubernetesExec, KubernetesSandbox, remove_pods
+
+NAMESPACE = "eval-environments"
+
+
+def pod_object(manifest: dict, phase: str = "Running", ready: bool = True, waiting: str | None = None) -> dict:
+    """The pod as the API returns it: the manifest plus a status."""
+    state = {"waiting": {"reason": waiting, "message": "back-off"}} if waiting else {"running": {}}
+    return {
+        **manifest,
+        "metadata": {"creationTimestamp": datetime.now(UTC).isoformat(), **manifest["metadata"]},
+        "status": {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": [
+                {"name": "environment", "image": "i", "imageID": "", "ready": ready, "restartCount": 0, "state": state}
+            ],
+        },
+    }
+
+
+class FakeCluster:
+    """The pods API of one namespace, as an urllib3 pool manager: records each request the client sends."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, dict] = {}
+        self.requests: list[tuple[str, str, dict, dict | None]] = []
+        self.on_create = lambda manifest: pod_object(manifest)  # what a created pod looks like when read
+        self.hidden_once: set[str] = set()  # pods another process creates between our read and our create
+
+    def _reply(self, status: int, payload: dict) -> urllib3.HTTPResponse:
+        return urllib3.HTTPResponse(body=json.dumps(payload).encode(), status=status, preload_content=True)
+
+    def _missing(self, name: str) -> urllib3.HTTPResponse:
+        return self._reply(404, {"kind": "Status", "status": "Failure", "reason": "NotFound", "message": name})
+
+    def request(self, method, url, fields=None, body=None, **_):
+        parts = urlsplit(url)
+        query = dict(fields or {}) | {k: v[0] for k, v in parse_qs(parts.query).items()}
+        self.requests.append((method, parts.path, query, json.loads(body) if body else None))
+        prefix = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        assert parts.path.startswith(prefix), parts.path
+        name = parts.path.removeprefix(prefix).strip("/")
+        if method == "GET" and not name:
+            wanted = dict(pair.split("=") for pair in query["labelSelector"].split(","))
+            items = [p for p in self.pods.values() if wanted.items() <= p["metadata"]["labels"].items()]
+            return self._reply(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+        if method == "GET":
+            if name in self.hidden_once:
+                self.hidden_once.discard(name)
+                return self._missing(name)
+            return self._reply(200, self.pods[name]) if name in self.pods else self._missing(name)
+        if method == "POST":
+            manifest = json.loads(body)
+            if manifest["metadata"]["name"] in self.pods:
+                return self._reply(409, {"kind": "Status", "status": "Failure", "reason": "AlreadyExists"})
+            self.pods[manifest["metadata"]["name"]] = self.on_create(manifest)
+            return self._reply(201, manifest)
+        if method == "DELETE":
+            if self.pods.pop(name, None) is None:
+                return self._missing(name)
+            return self._reply(200, {"kind": "Status", "status": "Success"})
+        raise AssertionError(f"unexpected {method} {url}")
+
+    def calls(self) -> list[tuple[str, str]]:
+        return [(method, path.rsplit("/", 1)[-1]) for method, path, _, _ in self.requests]
+
+
+def api(cluster: FakeCluster | None = None, host: str = "http://kubernetes.invalid") -> CoreV1Api:
+    client = ApiClient(Configuration(host=host))
+    if cluster is not None:
+        client.rest_client.pool_manager = cluster
+    return CoreV1Api(client)
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    return FakeCluster()
+
+
+@pytest.fixture
+def sandbox(cluster, tmp_path) -> KubernetesSandbox:
+    backend = KubernetesSandbox(
+        tmp_path, ResourceLimits(), SandboxSettings.from_mapping({"namespace": NAMESPACE}), "c1"
+    )
+    backend.core = api(cluster)
+    backend.poll_interval_s = 0.01
+    return backend
+
+
+def manifest_for(sandbox: KubernetesSandbox, instance_id: str = "owner__repo-1") -> dict:
+    return sandbox.pod_manifest(instance_id, "registry.example.com/eval-pipeline-instance:abc")
+
+
+def test_a_pod_is_created_once_from_its_manifest_and_reused(sandbox, cluster):
+    manifest = manifest_for(sandbox)
+    sandbox.ensure_pod(manifest)
+    sandbox.ensure_pod(manifest)
+    name = manifest["metadata"]["name"]
+    assert cluster.calls() == [("GET", name), ("POST", "pods"), ("GET", name), ("GET", name)]
+    (created,) = [body for method, _, _, body in cluster.requests if method == "POST"]
+    assert created == manifest, "the client sends the rendered manifest unchanged"
+
+
+def test_a_pod_another_process_created_first_is_used(sandbox, cluster):
+    manifest = manifest_for(sandbox)
+    name = manifest["metadata"]["name"]
+    cluster.pods[name] = pod_object(manifest)
+    cluster.hidden_once.add(name)  # it appears between our read and our create: the create gets 409
+    sandbox.ensure_pod(manifest)
+    assert cluster.calls() == [("GET", name), ("POST", "pods"), ("GET", name)]
+
+
+def test_a_finished_pod_is_replaced(sandbox, cluster):
+    manifest = manifest_for(sandbox)
+    name = manifest["metadata"]["name"]
+    cluster.pods[name] = pod_object(manifest, phase="Failed", ready=False)
+    sandbox.ensure_pod(manifest)
+    assert cluster.calls() == [("GET", name), ("DELETE", name), ("GET", name), ("POST", "pods"), ("GET", name)]
+    assert cluster.pods[name]["status"]["phase"] == "Running"
+
+
+def test_a_pod_that_cannot_pull_its_image_is_an_infrastructure_error_naming_the_reason(sandbox, cluster):
+    cluster.on_create = lambda manifest: pod_object(manifest, phase="Pending", ready=False, waiting="ImagePullBackOff")
+    with pytest.raises(SandboxError, match="ImagePullBackOff"):
+        sandbox.ensure_pod(manifest_for(sandbox))
+
+
+def test_a_pod_never_ready_times_out_as_an_infrastructure_error(sandbox, cluster):
+    cluster.on_create = lambda manifest: pod_object(manifest, phase="Pending", ready=False)
+    sandbox.ready_timeout_s = 0.1
+    with pytest.raises(SandboxError, match="not ready after"):
+        sandbox.ensure_pod(manifest_for(sandbox))
+
+
+def test_an_api_error_is_an_infrastructure_error(sandbox, cluster):
+    cluster.request = lambda *args, **kwargs: urllib3.HTTPResponse(body=b"{}", status=500, preload_content=True)
+    with pytest.raises(SandboxError, match="500"):
+        sandbox.ensure_pod(manifest_for(sandbox))
+
+
+def test_a_failed_exec_is_blamed_on_a_lost_pod_only_when_the_pod_is_gone(sandbox, cluster):
+    manifest = manifest_for(sandbox)
+    pod = KubernetesExec(sandbox.core, NAMESPACE, manifest["metadata"]["name"])
+    assert isinstance(pod.failure("x"), SandboxLost)
+    cluster.pods[manifest["metadata"]["name"]] = pod_object(manifest)
+    failure = pod.failure("x")
+    assert isinstance(failure, SandboxError) and not isinstance(failure, SandboxLost)
+    cluster.pods[manifest["metadata"]["name"]] = pod_object(manifest, phase="Failed")
+    assert isinstance(pod.failure("x"), SandboxLost)
+
+
+def test_the_janitor_removes_only_eval_pipelines_pods_of_the_campaign(sandbox, cluster):
+    mine, finished, young = (manifest_for(sandbox, f"i-{n}") for n in range(3))
+    other = KubernetesSandbox(Path("/x"), ResourceLimits(), sandbox.settings, "c2").pod_manifest("i-0", "img")
+    foreign = {**mine, "metadata": {**mine["metadata"], "name": "not-ours", "labels": {"app": "db"}}}
+    old = (datetime.now(UTC) - timedelta(days=2)).isoformat()
+    for manifest, phase, created in ((mine, "Running", old), (finished, "Failed", None), (young, "Running", None)):
+        cluster.pods[manifest["metadata"]["name"]] = pod_object(manifest, phase=phase)
+        if created:
+            cluster.pods[manifest["metadata"]["name"]]["metadata"]["creationTimestamp"] = created
+    for manifest in (other, foreign):
+        cluster.pods[manifest["metadata"]["name"]] = pod_object(manifest)
+
+    removed = remove_pods(sandbox.core, NAMESPACE, campaign="c1", older_than=timedelta(days=1))
+    assert sorted(removed) == sorted([mine["metadata"]["name"], finished["metadata"]["name"]])
+    (listing,) = [query for method, path, query, _ in cluster.requests if method == "GET" and path.endswith("/pods")]
+    assert listing["labelSelector"] == "app.kubernetes.io/managed-by=eval-pipeline,eval-pipeline/campaign=c1"
+    sandbox.release()  # the campaign's remaining pod, whatever its age
+    assert set(cluster.pods) == {other["metadata"]["name"], "not-ours"}
+
+
+@pytest.fixture
+def exec_server():
+    """A websocket server speaking Kubernetes' exec protocol (v4.channel.k8s.io): it answers every exec with
+    the stdout, stderr and exit code the test sets, and records the query the client connected with."""
+    seen: list[dict] = []
+    answer = {"stdout": b"", "stderr": b"", "status": {"status": "Success"}}
+
+    def handler(connection):
+        seen.append(parse_qs(urlsplit(connection.request.path).query))
+        for channel, data in ((1, answer["stdout"]), (2, answer["stderr"])):
+            if data:
+                connection.send(bytes([channel]) + data)
+        if answer["status"] is not None:
+            connection.send(b"\x03" + json.dumps(answer["status"]).encode())
+
+    with serve(handler, "127.0.0.1", 0, subprotocols=["v4.channel.k8s.io"], close_timeout=0.2) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        yield f"http://127.0.0.1:{server.socket.getsockname()[1]}", answer, seen
+        server.shutdown()
+
+
+def test_exec_runs_the_command_in_the_environment_container_and_returns_its_exit_and_output(exec_server):
+    host, answer, seen = exec_server
+    pod = KubernetesExec(api(host=host), NAMESPACE, "env-pod")
+    answer.update(stdout=b'{"ok": true}', stderr=b"warning\n")
+    answer["status"] = {
+        "status": "Failure",
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": "3"}]},
+    }
+    assert pod.run(["python3", "-c", "print(1)", "a b"]) == (3, b'{"ok": true}', b"warning\n")
+    assert seen[0]["command"] == ["python3", "-c", "print(1)", "a b"]
+    assert seen[0]["container"] == ["environment"] and seen[0]["stdout"] == ["True"] and seen[0]["stdin"] == ["False"]
+    answer.update(stdout=b"done", stderr=b"", status={"status": "Success"})
+    assert pod.run(["true"]) == (0, b"done", b"")
+
+
+def test_an_exec_cut_off_without_a_status_is_an_infrastructure_error(exec_server, cluster):
+    host, answer, _ = exec_server
+    core = api(host=host)
+    core.api_client.rest_client.pool_manager = cluster  # the pod is gone: reads of it answer 404
+    answer["status"] = None
+    with pytest.raises(SandboxLost, match="without an exit status"):
+        KubernetesExec(core, NAMESPACE, "env-pod").run(["sleep", "1000"])
