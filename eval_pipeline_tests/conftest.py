@@ -1,13 +1,17 @@
 """Shared fixtures: the demo benchmark built once per session, local sandboxes, stores."""
 
 import os
+import time
 import uuid
 from pathlib import Path
 
+import boto3
+import botocore.exceptions
 import docker
+import psycopg2
 import pytest
 
-from eval_pipeline.artifacts import LocalArtifactStore
+from eval_pipeline.artifacts import LocalArtifactStore, S3ArtifactStore
 from eval_pipeline.benchmark import Benchmark, Instance
 from eval_pipeline.demo_benchmark import build_demo_benchmark
 from eval_pipeline.results import TrialResult
@@ -45,6 +49,80 @@ def prepare(demo_benchmark: Benchmark, shared_sandbox: LocalSandbox):
 @pytest.fixture
 def store(tmp_path: Path) -> LocalArtifactStore:
     return LocalArtifactStore(tmp_path / "artifacts")
+
+
+def ci_service(variable: str, script: str) -> str:
+    """A server `.ci/run` started (its address in `variable`): required in CI, else the test is skipped."""
+    value = os.environ.get(variable)
+    if not value:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must set {variable} (see scripts/{script})")
+        pytest.skip(f"{variable} is not set; start the server with scripts/{script}")
+    return value
+
+
+TEST_BUCKET = "eval-pipeline-test"
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> str:
+    """A real S3-compatible server on loopback (SeaweedFS), with the tests' bucket in it."""
+    endpoint = ci_service("EVAL_PIPELINE_TEST_S3_ENDPOINT", "start_object_store.sh")
+    client = s3_client(endpoint)
+    deadline = time.monotonic() + 60
+    while True:  # a fresh server answers before its filer can hold buckets
+        try:
+            client.head_bucket(Bucket=TEST_BUCKET)
+            return endpoint
+        except botocore.exceptions.ClientError:
+            try:
+                client.create_bucket(Bucket=TEST_BUCKET)
+            except botocore.exceptions.ClientError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+
+
+S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "eval-pipeline",
+    "AWS_SECRET_ACCESS_KEY": "eval-pipeline",
+    "AWS_REGION": "us-east-1",
+}
+
+
+def s3_client(endpoint: str):
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        region_name=S3_CREDENTIALS["AWS_REGION"],
+    )
+
+
+@pytest.fixture
+def s3_store(s3_endpoint: str) -> S3ArtifactStore:
+    """An artifact store under a prefix of its own in the tests' bucket."""
+    return S3ArtifactStore(TEST_BUCKET, f"test-{uuid.uuid4().hex[:12]}", client=s3_client(s3_endpoint))
+
+
+@pytest.fixture
+def postgres_database():
+    """Makes fresh databases on a real PostgreSQL server (scripts/start_postgres.sh); drops them after the test."""
+    server = ci_service("EVAL_PIPELINE_TEST_POSTGRES_URL", "start_postgres.sh")
+    admin = psycopg2.connect(server.replace("+psycopg2", ""))
+    admin.autocommit = True
+    made = []
+
+    def make() -> str:
+        made.append(f"eval_test_{uuid.uuid4().hex[:12]}")
+        admin.cursor().execute(f"CREATE DATABASE {made[-1]}")
+        return f"{server.rsplit('/', 1)[0]}/{made[-1]}"
+
+    yield make
+    for database in made:
+        admin.cursor().execute(f"DROP DATABASE {database} WITH (FORCE)")
+    admin.close()
 
 
 @pytest.fixture

@@ -1,50 +1,121 @@
+"""The artifact store's guarantees, the same on local disk and on a real S3-compatible server."""
+
 import json
+from concurrent.futures import ThreadPoolExecutor
+from threading import Barrier
 
+import boto3
 import pytest
+from botocore.config import Config
 
-from eval_pipeline.artifacts import LocalArtifactStore
-
-
-def test_put_then_get(store):
-    assert store.put("generation/a.json", {"patch": "x", "n": 1}) is True
-    assert store.get("generation/a.json") == {"patch": "x", "n": 1}
-    assert store.get("generation/missing.json") is None
+from eval_pipeline.artifacts import ArtifactStore, LocalArtifactStore, S3ArtifactStore, open_artifact_store
+from eval_pipeline.outcomes import StorageError
 
 
-def test_artifacts_are_immutable_first_writer_wins(store):
-    store.put("generation/a.json", {"v": 1})
-    assert store.put("generation/a.json", {"v": 2}) is False
-    assert store.get("generation/a.json") == {"v": 1}
+@pytest.fixture(params=["local", "s3"])
+def any_store(request, tmp_path) -> ArtifactStore:
+    return (
+        LocalArtifactStore(tmp_path / "artifacts") if request.param == "local" else request.getfixturevalue("s3_store")
+    )
+
+
+def overwrite(store: ArtifactStore, key: str, text: str) -> None:
+    """Change a stored artifact behind the store's back, as a crash or an intruder would."""
+    if isinstance(store, LocalArtifactStore):
+        (store.root / key).write_text(text)
+    else:
+        store.client.put_object(Bucket=store.bucket, Key=store.prefix + key, Body=text.encode())
+
+
+def raw(store: ArtifactStore, key: str) -> str:
+    if isinstance(store, LocalArtifactStore):
+        return (store.root / key).read_text()
+    return store.client.get_object(Bucket=store.bucket, Key=store.prefix + key)["Body"].read().decode()
+
+
+def test_put_then_get(any_store):
+    assert any_store.put("generation/a.json", {"patch": "x", "n": 1}) is True
+    assert any_store.get("generation/a.json") == {"patch": "x", "n": 1}
+    assert any_store.get("generation/missing.json") is None
+
+
+def test_artifacts_are_immutable_first_writer_wins(any_store):
+    any_store.put("generation/a.json", {"v": 1})
+    assert any_store.put("generation/a.json", {"v": 2}) is False
+    assert any_store.get("generation/a.json") == {"v": 1}
+
+
+def test_racing_writers_leave_exactly_one_whole_artifact(any_store):
+    writers = 8
+    start = Barrier(writers)
+
+    def write(n: int) -> bool:
+        start.wait()
+        return any_store.put("evaluation/race.json", {"writer": n, "filler": "x" * 100_000})
+
+    with ThreadPoolExecutor(writers) as pool:
+        won = list(pool.map(write, range(writers)))
+    assert won.count(True) == 1
+    assert any_store.get("evaluation/race.json") == {"writer": won.index(True), "filler": "x" * 100_000}
+
+
+def test_keys_list_what_is_stored_under_a_prefix(any_store):
+    for key in ("generation/a.json", "generation/sub/b.json", "evaluation/c.json"):
+        any_store.put(key, {})
+    assert any_store.keys("generation") == ["generation/a.json", "generation/sub/b.json"]
+    assert any_store.keys("generation/") == ["generation/a.json", "generation/sub/b.json"]
+    assert any_store.keys("nothing") == []
+
+
+def test_a_corrupt_artifact_is_quarantined_and_treated_as_absent(any_store):
+    any_store.put("evaluation/e.json", {"outcome": "resolved"})
+    envelope = json.loads(raw(any_store, "evaluation/e.json"))
+    envelope["payload"]["outcome"] = "unresolved"  # tampered: checksum no longer matches
+    overwrite(any_store, "evaluation/e.json", json.dumps(envelope))
+    assert any_store.get("evaluation/e.json") is None
+    assert any_store.keys("evaluation") == []
+    (kept,) = any_store.keys("quarantine")
+    assert kept.startswith("quarantine/evaluation/e.json.") and json.loads(raw(any_store, kept)) == envelope
+    assert any_store.put("evaluation/e.json", {"outcome": "resolved"}) is True
+
+
+def test_a_truncated_artifact_is_treated_as_absent(any_store):
+    any_store.put("evaluation/t.json", {"outcome": "resolved"})
+    overwrite(any_store, "evaluation/t.json", raw(any_store, "evaluation/t.json")[:10])
+    assert any_store.get("evaluation/t.json") is None
 
 
 def test_writes_leave_no_temporary_files(store):
     store.put("generation/a.json", {"v": 1})
     store.put("generation/a.json", {"v": 2})
     assert [p.name for p in (store.root / "generation").iterdir()] == ["a.json"]
-    assert store.keys("generation") == ["generation/a.json"]
-
-
-def test_a_corrupt_artifact_is_quarantined_and_treated_as_absent(store):
-    store.put("evaluation/e.json", {"outcome": "resolved"})
-    path = store.root / "evaluation/e.json"
-    envelope = json.loads(path.read_text())
-    envelope["payload"]["outcome"] = "unresolved"  # tampered: checksum no longer matches
-    path.write_text(json.dumps(envelope))
-    assert store.get("evaluation/e.json") is None
-    assert not path.exists()
-    assert len(list((store.root / "quarantine").rglob("*"))) >= 1
-    assert store.put("evaluation/e.json", {"outcome": "resolved"}) is True
-
-
-def test_a_truncated_artifact_is_treated_as_absent(store):
-    store.put("evaluation/t.json", {"outcome": "resolved"})
-    path = store.root / "evaluation/t.json"
-    path.write_text(path.read_text()[:10])
-    assert store.get("evaluation/t.json") is None
 
 
 @pytest.mark.parametrize("key", ["../outside.json", "/etc/passwd", "a/../../b"])
-def test_keys_cannot_escape_the_store(tmp_path, key):
+def test_keys_cannot_escape_the_store(any_store, tmp_path, key):
     with pytest.raises(ValueError, match="relative path"):
-        LocalArtifactStore(tmp_path / "store").put(key, {})
+        any_store.put(key, {})
     assert not (tmp_path / "outside.json").exists()
+
+
+def test_a_location_names_a_local_directory_or_an_s3_prefix(tmp_path):
+    assert open_artifact_store(str(tmp_path)).root == tmp_path
+    s3 = open_artifact_store("s3://bucket/campaigns/nightly/")
+    assert (s3.bucket, s3.prefix, s3.location) == ("bucket", "campaigns/nightly/", "s3://bucket/campaigns/nightly/")
+    with pytest.raises(ValueError, match="names no bucket"):
+        open_artifact_store("s3://")
+
+
+def test_an_unreachable_s3_server_is_a_storage_error_naming_the_store():
+    client = boto3.client(
+        "s3",
+        endpoint_url="http://127.0.0.1:9",  # the discard port: nothing listens
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+        region_name="us-east-1",
+        config=Config(connect_timeout=1, retries={"max_attempts": 1}),
+    )
+    store = S3ArtifactStore("eval-pipeline-test", "p", client=client)
+    for operation in (lambda: store.get("g/a.json"), lambda: store.put("g/a.json", {}), lambda: store.keys("g")):
+        with pytest.raises(StorageError, match="s3://eval-pipeline-test/p/"):
+            operation()
