@@ -1,0 +1,81 @@
+"""A rendered environment pod, run for real with `podman kube play`, serves a trial, then is torn down.
+
+No Kubernetes API server runs here; Podman runs the Kubernetes Pod manifest
+the backend renders, enforcing its resources. Everything else is the
+Kubernetes backend's own: image build, manifest, workspaces, resources
+record; only the exec transport reaches the pod through the engine's API
+instead of the Kubernetes API (that path is tested in test_kubernetes_backend).
+"""
+
+import subprocess
+import time
+import uuid
+from typing import Any
+
+import kubernetes_validate
+import yaml
+
+from eval_pipeline.agents import make_agent
+from eval_pipeline.artifacts import LocalArtifactStore
+from eval_pipeline.evaluation import evaluate
+from eval_pipeline.generation import generate
+from eval_pipeline.outcomes import Outcome
+from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxSettings
+from eval_pipeline.sandbox.container import EngineExec
+from eval_pipeline.sandbox.exec_workspace import PodExec
+from eval_pipeline.sandbox.kubernetes import CONTAINER, KubernetesSandbox
+
+
+class KubePlaySandbox(KubernetesSandbox):
+    """The Kubernetes backend with Podman standing in for the cluster: pods are played, not created."""
+
+    def ensure_pod(self, manifest: dict[str, Any]) -> None:
+        kubernetes_validate.validate(manifest, "1.31", strict=True)
+        name = f"{manifest['metadata']['name']}-{CONTAINER}"
+        running = [c for c in self.images.client.containers.list(filters={"name": name}) if c.name == name]
+        if running:
+            return
+        path = self.root / "pods" / f"{manifest['metadata']['name']}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(manifest))
+        subprocess.run(["podman", "kube", "play", str(path)], check=True, capture_output=True)
+        deadline = time.monotonic() + 60
+        while self.images.client.containers.get(name).exec_run(["test", "-d", "/testbed"]).exit_code != 0:
+            assert time.monotonic() < deadline, f"{name} never became ready"
+            time.sleep(0.5)
+
+    def pod_exec(self, environment: EnvironmentHandle) -> PodExec:
+        return EngineExec(self.images.client.containers.get(f"{environment.location}-{CONTAINER}"))
+
+    def release(self) -> None:
+        for path in (self.root / "pods").glob("*.yaml"):
+            subprocess.run(["podman", "kube", "down", str(path)], check=True, capture_output=True)
+
+
+def test_a_rendered_environment_pod_runs_a_trial_under_podman_kube_play(engine, demo_benchmark, tmp_path):
+    limits = ResourceLimits(memory_floor_mb=128, memory_ceiling_mb=512, cpu_floor=0.5, cpu_ceiling=1)
+    settings = SandboxSettings.from_mapping({"backend": "kubernetes"})
+    sandbox = KubePlaySandbox(tmp_path / "kubernetes", limits, settings, f"test-{uuid.uuid4().hex[:8]}")
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    instance = demo_benchmark.instances[2]
+    spec = demo_benchmark.environment_for(instance)
+    try:
+        environment = sandbox.prepare(instance, spec, demo_benchmark.source)
+        pod = engine.containers.get(f"{environment.location}-{CONTAINER}")
+        manifest = sandbox.pod_manifest(instance.instance_id, environment.details["image"])
+        assert pod.labels.items() >= manifest["metadata"]["labels"].items()
+        assert pod.attrs["HostConfig"]["Memory"] == 512 * 2**20, "Podman enforces the manifest's limit: the ceiling"
+
+        outcomes = {}
+        for agent in ("oracle", "null"):
+            generation = generate(instance, make_agent(agent), 0, environment, sandbox, store)
+            evaluation = evaluate(instance, spec, generation, environment, sandbox, store, 120)
+            outcomes[agent] = evaluation.outcome_type
+        assert outcomes == {"oracle": Outcome.RESOLVED, "null": Outcome.UNRESOLVED}
+        assert evaluation.resources["backend"] == "kubernetes"
+        assert evaluation.resources["requested"]["effective_memory_ceiling_mb"] == 512
+        leftover = pod.exec_run(["sh", "-c", "ls /workspaces"]).output.decode().split()
+        assert leftover == [], "every trial's workspace is removed from the long-lived pod"
+    finally:
+        sandbox.release()
+    assert not engine.containers.list(all=True, filters={"name": environment.location})
