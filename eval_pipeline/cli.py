@@ -91,6 +91,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _janitor(args: argparse.Namespace) -> int:
+    if args.kubernetes:
+        return _kubernetes_janitor(args)
     import docker
 
     from eval_pipeline.sandbox import janitor
@@ -101,6 +103,21 @@ def _janitor(args: argparse.Namespace) -> int:
         report["removed_images"] = janitor.prune_images(client, timedelta(days=args.prune_images_older_than_days))
     report["disk_usage"] = janitor.disk_usage(client)
     print(json.dumps(report, indent=2))
+    return 0
+
+
+def _kubernetes_janitor(args: argparse.Namespace) -> int:
+    """Delete leaked environment pods: finished ones, and (with --older-than-hours) long-lived ones."""
+    from kubernetes import client, config
+
+    from eval_pipeline.sandbox.base import SandboxSettings
+    from eval_pipeline.sandbox.kubernetes import remove_pods
+
+    config.load_config()
+    namespace = args.namespace or SandboxSettings.from_mapping({}).namespace
+    older_than = timedelta(hours=args.older_than_hours) if args.older_than_hours is not None else None
+    removed = remove_pods(client.CoreV1Api(), namespace, args.campaign, older_than)
+    print(json.dumps({"namespace": namespace, "removed_pods": removed}, indent=2))
     return 0
 
 
@@ -163,10 +180,21 @@ def main(argv: list[str] | None = None) -> int:
     calibrate.add_argument("--json", action="store_true", help="print the calibration as JSON")
     calibrate.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="as for run")
     calibrate.set_defaults(handler=_calibrate)
-    janitor = commands.add_parser("janitor", help="remove leaked containers (and old images) from the container engine")
-    janitor.add_argument("--campaign", help="only this campaign's containers (default: all of eval_pipeline's)")
+    janitor = commands.add_parser(
+        "janitor", help="remove leaked containers (and old images) from the container engine, or leaked pods"
+    )
+    janitor.add_argument("--campaign", help="only this campaign's containers or pods (default: all of eval_pipeline's)")
     janitor.add_argument(
         "--prune-images-older-than-days", type=float, help="also remove eval_pipeline images older than this, if unused"
+    )
+    janitor.add_argument(
+        "--kubernetes", action="store_true", help="environment pods on the cluster (KUBECONFIG or in-cluster)"
+    )
+    janitor.add_argument("--namespace", help="with --kubernetes: the pods' namespace (EVAL_PIPELINE_K8S_NAMESPACE)")
+    janitor.add_argument(
+        "--older-than-hours",
+        type=float,
+        help="with --kubernetes: only pods this old, and finished ones (default: every pod, as after a campaign)",
     )
     janitor.set_defaults(handler=_janitor)
     gate = commands.add_parser(

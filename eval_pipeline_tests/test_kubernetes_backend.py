@@ -7,13 +7,17 @@ goes over a real websocket to a server speaking Kubernetes' channel protocol.
 """
 
 import json
+import os
+import subprocess
 import threading
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import urllib3
+import yaml
 from kubernetes.client import ApiClient, Configuration, CoreV1Api
 from websockets.sync.server import serve
 
@@ -236,3 +240,52 @@ def test_an_exec_cut_off_without_a_status_is_an_infrastructure_error(exec_server
     answer["status"] = None
     with pytest.raises(SandboxLost, match="without an exit status"):
         KubernetesExec(core, NAMESPACE, "env-pod").run(["sleep", "1000"])
+
+
+def test_the_janitor_command_deletes_leaked_pods_through_the_kubeconfig(cluster, sandbox, tmp_path):
+    """`eval-pipeline janitor --kubernetes`, against the fake cluster served over HTTP at the kubeconfig's server."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_request(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+            reply = cluster.request(self.command, self.path, body=body)
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(reply.data)
+
+        do_GET = do_DELETE = do_POST = do_request
+
+        def log_message(self, *args):
+            pass
+
+    leaked = manifest_for(sandbox, "i-leaked")
+    cluster.pods[leaked["metadata"]["name"]] = pod_object(leaked, phase="Failed")
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    try:
+        result = subprocess.run(
+            ["eval-pipeline", "janitor", "--kubernetes", "--namespace", NAMESPACE, "--older-than-hours", "24"],
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.shutdown()
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"namespace": NAMESPACE, "removed_pods": [leaked["metadata"]["name"]]}
+    assert cluster.pods == {}
