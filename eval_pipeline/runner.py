@@ -118,6 +118,10 @@ class CampaignExecutor:
         self.campaign = campaign
         self.defs = defs
         self.instance = instance
+        # Hold database connections open across this process's many runs, as Dagster's webserver does.
+        # Dagster's PostgreSQL storage otherwise connects anew for every query: 3,300 connections of
+        # about 7 ms each (password authentication) for 16 trials. SQLite storage ignores this.
+        instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
 
     def asset_key(self, name: str) -> AssetKey:
         return AssetKey([self.campaign.name, name])
