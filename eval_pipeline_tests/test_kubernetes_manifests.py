@@ -216,3 +216,22 @@ def test_a_trial_runs_pod_gets_the_floor_as_request_and_the_ceiling_as_limit(mon
     assert steps and all(
         json.loads(t["dagster-k8s/config"]) == json.loads(tags["dagster-k8s/config"]) for t in steps.values()
     )
+
+
+def test_production_variables_choose_the_k8s_executor_and_step_outputs_on_s3(monkeypatch, tmp_path):
+    monkeypatch.setenv("EVAL_PIPELINE_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("EVAL_PIPELINE_EXECUTOR", "k8s")
+    monkeypatch.setenv("EVAL_PIPELINE_ARTIFACTS", "s3://evals/nightly")
+    defs = build_definitions([load_campaign("demo")])
+    assert defs.executor.name == "k8s"
+    io_manager = defs.resources["io_manager"]
+    assert (type(io_manager).__name__, io_manager.s3_bucket, io_manager.s3_prefix) == (
+        "S3PickleIOManager",
+        "evals",
+        "nightly/io",
+    )
+    assert defs.resources["eval_pipeline"].artifacts == "s3://evals/nightly"
+    monkeypatch.delenv("EVAL_PIPELINE_EXECUTOR")
+    monkeypatch.delenv("EVAL_PIPELINE_ARTIFACTS")
+    embedded = build_definitions([load_campaign("demo")])
+    assert embedded.executor.name == "in_process" and "io_manager" not in (embedded.resources or {})

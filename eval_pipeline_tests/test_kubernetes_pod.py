@@ -65,6 +65,11 @@ def test_a_rendered_environment_pod_runs_a_trial_under_podman_kube_play(engine, 
         manifest = sandbox.pod_manifest(instance.instance_id, environment.details["image"])
         assert pod.labels.items() >= manifest["metadata"]["labels"].items()
         assert pod.attrs["HostConfig"]["Memory"] == 512 * 2**20, "Podman enforces the manifest's limit: the ceiling"
+        status = dict(
+            line.split(":\t", 1) for line in pod.exec_run(["cat", "/proc/1/status"]).output.decode().splitlines()
+        )
+        assert status["NoNewPrivs"] == "1", "the security context forbids regaining privileges"
+        assert not int(status["CapBnd"], 16) & (1 << 13), "CAP_NET_RAW (13) is dropped"
 
         outcomes = {}
         for agent in ("oracle", "null"):

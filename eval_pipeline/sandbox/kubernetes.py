@@ -116,6 +116,11 @@ def environment_pod_manifest(
                     "command": ["python3", EXEC_SCRIPT, "--reap"],
                     "resources": resources,
                     "readinessProbe": {"exec": {"command": ["test", "-d", TESTBED]}, "periodSeconds": 2},
+                    # Root only to give each workspace its own uid; nothing may regain privileges after that.
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT"]},
+                    },
                 }
             ],
         },
