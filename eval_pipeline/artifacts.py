@@ -210,6 +210,28 @@ class S3ArtifactStore(ArtifactStore):
                 return False
         return True
 
+    def upload(self, path: Path, key: str) -> str:
+        """Copy a file to `key` (replacing it: a derived file such as a report, not an artifact); its URL."""
+        with self._storage_errors(f"uploading {path}"):
+            self.client.upload_file(str(path), self.bucket, self.prefix + _checked(key))
+        return f"{self.location}{key}"
+
+    def download(self, key: str, path: Path) -> bool:
+        """Fetch `key` into `path` atomically; False when there is no such object."""
+        from botocore.exceptions import ClientError
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with self._storage_errors(f"downloading {key}"):
+            try:
+                self.client.download_file(self.bucket, self.prefix + _checked(key), str(scratch))
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey"):
+                    raise
+                return False
+        os.replace(scratch, path)
+        return True
+
     def keys(self, prefix: str) -> list[str]:
         base = self.prefix + _checked(prefix).rstrip("/") + "/"
         with self._storage_errors(f"listing {prefix}"):

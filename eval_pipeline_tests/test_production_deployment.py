@@ -12,6 +12,7 @@ import yaml
 from dagster import DagsterInstance
 
 from eval_pipeline.campaign import BUILTIN_DIR
+from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.instance_config import GENERATED_HEADER, ensure_instance_config, instance_config
 from eval_pipeline.settings import Deployment, DeploymentError
 from eval_pipeline_tests.conftest import S3_CREDENTIALS, TEST_BUCKET, s3_client
@@ -151,8 +152,15 @@ def test_a_campaign_runs_with_dagster_on_postgres_and_artifacts_on_s3(
     assert stored["generation"] == 4 and stored["evaluation"] == 4
     objects = s3_client(s3_endpoint).list_objects_v2(Bucket=TEST_BUCKET, Prefix=s3_store.prefix)["Contents"]
     areas = {item["Key"].removeprefix(s3_store.prefix).split("/")[0] for item in objects}
-    assert {"generation", "evaluation", "io", "compute-logs"} <= areas
+    assert {"generation", "evaluation", "io", "compute-logs", "files"} <= areas
     assert not (home / "eval_pipeline" / "artifacts").exists()
+    published = {key.removeprefix("files/") for key in s3_store.keys("files")}
+    assert {
+        "results/production.duckdb",
+        "reports/production/report.html",
+        "reports/production/report.json",
+    } <= published
+    assert any(key.startswith("snapshots/") and key.endswith(".parquet") for key in published)
 
     # A new Dagster instance on another database with the same artifacts: everything is reused, nothing rerun.
     fresh_home = tmp_path / "fresh_home"
@@ -161,3 +169,20 @@ def test_a_campaign_runs_with_dagster_on_postgres_and_artifacts_on_s3(
     assert again["generation"] == {"computed": 0, "reused": 4, "failed": 0}
     assert again["evaluation"] == {"computed": 0, "reused": 4, "failed": 0}
     assert again["variants"] == summary["variants"]
+
+
+def test_files_outlive_a_pods_scratch_directory_on_s3(tmp_path, monkeypatch, s3_endpoint, s3_store):
+    """A warehouse written in one pod is published beside the artifacts and fetched in another."""
+    for variable, value in {**S3_CREDENTIALS, "AWS_ENDPOINT_URL": s3_endpoint}.items():
+        monkeypatch.setenv(variable, value)
+    writer = EvalPipelineResource(data_dir=str(tmp_path / "pod-a"), artifacts=s3_store.location)
+    reader = EvalPipelineResource(data_dir=str(tmp_path / "pod-b"), artifacts=s3_store.location)
+    written = writer.paths.results / "c.duckdb"
+    written.parent.mkdir(parents=True)
+    written.write_bytes(b"warehouse")
+    assert writer.publish(written) == f"{s3_store.location}files/results/c.duckdb"
+    fetched = reader.fetch(reader.paths.results / "c.duckdb")
+    assert fetched.read_bytes() == b"warehouse"
+    assert not reader.fetch(reader.paths.results / "never-published.duckdb").exists()
+    local = EvalPipelineResource(data_dir=str(tmp_path / "local"))
+    assert local.publish(written) == str(written), "on the embedded default a file stays where it is"

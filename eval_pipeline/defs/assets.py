@@ -156,7 +156,7 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         """Every slice's rows as evaluated; the hash of their content is the data version."""
         portfolio = load_portfolio(campaign.slices, eval_pipeline.paths)
         snapshots = {
-            name: str(write_snapshot(benchmark, eval_pipeline.paths.snapshots))
+            name: eval_pipeline.publish(write_snapshot(benchmark, eval_pipeline.paths.snapshots))
             for name, benchmark in portfolio.slices.items()
         }
         return Output(
@@ -356,7 +356,7 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             str(path),
             metadata={
                 **_lineage(portfolio, sandbox),
-                "path": MetadataValue.path(str(path)),
+                "path": MetadataValue.path(eval_pipeline.publish(path)),
                 "planned": len(rows),
                 "attempts": len(warehouse.attempts),
                 "scored": sum(row.scored for row in rows),
@@ -372,7 +372,7 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         context: AssetExecutionContext, portfolio: Portfolio, results_path: str, eval_pipeline: EvalPipelineResource
     ) -> Output[dict]:
         """Per-variant resolved rates with confidence intervals and coverage."""
-        rows = read_results_table(Path(results_path))
+        rows = read_results_table(eval_pipeline.fetch(Path(results_path)))
         summary = build_report(
             campaign.name,
             portfolio.version,
@@ -388,8 +388,9 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             summary,
             metadata={
                 **_lineage(portfolio, eval_pipeline.sandbox(campaign)),
-                "path": MetadataValue.path(str(path)),
-                "html": MetadataValue.path(str(html)),
+                "path": MetadataValue.path(eval_pipeline.publish(path)),
+                "html": MetadataValue.path(eval_pipeline.publish(html)),
+                "json": MetadataValue.path(eval_pipeline.publish(path.with_suffix(".json"))),
                 "summary": MetadataValue.md(render_markdown(summary)),
             },
         )

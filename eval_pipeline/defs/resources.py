@@ -5,7 +5,7 @@ from typing import Any
 
 from dagster import ConfigurableResource
 
-from eval_pipeline.artifacts import ArtifactStore, open_artifact_store
+from eval_pipeline.artifacts import ArtifactStore, S3ArtifactStore, open_artifact_store
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.sandbox import SandboxBackend, make_sandbox
 from eval_pipeline.settings import Paths
@@ -27,6 +27,25 @@ class EvalPipelineResource(ConfigurableResource):
 
     def artifact_store(self) -> ArtifactStore:
         return open_artifact_store(self.artifacts or str(self.paths.artifacts))
+
+    def _shared_key(self, path: Path) -> str:
+        return f"files/{path.relative_to(self.paths.data_dir)}"
+
+    def publish(self, path: Path) -> str:
+        """Where a file written under the data directory (snapshot, warehouse, report) can be found later.
+
+        With artifacts on S3 the data directory is a pod's scratch space, so the file is copied beside
+        the artifacts (under `files/`) and outlives the pod; locally it stays where it is.
+        """
+        store = self.artifact_store()
+        return store.upload(path, self._shared_key(path)) if isinstance(store, S3ArtifactStore) else str(path)
+
+    def fetch(self, path: Path) -> Path:
+        """`path`, downloaded from where `publish` put it when this process has not got it (another pod wrote it)."""
+        store = self.artifact_store()
+        if not path.exists() and isinstance(store, S3ArtifactStore):
+            store.download(self._shared_key(path), path)
+        return path
 
     def sandbox(self, campaign: Campaign, task: Any = None) -> SandboxBackend:
         """The campaign's sandbox, under `task`'s own resources when given (terminal tasks set theirs)."""
