@@ -8,6 +8,7 @@ instead of the Kubernetes API (that path is tested in test_kubernetes_backend).
 """
 
 import subprocess
+import threading
 import time
 import uuid
 from typing import Any
@@ -22,7 +23,7 @@ from eval_pipeline.generation import generate
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.container import EngineExec
-from eval_pipeline.sandbox.exec_workspace import PodExec
+from eval_pipeline.sandbox.exec_workspace import PodExec, claimed_slot
 from eval_pipeline.sandbox.kubernetes import CONTAINER, KubernetesSandbox
 
 
@@ -84,3 +85,50 @@ def test_a_rendered_environment_pod_runs_a_trial_under_podman_kube_play(engine, 
     finally:
         sandbox.release()
     assert not engine.containers.list(all=True, filters={"name": environment.location})
+
+
+def test_run_pods_sharing_an_environment_pod_claim_distinct_slots_in_it(engine, demo_benchmark, tmp_path):
+    """Run pods share no file system, only the environment pod: slots are claimed there, and a crashed
+    run's stale claim is broken rather than blocking the pod forever."""
+    limits = ResourceLimits(memory_floor_mb=128, memory_ceiling_mb=512, cpu_floor=0.5, cpu_ceiling=1)
+    settings = SandboxSettings.from_mapping({"backend": "kubernetes", "pod_parallelism": 2})
+    campaign = f"test-{uuid.uuid4().hex[:8]}"
+    runs = [KubePlaySandbox(tmp_path / f"run-pod-{n}", limits, settings, campaign) for n in range(3)]
+    instance = demo_benchmark.instances[2]
+    environment = runs[0].prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    pod = engine.containers.get(f"{environment.location}-{CONTAINER}")
+    try:
+        waited: list[str] = []
+
+        def third_trial() -> None:
+            with runs[2].workspace(environment, "c") as workspace:
+                waited.append(workspace.root)
+
+        with runs[0].workspace(environment, "a") as a, runs[1].workspace(environment, "b") as b:
+            assert {a.root, b.root} == {"/workspaces/slot0", "/workspaces/slot1"} and a.uid != b.uid
+            blocked = threading.Thread(target=third_trial)
+            blocked.start()
+            time.sleep(3)
+            assert waited == [], "both slots are held: the third trial waits"
+            freed = a.root
+        blocked.join(60)
+        assert waited == [freed]
+
+        # A run crashed an hour ago holding slot0; slot1 is held now.
+        assert (
+            pod.exec_run(
+                ["sh", "-c", "mkdir -p /workspaces/.claims/slot0 && touch -d '1 hour ago' /workspaces/.claims/slot0"]
+            ).exit_code
+            == 0
+        )
+        with runs[1].workspace(environment, "b") as b, runs[0].workspace(environment, "a") as a:
+            assert (b.root, a.root) == ("/workspaces/slot0", "/workspaces/slot1")
+        assert pod.exec_run(["ls", "/workspaces/.claims"]).output.decode().split() == []
+
+        # A claim held longer than the stale limit stays fresh: its holder refreshes it.
+        with claimed_slot(EngineExec(pod), 2, heartbeat_s=0.5) as slot:
+            time.sleep(2)
+            age = pod.exec_run(["sh", "-c", f"echo $(( $(date +%s) - $(stat -c %Y /workspaces/.claims/slot{slot}) ))"])
+            assert int(age.output) <= 1
+    finally:
+        runs[0].release()

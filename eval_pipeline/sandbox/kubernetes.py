@@ -33,7 +33,7 @@ from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
 from eval_pipeline.outcomes import InfrastructureError, SandboxLost
 from eval_pipeline.sandbox.base import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxError
 from eval_pipeline.sandbox.container import FIRST_TRIAL_UID, ContainerSandbox
-from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec
+from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec, claimed_slot
 from eval_pipeline.sandbox.images import EXEC_SCRIPT, TESTBED, WORKSPACES
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "eval-pipeline"}
@@ -325,12 +325,14 @@ class KubernetesSandbox(SandboxBackend):
 
     @contextmanager
     def workspace(self, environment: EnvironmentHandle, label: str) -> Iterator[ExecWorkspace]:
-        """A workspace in the instance's pod (recreated if it was lost), in one of its `pod_parallelism` slots."""
+        """A workspace in the instance's pod (recreated if it was lost), in one of its `pod_parallelism` slots,
+        claimed in the pod itself: the run pods that share an environment pod share nothing else."""
         manifest = self.pod_manifest(environment.instance_id, environment.details["image"])
         self.ensure_pod(manifest)
-        with self.images.pod_slot(environment) as slot:
+        pod = self.pod_exec(environment)
+        with claimed_slot(pod, self.settings.pod_parallelism, poll_s=self.poll_interval_s) as slot:
             workspace = ExecWorkspace(
-                self.pod_exec(environment),
+                pod,
                 f"{WORKSPACES}/slot{slot}",
                 FIRST_TRIAL_UID + slot,
                 self.images.extra_env(),
