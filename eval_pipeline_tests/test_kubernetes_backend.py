@@ -22,7 +22,7 @@ from kubernetes.client import ApiClient, Configuration, CoreV1Api
 from websockets.sync.server import serve
 
 from eval_pipeline.outcomes import SandboxLost
-from eval_pipeline.sandbox import ResourceLimits, SandboxError, SandboxSettings
+from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxError, SandboxSettings
 from eval_pipeline.sandbox.kubernetes import KubernetesExec, KubernetesSandbox, remove_pods
 
 NAMESPACE = "eval-environments"
@@ -289,3 +289,19 @@ def test_the_janitor_command_deletes_leaked_pods_through_the_kubeconfig(cluster,
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"namespace": NAMESPACE, "removed_pods": [leaked["metadata"]["name"]]}
     assert cluster.pods == {}
+
+
+def test_a_workspace_refuses_a_pod_prepared_for_other_resources(sandbox, cluster, tmp_path):
+    manifest = manifest_for(sandbox)
+    environment = EnvironmentHandle(
+        "kubernetes",
+        "owner__repo-1",
+        "key",
+        manifest["metadata"]["name"],
+        {"image": "registry.example.com/eval-pipeline-instance:abc"},
+    )
+    roomier = KubernetesSandbox(tmp_path, ResourceLimits(multiplier=3), sandbox.settings, "c1")
+    roomier.core = sandbox.core
+    with pytest.raises(SandboxError, match="prepared for other resources"), roomier.workspace(environment, "t"):
+        pass
+    assert cluster.requests == [], "nothing was created for the mismatched pod"

@@ -328,6 +328,11 @@ class KubernetesSandbox(SandboxBackend):
         """A workspace in the instance's pod (recreated if it was lost), in one of its `pod_parallelism` slots,
         claimed in the pod itself: the run pods that share an environment pod share nothing else."""
         manifest = self.pod_manifest(environment.instance_id, environment.details["image"])
+        if manifest["metadata"]["name"] != environment.location:
+            raise SandboxError(
+                f"{environment.instance_id}: its pod {environment.location} was prepared for other resources"
+                f" or another image than this sandbox's ({manifest['metadata']['name']})"
+            )
         self.ensure_pod(manifest)
         pod = self.pod_exec(environment)
         with claimed_slot(pod, self.settings.pod_parallelism, poll_s=self.poll_interval_s) as slot:
