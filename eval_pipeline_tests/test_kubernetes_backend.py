@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -204,6 +205,7 @@ def exec_server():
 
     def handler(connection):
         seen.append(parse_qs(urlsplit(connection.request.path).query))
+        time.sleep(answer.get("hang_s", 0))
         for channel, data in ((1, answer["stdout"]), (2, answer["stderr"])):
             if data:
                 connection.send(bytes([channel]) + data)
@@ -305,3 +307,14 @@ def test_a_workspace_refuses_a_pod_prepared_for_other_resources(sandbox, cluster
     with pytest.raises(SandboxError, match="prepared for other resources"), roomier.workspace(environment, "t"):
         pass
     assert cluster.requests == [], "nothing was created for the mismatched pod"
+
+
+def test_an_exec_whose_connection_hangs_is_an_infrastructure_error_not_a_hung_trial(exec_server, cluster):
+    host, answer, _ = exec_server
+    core = api(host=host)
+    core.api_client.rest_client.pool_manager = cluster  # reads of the pod answer 404: it is gone
+    answer["hang_s"] = 3
+    started = time.monotonic()
+    with pytest.raises(SandboxLost, match="no answer within 1 s"):
+        KubernetesExec(core, NAMESPACE, "env-pod").run(["sleep", "1000"], timeout_s=1)
+    assert time.monotonic() - started < 3

@@ -39,7 +39,7 @@ from eval_pipeline.gitutil import clone_at
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import InfrastructureError, SandboxLost
 from eval_pipeline.sandbox.base import EnvironmentHandle, SandboxBackend, SandboxError
-from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec
+from eval_pipeline.sandbox.exec_workspace import HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec
 from eval_pipeline.sandbox.images import (
     CA_BUNDLE,
     EXEC_SCRIPT,
@@ -83,7 +83,8 @@ class EngineExec(PodExec):
         self.container = container
         self.name = container.name
 
-    def run(self, argv: list[str]) -> tuple[int, bytes, bytes]:
+    def run(self, argv: list[str], timeout_s: float = HARNESS_COMMAND_TIMEOUT_S) -> tuple[int, bytes, bytes]:
+        """The engine's socket has its own long timeout (CLIENT_TIMEOUT_S); `timeout_s` is not needed here."""
         api = self.container.client.api
         try:
             exec_id = api.exec_create(self.container.id, argv, user="0")["Id"]

@@ -38,6 +38,11 @@ _PRINT_BASE64 = (
     "sys.stdout.write(base64.b64encode(data).decode())\n"
 )
 MISSING_FILE_EXIT = 3
+# How long a harness command (a workspace copy, a file transfer) may take before its exec counts as hung.
+HARNESS_COMMAND_TIMEOUT_S = 1800.0
+# A command's exec may outlast its own timeout by this much (the runner kills it, then reports) before
+# the transport counts it as hung.
+EXEC_MARGIN_S = 120.0
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +53,9 @@ class PodExec(ABC):
     name: str
 
     @abstractmethod
-    def run(self, argv: list[str]) -> tuple[int, bytes, bytes]:
-        """Run `argv`; a failure to reach the pod raises a typed InfrastructureError."""
+    def run(self, argv: list[str], timeout_s: float = HARNESS_COMMAND_TIMEOUT_S) -> tuple[int, bytes, bytes]:
+        """Run `argv`; a failure to reach the pod, or no answer within `timeout_s`, raises a typed
+        InfrastructureError. Commands time themselves out in the pod; `timeout_s` catches a lost connection."""
 
     @abstractmethod
     def failure(self, message: str) -> InfrastructureError:
@@ -114,7 +120,9 @@ class ExecWorkspace(Workspace):
             "uid": self.uid,
             "watch_cgroup_oom": True,
         }
-        exit_code, stdout, stderr = self.pod.run(["python3", EXEC_SCRIPT, json.dumps(request)])
+        exit_code, stdout, stderr = self.pod.run(
+            ["python3", EXEC_SCRIPT, json.dumps(request)], timeout_s=timeout_s + EXEC_MARGIN_S
+        )
         if exit_code != 0 or not stdout:
             raise self.pod.failure(f"the command runner failed (exit {exit_code}): {stderr[-2000:]!r}")
         return ExecResult(**json.loads(stdout))

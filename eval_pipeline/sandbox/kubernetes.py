@@ -33,7 +33,7 @@ from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
 from eval_pipeline.outcomes import InfrastructureError, SandboxLost
 from eval_pipeline.sandbox.base import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxError
 from eval_pipeline.sandbox.container import FIRST_TRIAL_UID, ContainerSandbox
-from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec, claimed_slot
+from eval_pipeline.sandbox.exec_workspace import HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec, claimed_slot
 from eval_pipeline.sandbox.images import EXEC_SCRIPT, TESTBED, WORKSPACES
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "eval-pipeline"}
@@ -45,6 +45,7 @@ CONTAINER = "environment"
 # Waiting reasons that will not resolve by waiting longer: the pod cannot start.
 STUCK_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"}
 _API_FAILURES = (ApiException, Urllib3Error, WebSocketException, OSError)
+API_TIMEOUT_S = 60  # one API request; a hung API server is an infrastructure error, not a hung trial
 
 
 def label_value(text: str) -> str:
@@ -144,7 +145,7 @@ class KubernetesExec(PodExec):
     def __init__(self, core: k8s.CoreV1Api, namespace: str, name: str) -> None:
         self.core, self.namespace, self.name = core, namespace, name
 
-    def run(self, argv: list[str]) -> tuple[int, bytes, bytes]:
+    def run(self, argv: list[str], timeout_s: float = HARNESS_COMMAND_TIMEOUT_S) -> tuple[int, bytes, bytes]:
         try:
             session = stream(
                 self.core.connect_get_namespaced_pod_exec,
@@ -158,7 +159,10 @@ class KubernetesExec(PodExec):
                 tty=False,
                 _preload_content=False,
             )
-            session.run_forever()  # commands bound their own time: limited_exec.py times them out in the pod
+            session.run_forever(timeout=timeout_s)
+            if session.is_open():
+                session.close()
+                raise self.failure(f"no answer within {timeout_s:.0f} s: the connection to the pod was lost")
             stdout, stderr = session.read_stdout(), session.read_stderr()
             status = session.read_channel(ERROR_CHANNEL)
             session.close()
@@ -168,7 +172,7 @@ class KubernetesExec(PodExec):
 
     def failure(self, message: str) -> InfrastructureError:
         try:
-            pod = self.core.read_namespaced_pod(self.name, self.namespace)
+            pod = self.core.read_namespaced_pod(self.name, self.namespace, _request_timeout=API_TIMEOUT_S)
         except ApiException as error:
             if error.status == 404:
                 return SandboxLost(f"pod {self.name} is gone: {message}")
@@ -263,7 +267,7 @@ class KubernetesSandbox(SandboxBackend):
 
     def _read_pod(self, name: str) -> k8s.V1Pod | None:
         try:
-            return self.core.read_namespaced_pod(name, self.settings.namespace)
+            return self.core.read_namespaced_pod(name, self.settings.namespace, _request_timeout=API_TIMEOUT_S)
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -284,14 +288,14 @@ class KubernetesSandbox(SandboxBackend):
         with self._api(f"creating pod {name}"):
             pod = self._read_pod(name)
             if pod is not None and (pod.status.phase in ("Failed", "Succeeded") or pod.metadata.deletion_timestamp):
-                self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+                self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _request_timeout=API_TIMEOUT_S)
                 self._wait(name, until_gone=True)
                 pod = None
             if pod is not None and _ready(pod):
                 return
             if pod is None:
                 try:
-                    self.core.create_namespaced_pod(namespace, manifest)
+                    self.core.create_namespaced_pod(namespace, manifest, _request_timeout=API_TIMEOUT_S)
                 except ApiException as error:
                     if error.status != 409:  # 409: another process created it first
                         raise
@@ -362,12 +366,14 @@ def remove_pods(
     )
     cutoff = datetime.now(UTC) - older_than if older_than is not None else None
     removed = []
-    for pod in core.list_namespaced_pod(namespace, label_selector=selector).items:
+    for pod in core.list_namespaced_pod(namespace, label_selector=selector, _request_timeout=API_TIMEOUT_S).items:
         finished = pod.status is not None and pod.status.phase in ("Failed", "Succeeded")
         if cutoff is not None and not finished and pod.metadata.creation_timestamp >= cutoff:
             continue
         try:
-            core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+            core.delete_namespaced_pod(
+                pod.metadata.name, namespace, grace_period_seconds=0, _request_timeout=API_TIMEOUT_S
+            )
         except ApiException as error:
             if error.status != 404:  # 404: deleted meanwhile by the run that owned it
                 raise
