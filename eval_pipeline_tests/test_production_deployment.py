@@ -42,6 +42,15 @@ def test_production_variables_choose_postgres_storage_and_s3_compute_logs_withou
     assert "secret" not in (tmp_path / "dagster.yaml").read_text()
 
 
+def test_the_instance_config_command_prints_what_the_variables_choose(campaign_env):
+    result = subprocess.run(
+        ["eval-pipeline", "instance-config"], env={**campaign_env, **PRODUCTION}, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(GENERATED_HEADER)
+    assert yaml.safe_load(result.stdout) == instance_config(Deployment.from_env(PRODUCTION))
+
+
 def test_a_users_own_dagster_yaml_is_left_alone_and_a_generated_one_follows_the_variables(tmp_path):
     ensure_instance_config(tmp_path, Deployment())
     assert "storage" not in yaml.safe_load((tmp_path / "dagster.yaml").read_text())
