@@ -50,7 +50,13 @@ def instance_config(deployment: Deployment) -> dict[str, Any]:
         config["compute_logs"] = {
             "module": "dagster_aws.s3.compute_log_manager",
             "class": "S3ComputeLogManager",
-            "config": {"bucket": deployment.s3_bucket, "prefix": deployment.s3_prefix("compute-logs")},
+            "config": {
+                "bucket": deployment.s3_bucket,
+                "prefix": deployment.s3_prefix("compute-logs"),
+                # An empty log is not worth a request, and SeaweedFS stalls 60 s (a read timeout) on
+                # the empty uploads Dagster's run workers make at the end of every run.
+                "skip_empty_files": True,
+            },
         }
     return config
 

@@ -83,7 +83,7 @@ def s3_endpoint() -> str:
                 time.sleep(1)
 
 
-S3_CREDENTIALS = {
+S3_CLIENT_ENV = {
     "AWS_ACCESS_KEY_ID": "eval-pipeline",
     "AWS_SECRET_ACCESS_KEY": "eval-pipeline",
     "AWS_REGION": "us-east-1",
@@ -94,9 +94,9 @@ def s3_client(endpoint: str):
     return boto3.client(
         "s3",
         endpoint_url=endpoint,
-        aws_access_key_id=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        region_name=S3_CREDENTIALS["AWS_REGION"],
+        aws_access_key_id=S3_CLIENT_ENV["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=S3_CLIENT_ENV["AWS_SECRET_ACCESS_KEY"],
+        region_name=S3_CLIENT_ENV["AWS_REGION"],
     )
 
 

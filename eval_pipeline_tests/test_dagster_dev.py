@@ -15,6 +15,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -109,24 +111,16 @@ class DagsterDev:
         return result["backfillId"], ended["partitionBackfillOrError"]["status"]
 
 
-@pytest.fixture(scope="module")
-def dagster_dev(tmp_path_factory):
-    """One `dagster dev` for the module (it takes a while to start), on the repository's dagster.yaml."""
-    tmp_path = tmp_path_factory.mktemp("dagster_dev")
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    campaign = tmp_path / "e2e.yaml"
-    campaign.write_text(CAMPAIGN.format(worker_pids=tmp_path / "worker_pids"))
+@contextmanager
+def running_dagster_dev(env: dict[str, str], log: Path) -> Iterator[DagsterDev]:
+    """`dagster dev` from the repository root with `env`, until the block ends."""
     port = free_port()
-    env = {**os.environ, "DAGSTER_HOME": str(home), "EVAL_PIPELINE_CAMPAIGNS": str(campaign)}
-    env.pop("EVAL_PIPELINE_DATA_DIR", None)
     process = subprocess.Popen(
         ["dagster", "dev", "-p", str(port), "-h", "127.0.0.1"],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "dagster_dev.log", "w"),  # noqa: SIM115 - closed with the process
+        stderr=open(log, "w"),  # noqa: SIM115 - closed with the process
         start_new_session=True,
     )
     server = DagsterDev(f"http://127.0.0.1:{port}")
@@ -138,12 +132,27 @@ def dagster_dev(tmp_path_factory):
                     break
             except requests.ConnectionError:
                 pass
-            assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "dagster_dev.log").read_text()
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(1)
-        yield server, home, campaign, tmp_path / "worker_pids"
+        yield server
     finally:
         os.killpg(process.pid, 15)
         process.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def dagster_dev(tmp_path_factory):
+    """One `dagster dev` for the module (it takes a while to start), on the repository's dagster.yaml."""
+    tmp_path = tmp_path_factory.mktemp("dagster_dev")
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    campaign = tmp_path / "e2e.yaml"
+    campaign.write_text(CAMPAIGN.format(worker_pids=tmp_path / "worker_pids"))
+    env = {**os.environ, "DAGSTER_HOME": str(home), "EVAL_PIPELINE_CAMPAIGNS": str(campaign)}
+    env.pop("EVAL_PIPELINE_DATA_DIR", None)
+    with running_dagster_dev(env, tmp_path / "dagster_dev.log") as server:
+        yield server, home, campaign, tmp_path / "worker_pids"
 
 
 def asset(name: str) -> list[dict]:

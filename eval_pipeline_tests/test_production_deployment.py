@@ -15,7 +15,7 @@ from eval_pipeline.campaign import BUILTIN_DIR
 from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.instance_config import GENERATED_HEADER, ensure_instance_config, instance_config
 from eval_pipeline.settings import Deployment, DeploymentError
-from eval_pipeline_tests.conftest import S3_CREDENTIALS, TEST_BUCKET, s3_client
+from eval_pipeline_tests.conftest import S3_CLIENT_ENV, TEST_BUCKET, s3_client
 
 REPOSITORY = Path(__file__).parents[1]
 PRODUCTION = {
@@ -34,7 +34,11 @@ def test_production_variables_choose_postgres_storage_and_s3_compute_logs_withou
     config = instance_config(deployment)
     assert config["storage"] == {"postgres": {"postgres_url": {"env": "EVAL_PIPELINE_POSTGRES_URL"}}}
     assert config["compute_logs"]["class"] == "S3ComputeLogManager"
-    assert config["compute_logs"]["config"] == {"bucket": "bucket", "prefix": "evals/compute-logs"}
+    assert config["compute_logs"]["config"] == {
+        "bucket": "bucket",
+        "prefix": "evals/compute-logs",
+        "skip_empty_files": True,
+    }
     assert (deployment.s3_bucket, deployment.s3_prefix("io")) == ("bucket", "evals/io")
     assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
     assert config["run_retries"]["enabled"] and config["run_monitoring"]["enabled"]
@@ -130,7 +134,7 @@ def test_a_campaign_runs_with_dagster_on_postgres_and_artifacts_on_s3(
     postgres_url = postgres_database()
     env = {
         **campaign_env,
-        **S3_CREDENTIALS,
+        **S3_CLIENT_ENV,
         "AWS_ENDPOINT_URL": s3_endpoint,
         "EVAL_PIPELINE_POSTGRES_URL": postgres_url,
         "EVAL_PIPELINE_ARTIFACTS": s3_store.location,
@@ -156,12 +160,13 @@ def test_a_campaign_runs_with_dagster_on_postgres_and_artifacts_on_s3(
     home = Path(campaign_env["DAGSTER_HOME"])
     assert not list(home.rglob("*.db")), "no SQLite storage beside PostgreSQL"
 
-    # Artifacts, step outputs and compute logs are on S3; none on local disk.
+    # Artifacts, step outputs and published files are on S3; none on local disk. (In-process runs capture
+    # no step output, so there are no compute logs to upload: the UI's run workers' logs are tested there.)
     stored = Counter(key.split("/")[0] for key in s3_store.keys(""))
     assert stored["generation"] == 4 and stored["evaluation"] == 4
     objects = s3_client(s3_endpoint).list_objects_v2(Bucket=TEST_BUCKET, Prefix=s3_store.prefix)["Contents"]
     areas = {item["Key"].removeprefix(s3_store.prefix).split("/")[0] for item in objects}
-    assert {"generation", "evaluation", "io", "compute-logs", "files"} <= areas
+    assert {"generation", "evaluation", "io", "files"} <= areas  # compute logs: see test_production_dagster_dev
     assert not (home / "eval_pipeline" / "artifacts").exists()
     published = {key.removeprefix("files/") for key in s3_store.keys("files")}
     assert {
@@ -182,7 +187,7 @@ def test_a_campaign_runs_with_dagster_on_postgres_and_artifacts_on_s3(
 
 def test_files_outlive_a_pods_scratch_directory_on_s3(tmp_path, monkeypatch, s3_endpoint, s3_store):
     """A warehouse written in one pod is published beside the artifacts and fetched in another."""
-    for variable, value in {**S3_CREDENTIALS, "AWS_ENDPOINT_URL": s3_endpoint}.items():
+    for variable, value in {**S3_CLIENT_ENV, "AWS_ENDPOINT_URL": s3_endpoint}.items():
         monkeypatch.setenv(variable, value)
     writer = EvalPipelineResource(data_dir=str(tmp_path / "pod-a"), artifacts=s3_store.location)
     reader = EvalPipelineResource(data_dir=str(tmp_path / "pod-b"), artifacts=s3_store.location)
