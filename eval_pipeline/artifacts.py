@@ -9,6 +9,7 @@ A store that cannot be read or written raises StorageError (an infrastructure
 outcome, retried), never a bare OSError.
 """
 
+import functools
 import json
 import logging
 import os
@@ -239,11 +240,21 @@ class S3ArtifactStore(ArtifactStore):
             return sorted(item["Key"].removeprefix(self.prefix) for page in pages for item in page.get("Contents", []))
 
 
+def split_s3_location(location: str) -> tuple[str, str]:
+    """`s3://bucket/some/prefix/` as ("bucket", "some/prefix")."""
+    bucket, _, prefix = location.removeprefix("s3://").partition("/")
+    if not location.startswith("s3://") or not bucket:
+        raise ValueError(f"artifact location {location!r} names no bucket (expected s3://bucket[/prefix])")
+    return bucket, prefix.strip("/")
+
+
+@functools.cache
 def open_artifact_store(location: str) -> ArtifactStore:
-    """The store at `location`: `s3://bucket/prefix`, or a local directory."""
+    """The store at `location`: `s3://bucket/prefix`, or a local directory.
+
+    One per location and process, so every step and published file reuses one S3 client and its
+    connections (boto3 clients are thread-safe; worker processes are spawned, not forked).
+    """
     if location.startswith("s3://"):
-        bucket, _, prefix = location.removeprefix("s3://").partition("/")
-        if not bucket:
-            raise ValueError(f"artifact location {location!r} names no bucket")
-        return S3ArtifactStore(bucket, prefix)
+        return S3ArtifactStore(*split_s3_location(location))
     return LocalArtifactStore(Path(location))

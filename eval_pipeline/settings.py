@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from eval_pipeline.artifacts import split_s3_location
+
 DEFAULT_DAGSTER_HOME = Path.home() / ".eval_pipeline" / "dagster_home"
 
 
@@ -93,8 +95,11 @@ class Deployment:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Deployment":
         artifacts = environ.get("EVAL_PIPELINE_ARTIFACTS") or None
-        if artifacts and not (artifacts.startswith("s3://") and len(artifacts) > len("s3://")):
-            raise DeploymentError(f"EVAL_PIPELINE_ARTIFACTS must be s3://bucket[/prefix], got {artifacts!r}")
+        if artifacts:
+            try:
+                split_s3_location(artifacts)
+            except ValueError as error:
+                raise DeploymentError(f"EVAL_PIPELINE_ARTIFACTS: {error}") from error
         postgres_url = environ.get("EVAL_PIPELINE_POSTGRES_URL") or None
         if postgres_url and not postgres_url.startswith(POSTGRES_SCHEME):
             raise DeploymentError(
@@ -111,9 +116,9 @@ class Deployment:
 
     @property
     def s3_bucket(self) -> str | None:
-        return self.artifacts.removeprefix("s3://").partition("/")[0] if self.artifacts else None
+        return split_s3_location(self.artifacts)[0] if self.artifacts else None
 
     def s3_prefix(self, *parts: str) -> str:
         """The key prefix under the artifacts' bucket for `parts` (no trailing slash)."""
-        base = self.artifacts.removeprefix("s3://").partition("/")[2].strip("/") if self.artifacts else ""
+        base = split_s3_location(self.artifacts)[1] if self.artifacts else ""
         return "/".join(p for p in (base, *parts) if p)

@@ -1,6 +1,7 @@
 """Shared fixtures: the demo benchmark built once per session, local sandboxes, stores."""
 
 import os
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -49,6 +50,11 @@ def prepare(demo_benchmark: Benchmark, shared_sandbox: LocalSandbox):
 @pytest.fixture
 def store(tmp_path: Path) -> LocalArtifactStore:
     return LocalArtifactStore(tmp_path / "artifacts")
+
+
+def eval_pipeline_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """The `eval-pipeline` console script as a user runs it, with `env` as its whole environment."""
+    return subprocess.run(["eval-pipeline", *args], env=env, capture_output=True, text=True, timeout=900)
 
 
 def ci_service(variable: str, script: str) -> str:

@@ -1,11 +1,11 @@
 """Resource calibration: the same patches graded at 1x, 3x and uncapped resources."""
 
 import json
-import subprocess
 
 from eval_pipeline.calibration import at_multiplier, calibration_rows, render_calibration
 from eval_pipeline.campaign import load_campaign
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR
+from eval_pipeline_tests.conftest import eval_pipeline_cli
 
 CAMPAIGN = f"""
 name: cal
@@ -37,13 +37,7 @@ def test_rows_compare_rates_and_infrastructure_errors_per_multiplier():
 def test_a_task_over_its_memory_is_infrastructure_at_1x_and_resolved_above(campaign_env, tmp_path):
     campaign = tmp_path / "cal.yaml"
     campaign.write_text(CAMPAIGN)
-    completed = subprocess.run(
-        ["eval-pipeline", "calibrate", "--campaign", str(campaign), "--workers", "1", "--json"],
-        env=campaign_env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    completed = eval_pipeline_cli(campaign_env, "calibrate", "--campaign", str(campaign), "--workers", "1", "--json")
     assert completed.returncode == 0, completed.stderr[-3000:]
     calibration = json.loads(completed.stdout)
     measured = {

@@ -1,21 +1,17 @@
 """The CLI end to end, as a user runs it: a real console script against a fresh DAGSTER_HOME."""
 
 import json
-import subprocess
 from pathlib import Path
 
 import duckdb
 from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
 from eval_pipeline import HARNESS_VERSION
-
-
-def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["eval-pipeline", "run", *args], env=env, capture_output=True, text=True, timeout=900)
+from eval_pipeline_tests.conftest import eval_pipeline_cli
 
 
 def test_demo_portfolio_end_to_end_then_resume_regrades_only_the_unscored(campaign_env):
-    first = run_cli(campaign_env, "--campaign", "demo", "--json")
+    first = eval_pipeline_cli(campaign_env, "run", "--campaign", "demo", "--json")
     assert first.returncode == 0, first.stderr[-3000:]
     summary = json.loads(first.stdout)
     # 16 instances x 3 variants x 2 seeds; build-index (OOM at 1x) and slow-report (timeout) are never scored.
@@ -49,7 +45,7 @@ def test_demo_portfolio_end_to_end_then_resume_regrades_only_the_unscored(campai
     assert_release_gates(campaign_env, summary)
     unscored_attempts = assert_warehouse(home, summary)
 
-    second = run_cli(campaign_env, "--campaign", "demo", "--json")
+    second = eval_pipeline_cli(campaign_env, "run", "--campaign", "demo", "--json")
     assert second.returncode == 0, second.stderr[-3000:]
     again = json.loads(second.stdout)
     assert again["generation"] == {"computed": 0, "reused": 12, "failed": 0}, "re-grading never regenerates"
@@ -96,12 +92,7 @@ def assert_release_gates(env: dict[str, str], summary: dict) -> None:
         assert record.event.dagster_event.event_specific_data.metadata["decision"].value == prod
 
     for environment, exit_code in (("staging", 0), ("prod", 1)):
-        gate = subprocess.run(
-            ["eval-pipeline", "gate", "--campaign", "demo", "--environment", environment],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
+        gate = eval_pipeline_cli(env, "gate", "--campaign", "demo", "--environment", environment)
         assert gate.returncode == exit_code, gate.stderr
         assert json.loads(gate.stdout)["passed"] is (exit_code == 0)
 
@@ -109,6 +100,6 @@ def assert_release_gates(env: dict[str, str], summary: dict) -> None:
 def test_a_bad_campaign_gets_a_clear_error(campaign_env, tmp_path):
     bad = tmp_path / "broken.yaml"
     bad.write_text("name: broken\nbenchmark: {kind: demo}\nvariants: [{name: x, agent: nope}]\n")
-    result = run_cli(campaign_env, "--campaign", str(bad))
+    result = eval_pipeline_cli(campaign_env, "run", "--campaign", str(bad))
     assert result.returncode == 2
     assert f"{bad}: variants[0] (x): field agent/params: unknown agent 'nope'" in result.stderr

@@ -8,7 +8,6 @@ goes over a real websocket to a server speaking Kubernetes' channel protocol.
 
 import json
 import os
-import subprocess
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -25,6 +24,7 @@ from websockets.sync.server import serve
 from eval_pipeline.outcomes import SandboxLost
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxError, SandboxSettings
 from eval_pipeline.sandbox.kubernetes import KubernetesExec, KubernetesSandbox, remove_pods
+from eval_pipeline_tests.conftest import eval_pipeline_cli
 
 NAMESPACE = "eval-environments"
 
@@ -279,12 +279,9 @@ def test_the_janitor_command_deletes_leaked_pods_through_the_kubeconfig(cluster,
         )
     )
     try:
-        result = subprocess.run(
-            ["eval-pipeline", "janitor", "--kubernetes", "--namespace", NAMESPACE, "--older-than-hours", "24"],
-            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-            capture_output=True,
-            text=True,
-            timeout=60,
+        result = eval_pipeline_cli(
+            {**os.environ, "KUBECONFIG": str(kubeconfig)},
+            *("janitor", "--kubernetes", "--namespace", NAMESPACE, "--older-than-hours", "24"),
         )
     finally:
         server.shutdown()

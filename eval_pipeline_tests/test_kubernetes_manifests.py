@@ -18,7 +18,8 @@ from kubernetes.client import ApiClient
 from eval_pipeline.campaign import load_campaign
 from eval_pipeline.defs import STAGE_TAG, build_definitions, stage_job_name
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
-from eval_pipeline.sandbox.kubernetes import MANAGED_BY, KubernetesSandbox, label_value
+from eval_pipeline.sandbox.kubernetes import KubernetesSandbox
+from eval_pipeline.sandbox.pod_manifest import MANAGED_BY, label_value
 
 K8S_DIR = Path(__file__).parents[1] / "k8s"
 KUBERNETES_VERSION = "1.31"

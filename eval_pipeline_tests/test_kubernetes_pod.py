@@ -24,7 +24,8 @@ from eval_pipeline.outcomes import Outcome
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.container import EngineExec
 from eval_pipeline.sandbox.exec_workspace import PodExec, claimed_slot
-from eval_pipeline.sandbox.kubernetes import CONTAINER, KubernetesSandbox
+from eval_pipeline.sandbox.kubernetes import KubernetesSandbox
+from eval_pipeline.sandbox.pod_manifest import CONTAINER
 
 
 class KubePlaySandbox(KubernetesSandbox):

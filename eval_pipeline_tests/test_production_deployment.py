@@ -2,7 +2,6 @@
 
 import json
 import shutil
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from eval_pipeline.campaign import BUILTIN_DIR
 from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.instance_config import GENERATED_HEADER, ensure_instance_config, instance_config
 from eval_pipeline.settings import Deployment, DeploymentError
-from eval_pipeline_tests.conftest import S3_CLIENT_ENV, TEST_BUCKET, s3_client
+from eval_pipeline_tests.conftest import S3_CLIENT_ENV, TEST_BUCKET, eval_pipeline_cli, s3_client
 
 REPOSITORY = Path(__file__).parents[1]
 PRODUCTION = {
@@ -47,9 +46,7 @@ def test_production_variables_choose_postgres_storage_and_s3_compute_logs_withou
 
 
 def test_the_instance_config_command_prints_what_the_variables_choose(campaign_env):
-    result = subprocess.run(
-        ["eval-pipeline", "instance-config"], env={**campaign_env, **PRODUCTION}, capture_output=True, text=True
-    )
+    result = eval_pipeline_cli({**campaign_env, **PRODUCTION}, "instance-config")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(GENERATED_HEADER)
     assert yaml.safe_load(result.stdout) == instance_config(Deployment.from_env(PRODUCTION))
@@ -86,12 +83,7 @@ def test_the_embedded_default_loads_as_a_dagster_instance(tmp_path):
 def test_a_bad_deployment_variable_is_a_clear_error_naming_it(campaign_env, variable, value):
     with pytest.raises(DeploymentError, match=variable):
         Deployment.from_env({variable: value})
-    result = subprocess.run(
-        ["eval-pipeline", "run", "--campaign", "demo"],
-        env={**campaign_env, variable: value},
-        capture_output=True,
-        text=True,
-    )
+    result = eval_pipeline_cli({**campaign_env, variable: value}, "run", "--campaign", "demo")
     assert result.returncode == 2 and variable in result.stderr and "Traceback" not in result.stderr
     assert not (Path(campaign_env["DAGSTER_HOME"]) / "dagster.yaml").exists()
 
@@ -116,13 +108,7 @@ def small_campaign(tmp_path: Path) -> Path:
 
 
 def run(env: dict[str, str], campaign: Path) -> dict:
-    result = subprocess.run(
-        ["eval-pipeline", "run", "--campaign", str(campaign), "--json", "--workers", "2"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = eval_pipeline_cli(env, "run", "--campaign", str(campaign), "--json", "--workers", "2")
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
 

@@ -43,8 +43,8 @@ from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.report import build_report, render_markdown, write_report
 from eval_pipeline.results import collect_warehouse, read_results_table, write_warehouse
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend
-from eval_pipeline.sandbox.kubernetes import pod_resources
 from eval_pipeline.sandbox.local import ENVIRONMENT_LAYOUT_VERSION
+from eval_pipeline.sandbox.pod_manifest import pod_resources
 
 # Code versions of the assets whose logic has no version of its own in the core.
 SNAPSHOT_CODE_VERSION = "1"

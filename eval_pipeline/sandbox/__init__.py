@@ -1,5 +1,6 @@
 """Sandbox backends behind one interface; `make_sandbox` picks one by name."""
 
+import importlib
 from pathlib import Path
 
 from eval_pipeline.sandbox.base import (
@@ -11,9 +12,6 @@ from eval_pipeline.sandbox.base import (
     SandboxSettings,
     Workspace,
 )
-from eval_pipeline.sandbox.container import ContainerSandbox
-from eval_pipeline.sandbox.kubernetes import KubernetesSandbox
-from eval_pipeline.sandbox.local import LocalSandbox
 
 __all__ = [
     "BACKENDS",
@@ -27,8 +25,12 @@ __all__ = [
     "make_sandbox",
 ]
 
-BACKENDS: dict[str, type[SandboxBackend]] = {
-    backend.name: backend for backend in (LocalSandbox, ContainerSandbox, KubernetesSandbox)
+# Backends by name, imported when first used: the Kubernetes client alone takes half a second to import,
+# which every run worker of an embedded-default campaign would otherwise pay.
+BACKENDS = {
+    "local": "eval_pipeline.sandbox.local:LocalSandbox",
+    "container": "eval_pipeline.sandbox.container:ContainerSandbox",
+    "kubernetes": "eval_pipeline.sandbox.kubernetes:KubernetesSandbox",
 }
 
 
@@ -38,4 +40,6 @@ def make_sandbox(settings: SandboxSettings, root: Path, limits: ResourceLimits, 
         raise ValueError(
             f"sandbox.backend: unknown backend {settings.backend!r} (known: {', '.join(sorted(BACKENDS))})"
         )
-    return BACKENDS[settings.backend](root / settings.backend, limits, settings, campaign)
+    module, _, name = BACKENDS[settings.backend].partition(":")
+    backend: type[SandboxBackend] = getattr(importlib.import_module(module), name)
+    return backend(root / settings.backend, limits, settings, campaign)

@@ -13,9 +13,7 @@ API's exec subresource; the pod gets no service account token, and
 k8s/networkpolicy.yaml denies it egress.
 """
 
-import hashlib
 import json
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,101 +29,24 @@ from websocket import WebSocketException
 
 from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
 from eval_pipeline.outcomes import InfrastructureError, SandboxLost
-from eval_pipeline.sandbox.base import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxError
+from eval_pipeline.sandbox.base import EnvironmentHandle, SandboxBackend, SandboxError
 from eval_pipeline.sandbox.container import FIRST_TRIAL_UID, ContainerSandbox
 from eval_pipeline.sandbox.exec_workspace import HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec, claimed_slot
-from eval_pipeline.sandbox.images import EXEC_SCRIPT, TESTBED, WORKSPACES
+from eval_pipeline.sandbox.images import WORKSPACES
+from eval_pipeline.sandbox.pod_manifest import (
+    CAMPAIGN_LABEL,
+    CONTAINER,
+    MANAGED_BY,
+    environment_pod_manifest,
+    label_value,
+    pod_name,
+    pod_resources,
+)
 
-MANAGED_BY = {"app.kubernetes.io/managed-by": "eval-pipeline"}
-CAMPAIGN_LABEL = "eval-pipeline/campaign"
-INSTANCE_LABEL = "eval-pipeline/instance"
-ROLE_LABEL = "eval-pipeline/role"
-INSTANCE_ANNOTATION = "eval-pipeline/instance-id"  # the exact id; a label value may have been shortened
-CONTAINER = "environment"
 # Waiting reasons that will not resolve by waiting longer: the pod cannot start.
 STUCK_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"}
 _API_FAILURES = (ApiException, Urllib3Error, WebSocketException, OSError)
 API_TIMEOUT_S = 60  # one API request; a hung API server is an infrastructure error, not a hung trial
-
-
-def label_value(text: str) -> str:
-    """`text` as a valid label value: at most 63 of [A-Za-z0-9_.-], alphanumeric at both ends."""
-    value = re.sub(r"[^A-Za-z0-9_.-]", "-", text)
-    if len(value) > 63:
-        value = f"{value[:54]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
-    return value.strip("-_.") or "x"
-
-
-def pod_name(campaign: str, instance_id: str, identity: str) -> str:
-    """A DNS-1123 label (at most 63 characters) naming the instance's pod, unique per `identity`."""
-    readable = re.sub(r"[^a-z0-9-]+", "-", f"{campaign}-{instance_id}".lower()).strip("-")[:48].strip("-")
-    return f"env-{readable}-{hashlib.sha256(identity.encode()).hexdigest()[:10]}"
-
-
-def _cpu(cores: float) -> str:
-    return f"{round(cores * 1000)}m"
-
-
-def pod_resources(limits: ResourceLimits, trials: int = 1) -> dict[str, dict[str, str]]:
-    """Requests are the floors and limits the ceilings (absent when uncapped), for `trials` trials at once."""
-    resources: dict[str, dict[str, str]] = {
-        "requests": {"memory": f"{limits.memory_floor_mb * trials}Mi", "cpu": _cpu(limits.cpu_floor * trials)},
-        "limits": {},
-    }
-    if limits.effective_memory_ceiling_mb is not None:
-        resources["limits"]["memory"] = f"{limits.effective_memory_ceiling_mb * trials}Mi"
-        floor = (
-            min(limits.memory_floor_mb, limits.effective_memory_ceiling_mb) * trials
-        )  # a request never tops its limit
-        resources["requests"]["memory"] = f"{floor}Mi"
-    if limits.effective_cpu_ceiling is not None:
-        resources["limits"]["cpu"] = _cpu(limits.effective_cpu_ceiling * trials)
-        resources["requests"]["cpu"] = _cpu(min(limits.cpu_floor, limits.effective_cpu_ceiling) * trials)
-    if not resources["limits"]:
-        del resources["limits"]
-    return resources
-
-
-def environment_pod_manifest(
-    name: str, namespace: str, image: str, campaign: str, instance_id: str, resources: dict[str, Any]
-) -> dict[str, Any]:
-    """The environment pod: the instance image idling under the command runner, ready once /testbed exists."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {
-                **MANAGED_BY,
-                CAMPAIGN_LABEL: label_value(campaign),
-                INSTANCE_LABEL: label_value(instance_id),
-                ROLE_LABEL: "environment",
-            },
-            "annotations": {INSTANCE_ANNOTATION: instance_id},
-        },
-        "spec": {
-            "restartPolicy": "Never",  # a lost pod is reported (sandbox_lost) and recreated, never silently restarted
-            "automountServiceAccountToken": False,  # agents get no credentials to the cluster
-            "enableServiceLinks": False,
-            "terminationGracePeriodSeconds": 5,
-            "containers": [
-                {
-                    "name": CONTAINER,
-                    "image": image,
-                    "imagePullPolicy": "IfNotPresent",
-                    "command": ["python3", EXEC_SCRIPT, "--reap"],
-                    "resources": resources,
-                    "readinessProbe": {"exec": {"command": ["test", "-d", TESTBED]}, "periodSeconds": 2},
-                    # Root only to give each workspace its own uid; nothing may regain privileges after that.
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "capabilities": {"drop": ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT"]},
-                    },
-                }
-            ],
-        },
-    }
 
 
 def exit_code_of(status: str, failure: Callable[[str], InfrastructureError]) -> int:
