@@ -9,11 +9,9 @@ generation's key does not depend on the grading's resources, so every
 multiplier grades the same patches, and only the first generates them.
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
-
-from dagster import DagsterInstance
 
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.report import format_interval, format_number, markdown_table, report_rows
@@ -22,7 +20,7 @@ from eval_pipeline.sandbox.base import parse_multiplier
 DEFAULT_MULTIPLIERS = ("1", "3", "uncapped")
 
 
-def _label(multiplier: float | None) -> str:
+def multiplier_label(multiplier: float | None) -> str:
     return "uncapped" if multiplier is None else f"x{multiplier:g}"
 
 
@@ -31,7 +29,7 @@ def at_multiplier(campaign: Campaign, multiplier: str) -> Campaign:
     scale = parse_multiplier(multiplier)
     return replace(
         campaign,
-        name=f"{campaign.name}_{_label(scale).replace('.', '_')}",
+        name=f"{campaign.name}_{multiplier_label(scale).replace('.', '_')}",
         resources=campaign.resources.with_multiplier(scale),
         gates=(),  # release gates judge the campaign as configured, not its calibration runs
     )
@@ -70,23 +68,3 @@ def render_calibration(rows: Sequence[dict[str, Any]]) -> str:
         for r in rows
     ]
     return "\n".join(markdown_table(headers, cells)) + "\n"
-
-
-def run_calibration(
-    campaign: Campaign,
-    multipliers: Sequence[str],
-    instance: DagsterInstance,
-    progress: Callable[[str], None] = lambda _: None,
-    workers: int = 1,
-) -> dict[str, Any]:
-    """Run (or resume) the campaign at each multiplier; the rows and each run's summary."""
-    from eval_pipeline.defs import build_definitions
-    from eval_pipeline.runner import run_campaign
-
-    reports, runs = {}, {}
-    for multiplier in multipliers:
-        scaled = at_multiplier(campaign, multiplier)
-        run = run_campaign(scaled, build_definitions([scaled]), instance, progress=progress, workers=workers)
-        label = _label(scaled.resources.multiplier)
-        reports[label], runs[label] = run.report, run.as_json()
-    return {"campaign": campaign.name, "rows": calibration_rows(reports), "runs": runs}

@@ -5,10 +5,20 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from eval_pipeline.settings import Deployment, DeploymentError, dagster_home
+from eval_pipeline.settings import Deployment, DeploymentError, Paths, dagster_home
+
+if TYPE_CHECKING:
+    from eval_pipeline.campaign import Campaign
+
+
+class UsageError(ValueError):
+    """An argument or input the command cannot use."""
 
 
 def _use_dagster_home() -> None:
@@ -25,32 +35,42 @@ def _use_dagster_home() -> None:
     warnings.filterwarnings("ignore", category=BetaWarning)  # data versions are beta; we rely on them knowingly
 
 
-def _run(args: argparse.Namespace) -> int:
-    _use_dagster_home()
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _campaign_session(args: argparse.Namespace, campaign: "Campaign") -> Iterator[tuple[Any, Any, Any]]:
+    """The Dagster instance, a launcher and a new cycle for a command over `campaign`."""
     from dagster import DagsterInstance
 
-    from eval_pipeline.campaign import CampaignError, load_campaign
-    from eval_pipeline.defs import build_definitions
-    from eval_pipeline.report import render_markdown
-    from eval_pipeline.runner import CampaignRunError, run_campaign
+    from eval_pipeline.orchestration.driver import new_cycle
+    from eval_pipeline.orchestration.launchers import open_launcher
 
-    try:
-        campaign = load_campaign(args.campaign)
-    except CampaignError as error:
-        print(f"eval-pipeline: {error}", file=sys.stderr)
-        return 2
     with DagsterInstance.get() as instance:
-        try:
-            run = run_campaign(
-                campaign,
-                build_definitions([campaign]),
-                instance,
-                progress=lambda line: print(line, file=sys.stderr),
-                workers=args.workers,
-            )
-        except CampaignRunError as error:
-            print(f"eval-pipeline: {error}", file=sys.stderr)
-            return 1
+        # Hold database connections open across this process's many queries, as Dagster's webserver does:
+        # Dagster's PostgreSQL storage otherwise connects anew for every one. SQLite storage ignores this.
+        instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
+        with open_launcher(campaign, Paths.from_env(), instance, args.workers) as launcher:
+            yield instance, launcher, new_cycle(campaign)
+
+
+def _load(name: str) -> "Campaign":
+    """The campaign, with the CLI's Dagster instance set up for the command that runs it."""
+    from eval_pipeline.campaign import load_campaign
+
+    campaign = load_campaign(name)
+    _use_dagster_home()
+    return campaign
+
+
+def _run(args: argparse.Namespace) -> int:
+    from eval_pipeline.orchestration.campaign_run import run_campaign
+    from eval_pipeline.report import render_markdown
+
+    campaign = _load(args.campaign)
+    with _campaign_session(args, campaign) as (instance, launcher, cycle):
+        run = run_campaign(campaign, instance, launcher, cycle, Paths.from_env(), _say)
     if args.json:
         print(json.dumps(run.as_json(), indent=2, sort_keys=True))
     else:
@@ -62,39 +82,18 @@ def _run(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     """Exit 0 when every instance is valid, 1 when some are not (or could not be validated), 2 when the
     campaign or its dataset cannot be used."""
-    if args.repeats < 1:
-        print(f"eval-pipeline validate: --repeats must be at least 1, got {args.repeats}", file=sys.stderr)
-        return 2
-    _use_dagster_home()
-    from dagster import DagsterInstance
-
-    from eval_pipeline.campaign import CampaignError, load_campaign
-    from eval_pipeline.defs import build_definitions
-    from eval_pipeline.defs.validation import DatasetNotLoaded, ValidationRunError, run_validation
+    from eval_pipeline.orchestration.validation_run import DatasetNotLoaded, run_validation
     from eval_pipeline.report import render_validation
-    from eval_pipeline.settings import Paths
     from eval_pipeline.validation import VALIDATION_FILE, all_valid
 
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    campaign = _load(args.campaign)
     try:
-        campaign = load_campaign(args.campaign)
-    except CampaignError as error:
-        print(f"eval-pipeline validate: {error}", file=sys.stderr)
-        return 2
-    with DagsterInstance.get() as instance:
-        try:
-            validation = run_validation(
-                campaign,
-                build_definitions([campaign]),
-                instance,
-                args.repeats,
-                progress=lambda line: print(line, file=sys.stderr),
-            )
-        except DatasetNotLoaded as error:
-            print(f"eval-pipeline validate: {error}", file=sys.stderr)
-            return 2
-        except ValidationRunError as error:
-            print(f"eval-pipeline validate: {error}", file=sys.stderr)
-            return 1
+        with _campaign_session(args, campaign) as (instance, launcher, cycle):
+            validation = run_validation(campaign, instance, launcher, cycle, Paths.from_env(), args.repeats, _say)
+    except DatasetNotLoaded as error:
+        raise UsageError(str(error)) from None
     if args.json:
         print(json.dumps(validation, indent=2, sort_keys=True))
     else:
@@ -104,28 +103,25 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    _use_dagster_home()
-    from dagster import DagsterInstance
-
-    from eval_pipeline.calibration import render_calibration, run_calibration
-    from eval_pipeline.campaign import CampaignError, load_campaign
+    from eval_pipeline.calibration import at_multiplier, calibration_rows, multiplier_label, render_calibration
+    from eval_pipeline.orchestration.campaign_run import run_campaign
     from eval_pipeline.report import write_json, write_text_atomically
-    from eval_pipeline.runner import CampaignRunError
-    from eval_pipeline.settings import Paths
 
+    campaign = _load(args.campaign)
+    multipliers = [m.strip() for m in args.multipliers.split(",") if m.strip()]
     try:
-        campaign = load_campaign(args.campaign)
-        multipliers = [m.strip() for m in args.multipliers.split(",") if m.strip()]
-        with DagsterInstance.get() as instance:
-            calibration = run_calibration(
-                campaign, multipliers, instance, lambda line: print(line, file=sys.stderr), args.workers
-            )
-    except (CampaignError, ValueError) as error:
-        print(f"eval-pipeline: {error}", file=sys.stderr)
-        return 2
-    except CampaignRunError as error:
-        print(f"eval-pipeline: {error}", file=sys.stderr)
-        return 1
+        scaled = [at_multiplier(campaign, m) for m in multipliers]
+    except ValueError as error:
+        raise UsageError(f"--multipliers: {error}") from None
+    if not scaled:
+        raise UsageError("--multipliers: give at least one, e.g. 1,3,uncapped")
+    reports, runs = {}, {}
+    for each in scaled:
+        with _campaign_session(args, each) as (instance, launcher, cycle):
+            run = run_campaign(each, instance, launcher, cycle, Paths.from_env(), _say)
+        label = multiplier_label(each.resources.multiplier)
+        reports[label], runs[label] = run.report, run.as_json()
+    calibration = {"campaign": campaign.name, "rows": calibration_rows(reports), "runs": runs}
     directory = Paths.from_env().reports / campaign.name
     write_json(calibration, directory / "calibration.json")
     markdown = render_calibration(calibration["rows"])
@@ -226,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats", type=int, default=3, help="how many times each patch is graded, in fresh workspaces (default 3)"
     )
     validate.add_argument("--json", action="store_true", help="print the validation report as JSON")
+    validate.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="as for run")
     validate.set_defaults(handler=_validate)
     calibrate = commands.add_parser(
         "calibrate", help="run a campaign at several resource multipliers and compare rates and infra errors"
@@ -264,11 +261,29 @@ def main(argv: list[str] | None = None) -> int:
         "instance-config", help="print the dagster.yaml that the deployment's environment variables choose"
     ).set_defaults(handler=_instance_config)
     args = parser.parse_args(argv)
+    return _handle(args)
+
+
+def _handle(args: argparse.Namespace) -> int:
+    """Run the command; an expected failure is one line on stderr and an exit code, never a traceback."""
+    from eval_pipeline.campaign import CampaignError
+    from eval_pipeline.orchestration.driver import CampaignRunError
+    from eval_pipeline.orchestration.launchers import LaunchError
+
     try:
         return args.handler(args)
-    except DeploymentError as error:
-        print(f"eval-pipeline: {error}", file=sys.stderr)
+    except (DeploymentError, CampaignError, UsageError) as error:
+        print(f"eval-pipeline {args.command}: {error}", file=sys.stderr)
         return 2
+    except (CampaignRunError, LaunchError) as error:
+        print(f"eval-pipeline {args.command}: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(
+            f"eval-pipeline {args.command}: interrupted; what finished is kept. Run the same command again to resume.",
+            file=sys.stderr,
+        )
+        return 130
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from eval_pipeline.defs import STAGE_TAG
+from eval_pipeline.defs.stages import STAGE_TAG
 from eval_pipeline.report import write_text_atomically
 from eval_pipeline.settings import Deployment
 

@@ -11,13 +11,16 @@ from dagster import (
     SkipReason,
     build_run_status_sensor_context,
     build_schedule_context,
+    build_sensor_context,
     instance_for_test,
 )
 
 from eval_pipeline.campaign import parse_campaign
 from eval_pipeline.defs import build_definitions, stage_job_name
-from eval_pipeline.defs.automation import REREQUEST_TAG, TRIGGER_TAG
+from eval_pipeline.defs.automation import REREQUEST_TAG
 from eval_pipeline.defs.partitions import trial_run_key
+from eval_pipeline.defs.stages import STAGE_TAG, TRIGGER_TAG
+from eval_pipeline.orchestration.launchers import execute_request
 from eval_pipeline.settings import Paths
 from eval_pipeline_tests.conftest import write_terminal_task
 
@@ -41,40 +44,43 @@ def test_only_a_campaign_with_nightly_gets_a_schedule(tmp_path):
     assert build_definitions([campaign_of()], Paths(tmp_path)).schedules == []
 
 
-def test_the_nightly_schedule_runs_the_whole_campaign_and_resumes_the_next_night(tmp_path, dagster_instance):
+def test_the_nightly_schedule_starts_a_cycle_that_the_sensor_carries_through_and_resumes_the_next_night(
+    tmp_path, dagster_instance
+):
     policy = tmp_path / "staging.yaml"
     policy.write_text("environment: staging\ncandidate: oracle\nfloors: {'*': 0.9}\n")
-    campaign = campaign_of(
-        nightly={"cron": "30 3 * * *", "timezone": "Europe/Berlin", "workers": 1}, gates=[str(policy)]
-    )
+    campaign = campaign_of(nightly={"cron": "30 3 * * *", "timezone": "Europe/Berlin"}, gates=[str(policy)])
     defs = build_definitions([campaign], Paths(tmp_path / "data"))
     schedule = defs.resolve_schedule_def("small__nightly")
+    sensor = defs.resolve_sensor_def("small__nightly_progress")
     assert (schedule.cron_schedule, schedule.execution_timezone) == ("30 3 * * *", "Europe/Berlin")
 
-    tick = datetime(2026, 11, 22, 3, 30, tzinfo=ZoneInfo("Europe/Berlin"))
-    [request] = schedule.evaluate_tick(
-        build_schedule_context(instance=dagster_instance, scheduled_execution_time=tick)
-    ).run_requests
-    assert request.tags[TRIGGER_TAG] == "nightly"
-    job = defs.resolve_job_def(schedule.job_name)
+    def night(day: int) -> list[str]:
+        """The night's runs as the daemon would launch them: the schedule's, then the sensor's until it skips."""
+        tick = datetime(2026, 11, day, 3, 30, tzinfo=ZoneInfo("Europe/Berlin"))
+        [request] = schedule.evaluate_tick(
+            build_schedule_context(instance=dagster_instance, scheduled_execution_time=tick)
+        ).run_requests
+        assert request.tags[TRIGGER_TAG] == "nightly"
+        request = request.with_replaced_attrs(job_name=schedule.job_name)
+        stages = [
+            dagster_instance.get_run_by_id(execute_request(defs, dagster_instance, request, None)).tags[STAGE_TAG]
+        ]
+        while not isinstance(result := sensor(build_sensor_context(instance=dagster_instance)), SkipReason):
+            for request in result.run_requests:
+                run = dagster_instance.get_run_by_id(execute_request(defs, dagster_instance, request, None))
+                stages.append(run.tags[STAGE_TAG])
+        assert "is done" in result.skip_message
+        return stages
 
-    def night():
-        run = job.execute_in_process(instance=dagster_instance, run_config=request.run_config, tags=request.tags)
-        assert run.success
-        return run.output_for_node("small__run_campaign")
-
-    first = night()
-    assert (first["planned"], first["scored"], first["generation"]["computed"]) == (8, 8, 8)
+    first = night(22)
+    assert first == ["prepare", *["environments"] * 8, *["trials"] * 8, "results", "release"]
     evaluated = dagster_instance.get_materialized_partitions(AssetKey(["small", "evaluation"]))
     assert len(evaluated) == 8, "each trial is its own partition run, recorded in the instance"
-    assert dagster_instance.get_latest_materialization_event(AssetKey(["small", "report"])) is not None
-    assert first["gates"] == {"staging": True}
     decision = dagster_instance.get_latest_materialization_event(AssetKey(["small", "release_decision"]))
     assert decision.asset_materialization.metadata["promote"].value is True, "every gate passed: a release"
 
-    second = night()
-    assert second["generation"] == {"computed": 0, "reused": 0, "failed": 0}, "the next night only resumes"
-    assert second["variants"] == first["variants"]
+    assert night(23) == ["prepare", "results", "release"], "the next night only resumes: nothing is run again"
 
 
 def sensor_context(instance, run_id: str, sensor_name: str):

@@ -6,39 +6,45 @@ from dagster import AssetKey, AssetSelection, Definitions, ExecutorDefinition, d
 
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.defs.assets import build_campaign_assets, kubernetes_step_tags
-from eval_pipeline.defs.automation import campaign_job, infrastructure_retry_sensor, nightly_schedule
+from eval_pipeline.defs.automation import campaign_sensor, infrastructure_retry_sensor, nightly_schedule
 from eval_pipeline.defs.partitions import CampaignPartitions
 from eval_pipeline.defs.release import build_release_definitions
 from eval_pipeline.defs.resources import EvalPipelineResource
+from eval_pipeline.defs.stages import (
+    RELEASE_STAGE,
+    STAGE_TAG,
+    STAGES,
+    VALIDATION_REPORT_STAGE,
+    VALIDATION_STAGE,
+    stage_job_name,
+)
 from eval_pipeline.defs.validation import build_validation_definitions
 from eval_pipeline.settings import Deployment, Paths
 
-# Stages of a campaign, each a job: the CLI runs them in order, the UI and schedules by name.
-STAGES = {
-    "prepare": ["dataset_snapshot", "trial_plan"],
-    "environments": ["environment_image", "environment"],
-    "trials": ["generation", "evaluation"],
-    "results": ["results", "report"],
-}
-RELEASE_STAGE = "release"  # the report's gate checks and the release decision, for a campaign with gates
-# `eval-pipeline validate`: each instance's validation and its check (by partition), then the validation report;
-# each stage is the one asset it is named after.
-VALIDATION_STAGE, VALIDATION_REPORT_STAGE = "validation", "validation_report"
-STAGE_TAG = "eval_pipeline/stage"  # dagster.yaml limits how many runs of each stage run at once
+__all__ = [
+    "RELEASE_STAGE",
+    "STAGE_TAG",
+    "VALIDATION_REPORT_STAGE",
+    "VALIDATION_STAGE",
+    "build_definitions",
+    "stage_job_name",
+]
 
 
-def stage_job_name(campaign: Campaign, stage: str) -> str:
-    return f"{campaign.name}__{stage}_job"
+def _runs_on_kubernetes(campaign: Campaign, deployment: Deployment) -> bool:
+    return deployment.executor == "k8s" or campaign.sandbox.backend == "kubernetes"
 
 
-def campaign_definitions(campaign: Campaign) -> Definitions:
+def campaign_definitions(campaign: Campaign, deployment: Deployment) -> Definitions:
     partitions = CampaignPartitions.for_campaign(campaign)
+    # On Kubernetes a trial run is one pod (in-process executor): size it like a trial step. Elsewhere the tag
+    # would only be noise on every run.
+    trial_tags = kubernetes_step_tags(campaign.resources) if _runs_on_kubernetes(campaign, deployment) else {}
     jobs = {
         stage: define_asset_job(
             stage_job_name(campaign, stage),
             selection=AssetSelection.assets(*(AssetKey([campaign.name, name]) for name in names)).without_checks(),
-            # On Kubernetes with the in-process executor, a trial run is one pod: size it like a trial step.
-            tags={STAGE_TAG: stage, **(kubernetes_step_tags(campaign.resources) if stage == "trials" else {})},
+            tags={STAGE_TAG: stage, **(trial_tags if stage == "trials" else {})},
         )
         for stage, names in STAGES.items()
     }
@@ -57,14 +63,16 @@ def campaign_definitions(campaign: Campaign) -> Definitions:
             selection=AssetSelection.checks(*gate_checks) | AssetSelection.assets(*release_assets),
             tags={STAGE_TAG: RELEASE_STAGE},
         )
-    whole = campaign_job(campaign)
-    schedule = nightly_schedule(campaign, whole)
+    schedule = nightly_schedule(campaign, jobs["prepare"])
     return Definitions(
         assets=[*build_campaign_assets(campaign, partitions), *validation_assets, *release_assets],
         asset_checks=[*validation_checks, *gate_checks],
-        jobs=[*jobs.values(), whole],
+        jobs=list(jobs.values()),
         schedules=[schedule] if schedule else [],
-        sensors=[infrastructure_retry_sensor(campaign, jobs["trials"])],
+        sensors=[
+            infrastructure_retry_sensor(campaign, jobs["trials"]),
+            *([campaign_sensor(campaign, jobs)] if schedule else []),
+        ],
     )
 
 
@@ -103,6 +111,6 @@ def build_definitions(campaigns: list[Campaign], paths: Paths | None = None) -> 
         **_io_managers(deployment),
     }
     return Definitions.merge(
-        *(campaign_definitions(c) for c in campaigns),
+        *(campaign_definitions(c, deployment) for c in campaigns),
         Definitions(resources=resources, executor=_executor(deployment)),
     )

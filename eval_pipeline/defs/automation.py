@@ -1,10 +1,12 @@
-"""A campaign's automation: the nightly schedule, and the sensor that retries infrastructure failures.
+"""A campaign's automation: the nightly schedule, the sensor that carries a night's pass through, and the
+sensor that retries infrastructure failures. Dagster launches every run; nothing here executes runs itself.
 
-- `<campaign>__campaign_job` runs the whole campaign the way `eval-pipeline run`
-  does: prepare, build missing environments, run every trial partition not
-  yet done (one Dagster run each, in worker processes), then results and
-  report. It resumes: finished trials cost a lookup. A campaign with a
-  `nightly:` section gets `<campaign>__nightly`, a schedule of that job.
+- `<campaign>__nightly` (a campaign with a `nightly:` section) requests the
+  campaign's prepare run, which starts a cycle named after the night.
+- `<campaign>__nightly_progress` then requests, tick by tick, what that cycle
+  still needs (`progress.next_step`: missing environments, trial partitions not
+  yet evaluated, then results and report, then the release decision), each
+  partition at most once per cycle. Finished trials are never run again.
 - `<campaign>__infrastructure_retries` watches failed trial runs. When a run
   failed because a step ended in an infrastructure outcome after its in-run
   retries (a long engine outage, say), it requests the partition again, at most
@@ -12,76 +14,81 @@
   errors are never re-requested.
 """
 
-from typing import Any
-
 from dagster import (
     AssetKey,
-    Config,
     DefaultScheduleStatus,
     DefaultSensorStatus,
     JobDefinition,
-    OpExecutionContext,
     RunFailureSensorContext,
     RunRequest,
+    RunsFilter,
     ScheduleDefinition,
+    ScheduleEvaluationContext,
     SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
     SkipReason,
-    job,
-    op,
     run_failure_sensor,
+    schedule,
+    sensor,
 )
 
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.defs.assets import failure_outcomes
 from eval_pipeline.defs.partitions import INSTANCE, TRIAL, trial_run_key
-from eval_pipeline.defs.resources import EvalPipelineResource
+from eval_pipeline.defs.progress import Cycle, next_step
+from eval_pipeline.defs.stages import CYCLE_TAG, TRIGGER_TAG
 
 REREQUEST_TAG = "eval_pipeline/rerequest"
-TRIGGER_TAG = "eval_pipeline/trigger"
-# How often the retry sensor looks at failed runs: a re-request waits up to this long, past the in-run backoff.
-RETRY_SENSOR_INTERVAL_S = 30
+NIGHTLY = "nightly"
+# How often the sensors look: a re-request waits up to this long past the in-run backoff, a night's next stage too.
+SENSOR_INTERVAL_S = 30
 
 
-class CampaignRunConfig(Config):
-    workers: int = 2
-
-
-def campaign_job(campaign: Campaign) -> JobDefinition:
-    @op(name=f"{campaign.name}__run_campaign")
-    def run_whole_campaign(
-        context: OpExecutionContext, config: CampaignRunConfig, eval_pipeline: EvalPipelineResource
-    ) -> dict[str, Any]:
-        """Bring every trial of the campaign up to date, then write its results and report."""
-        from eval_pipeline.defs import build_definitions  # this module is part of what it builds
-        from eval_pipeline.runner import run_campaign
-
-        defs = build_definitions([campaign], eval_pipeline.paths)
-        run = run_campaign(campaign, defs, context.instance, progress=context.log.info, workers=config.workers)
-        summary = run.as_json()
-        context.add_output_metadata({"planned": summary["planned"], "scored": summary["scored"]})
-        return summary
-
-    @job(name=f"{campaign.name}__campaign_job", description=f"Run or resume the whole campaign {campaign.name}.")
-    def whole_campaign() -> None:
-        run_whole_campaign()
-
-    return whole_campaign
-
-
-def nightly_schedule(campaign: Campaign, job_def: JobDefinition) -> ScheduleDefinition | None:
+def nightly_schedule(campaign: Campaign, prepare_job: JobDefinition) -> ScheduleDefinition | None:
     nightly = campaign.nightly
     if nightly is None:
         return None
-    return ScheduleDefinition(
+
+    @schedule(
         name=f"{campaign.name}__nightly",
         cron_schedule=nightly.cron,
         execution_timezone=nightly.timezone,
-        job=job_def,
-        run_config={"ops": {f"{campaign.name}__run_campaign": {"config": {"workers": nightly.workers}}}},
-        tags={TRIGGER_TAG: "nightly"},
+        job=prepare_job,
         default_status=DefaultScheduleStatus.RUNNING,
         description=f"Bring the campaign {campaign.name} up to date every night ({nightly.cron}, {nightly.timezone}).",
     )
+    def start_nightly_cycle(context: ScheduleEvaluationContext) -> RunRequest:
+        night = context.scheduled_execution_time.isoformat()
+        return RunRequest(run_key=night, tags={TRIGGER_TAG: NIGHTLY, CYCLE_TAG: f"{NIGHTLY}-{night}"})
+
+    return start_nightly_cycle
+
+
+def campaign_sensor(campaign: Campaign, jobs: dict[str, JobDefinition]) -> SensorDefinition:
+    """Carries the latest night's cycle through its stages once its prepare run has succeeded."""
+    prepare_job = jobs["prepare"]
+
+    @sensor(
+        name=f"{campaign.name}__nightly_progress",
+        jobs=list(jobs.values()),
+        minimum_interval_seconds=SENSOR_INTERVAL_S,
+        default_status=DefaultSensorStatus.RUNNING,
+        description=f"Request what the latest nightly pass over {campaign.name} still needs, stage by stage.",
+    )
+    def advance_nightly_cycle(context: SensorEvaluationContext) -> SensorResult | SkipReason:
+        started = context.instance.get_runs(RunsFilter(job_name=prepare_job.name, tags={TRIGGER_TAG: NIGHTLY}), limit=1)
+        if not started or started[0].status.value != "SUCCESS":
+            return SkipReason("no nightly cycle has prepared its dataset yet")
+        cycle = Cycle(campaign, started[0].tags[CYCLE_TAG], NIGHTLY)
+        step = next_step(context.instance, cycle)
+        if step.done:
+            return SkipReason(f"cycle {cycle.id} is done")
+        if not step.requests:
+            return SkipReason(f"cycle {cycle.id}: waiting for its runs in flight")
+        return SensorResult(run_requests=step.requests)
+
+    return advance_nightly_cycle
 
 
 def infrastructure_retry_sensor(campaign: Campaign, trials_job: JobDefinition) -> SensorDefinition:
@@ -90,7 +97,7 @@ def infrastructure_retry_sensor(campaign: Campaign, trials_job: JobDefinition) -
     @run_failure_sensor(
         name=f"{campaign.name}__infrastructure_retries",
         request_job=trials_job,
-        minimum_interval_seconds=RETRY_SENSOR_INTERVAL_S,
+        minimum_interval_seconds=SENSOR_INTERVAL_S,
         default_status=DefaultSensorStatus.RUNNING,
         description="Request a trial partition again when its run failed on an infrastructure outcome.",
     )

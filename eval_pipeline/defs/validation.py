@@ -12,12 +12,11 @@ dataset_snapshot -> validation[instance] (check `valid`) -> validation_report
 - `validation_report` gathers the partitions into
   `reports/<campaign>/validation.json`, whose `quarantine` a campaign excludes.
 
-`run_validation` drives them as `eval-pipeline validate` does: one Dagster run
-per instance, as trials run, so the UI shows the command's validations too.
+`eval-pipeline validate` requests one run per instance (orchestration/validation_run.py),
+as trials run, so the UI shows the command's validations too.
 """
 
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 from dagster import (
@@ -29,10 +28,7 @@ from dagster import (
     AssetKey,
     AssetsDefinition,
     Config,
-    DagsterInstance,
     DataVersion,
-    Definitions,
-    ExecuteInProcessResult,
     Failure,
     MetadataValue,
     Output,
@@ -65,23 +61,6 @@ VALIDATION_CHECK = "valid"
 
 class ValidationConfig(Config):
     repeats: int = DEFAULT_REPEATS  # how many times the reference solution and the empty patch are each graded
-
-
-class ValidationRunError(RuntimeError):
-    """A validation stage failed; the message carries the underlying error and the Dagster run to look up."""
-
-    def __init__(self, what: str, run: ExecuteInProcessResult) -> None:
-        messages = []
-        for event in run.get_step_failure_events():
-            error = event.step_failure_data.error
-            while error and error.cause:  # Dagster wraps the error the asset raised
-                error = error.cause
-            messages.append(error.message.strip() if error else "unknown error")
-        super().__init__(f"{what} failed (Dagster run {run.run_id}): {'; '.join(messages)}")
-
-
-class DatasetNotLoaded(ValidationRunError):
-    """The campaign's dataset could not be loaded, so there was nothing to validate."""
 
 
 def _runs_metadata(result: InstanceValidation) -> dict[str, Any]:
@@ -204,44 +183,3 @@ def build_validation_definitions(
         )
 
     return [validation, validation_report], [valid_check]
-
-
-def run_validation(
-    campaign: Campaign,
-    defs: Definitions,
-    instance: DagsterInstance,
-    repeats: int,
-    progress: Callable[[str], None] = lambda _: None,
-) -> dict[str, Any]:
-    """Validate every instance of the campaign, one Dagster run per instance, then write the validation report;
-    return it. Raises DatasetNotLoaded when the dataset cannot be loaded, ValidationRunError when the report
-    cannot be made (an instance's run failed)."""
-    from eval_pipeline.defs import VALIDATION_REPORT_STAGE, VALIDATION_STAGE, stage_job_name  # builds this module
-    from eval_pipeline.runner import QUIET_RUN_CONFIG, CampaignExecutor
-
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
-    executor = CampaignExecutor(campaign, defs, instance)
-    prepared = executor.execute("prepare")
-    if not prepared.success:
-        raise DatasetNotLoaded(f"campaign {campaign.name}: preparing the dataset", prepared)
-    tasks = prepared.asset_value(executor.asset_key("dataset_snapshot")).instances
-    job = defs.resolve_job_def(stage_job_name(campaign, VALIDATION_STAGE))
-    run_config = {**QUIET_RUN_CONFIG, "ops": {f"{campaign.name}__validation": {"config": {"repeats": repeats}}}}
-    try:
-        for number, task in enumerate(tasks, start=1):
-            run = job.execute_in_process(
-                instance=instance, run_config=run_config, partition_key=task.instance_id, raise_on_error=False
-            )
-            if run.success:
-                result = run.asset_value(executor.asset_key("validation"))
-                said = f"{result.status} (gold {result.gold_resolved}/{result.gold_runs}, empty {result.empty_resolved}/{result.empty_runs})"
-            else:
-                said = f"failed (Dagster run {run.run_id})"
-            progress(f"[{number}/{len(tasks)}] {task.instance_id}: {said}")
-    finally:
-        defs.resources["eval_pipeline"].sandbox(campaign).release()  # pods are restarted on demand by the next run
-    reported = executor.execute(VALIDATION_REPORT_STAGE)
-    if not reported.success:
-        raise ValidationRunError(f"campaign {campaign.name}: the validation report", reported)
-    return reported.asset_value(executor.asset_key("validation_report"))

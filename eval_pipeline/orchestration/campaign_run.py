@@ -1,0 +1,165 @@
+"""`eval-pipeline run`: one cycle over a campaign, told one line per finished run, summed up at the end.
+
+Resuming is the default: a cycle requests only environments not materialized
+and trials not yet evaluated, and a re-run of a finished step costs a lookup in
+the artifact store, not a regeneration.
+"""
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus
+
+from eval_pipeline.campaign import Campaign
+from eval_pipeline.defs.assets import ENVIRONMENT_POOL, MODEL_API_POOL
+from eval_pipeline.defs.progress import REQUEST_TAG, CampaignProgress, Cycle
+from eval_pipeline.defs.stages import RELEASE_STAGE
+from eval_pipeline.orchestration.driver import CampaignRunError, FinishedRun, drive, failure_message, run_one
+from eval_pipeline.orchestration.launchers import Launcher
+from eval_pipeline.sandbox import make_sandbox
+from eval_pipeline.settings import Paths
+
+
+@dataclass
+class StageCounts:
+    """How many steps computed, reused a stored artifact, or failed."""
+
+    computed: int = 0
+    reused: int = 0
+    failed: int = 0
+
+    def add(self, reused: bool | None) -> None:
+        name = "failed" if reused is None else "reused" if reused else "computed"
+        setattr(self, name, getattr(self, name) + 1)
+
+
+@dataclass
+class CampaignRun:
+    report: dict[str, Any] = field(default_factory=dict)
+    environments_prepared: int = 0
+    environments_failed: int = 0
+    generation: StageCounts = field(default_factory=StageCounts)
+    evaluation: StageCounts = field(default_factory=StageCounts)
+    gates: dict[str, bool] = field(default_factory=dict)  # environment -> whether its release gate passed
+
+    def as_json(self) -> dict[str, Any]:
+        variants = {
+            name: {
+                key: summary[key]
+                for key in ("resolved_rate", "n", "ci_low", "ci_high", "scored", "planned", "coverage", "outcomes")
+            }
+            for name, summary in self.report["variants"].items()
+        }
+        slices = {
+            name: {variant: {"resolved_rate": v["resolved_rate"], "n": v["n"]} for variant, v in summaries.items()}
+            for name, summaries in self.report["slices"].items()
+        }
+        return {
+            "campaign": self.report["campaign"],
+            "slices": slices,
+            "planned": self.report["planned"],
+            "scored": self.report["scored"],
+            "coverage": self.report["coverage"],
+            "dataset_version": self.report["dataset_version"],
+            "variants": variants,
+            "report": self.report["report_path"],
+            "environments_prepared": self.environments_prepared,
+            "generation": vars(self.generation),
+            "evaluation": vars(self.evaluation),
+            "gates": self.gates,
+        }
+
+
+def create_pools(instance: DagsterInstance) -> None:
+    """Create the pools' default limits once, before parallel runs race to.
+
+    On PostgreSQL two runs creating the same pool at once fail one of them: Dagster's storage
+    retries a failed insert as an update inside the transaction the failure aborted.
+    A pool that exists (with its default or a limit an operator set) is left as it is.
+    """
+    existing = instance.event_log_storage.get_concurrency_keys()
+    for pool in (ENVIRONMENT_POOL, MODEL_API_POOL):
+        if pool not in existing:
+            instance.event_log_storage.initialize_concurrency_limit_to_default(pool)
+
+
+class _Teller:
+    """Counts what each finished run did and tells it in one line."""
+
+    def __init__(self, run: CampaignRun, trials: int, say: Callable[[str], None]) -> None:
+        self.run, self.trials, self.say, self.told = run, trials, say, 0
+
+    def __call__(self, finished: FinishedRun) -> None:
+        if finished.stage == "environments":
+            if finished.success:
+                self.run.environments_prepared += 1
+                self.say(f"environment ready: {finished.partition}")
+            else:
+                self.run.environments_failed += 1
+                self.say(f"environment failed: {finished.partition}: {finished.outcome}; its trials are skipped")
+        elif finished.stage == "trials":
+            self.told += 1
+            for name, counts in (("generation", self.run.generation), ("evaluation", self.run.evaluation)):
+                counts.add(finished.reused.get(name))
+            instance_id, trial = finished.partition.split("|", 1)
+            steps = ", ".join(f"{n} {_status(finished.reused.get(n))}" for n in ("generation", "evaluation"))
+            self.say(f"[{self.told}/{self.trials}] {instance_id} {trial}: {finished.outcome} ({steps})")
+
+
+def _status(reused: bool | None) -> str:
+    return "failed" if reused is None else "reused" if reused else "computed"
+
+
+def _gates(instance: DagsterInstance, run_id: str) -> dict[str, bool]:
+    evaluations = (
+        entry.dagster_event.event_specific_data
+        for entry in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+    )
+    return {evaluation.check_name.removeprefix("gate_"): evaluation.passed for evaluation in evaluations}
+
+
+def run_campaign(
+    campaign: Campaign,
+    instance: DagsterInstance,
+    launcher: Launcher,
+    cycle: Cycle,
+    paths: Paths,
+    say: Callable[[str], None] = lambda _: None,
+) -> CampaignRun:
+    """Prepare the dataset, then carry the cycle through; raises CampaignRunError when a stage every trial needs
+    (preparing, results) fails."""
+    create_pools(instance)
+    prepared = run_one(instance, launcher, cycle.request("prepare"))
+    if prepared.status != DagsterRunStatus.SUCCESS:
+        raise failure_message(instance, prepared, f"campaign {campaign.name}: preparing the dataset")
+    progress = CampaignProgress.read(instance, campaign)
+    pending = progress.pending_trials()
+    say(
+        f"{campaign.name}: {len(progress.instances)} instances x {len(progress.trials)} trials;"
+        f" {len(progress.instances) * len(progress.trials) - len(pending)} already done, {len(pending)} to run"
+        f" ({launcher.capacity} at a time)"
+    )
+    run = CampaignRun()
+    try:
+        drive(instance, cycle, launcher, _Teller(run, len(pending), say))
+    finally:  # pods are restarted on demand by the next run
+        make_sandbox(campaign.sandbox, paths.sandboxes, campaign.limits_for(None), campaign.name).release()
+    results = _latest(instance, cycle, "results")
+    if results is None:
+        raise CampaignRunError(f"campaign {campaign.name}: no results were built (see the runs of cycle {cycle.id})")
+    if results.status != DagsterRunStatus.SUCCESS:
+        raise failure_message(instance, results, f"campaign {campaign.name}: building results")
+    run.report = json.loads((paths.reports / campaign.name / "report.json").read_text())
+    run.report["report_path"] = str(paths.reports / campaign.name / "report.md")
+    release = _latest(instance, cycle, RELEASE_STAGE)
+    if release is not None:
+        run.gates = _gates(instance, release.run_id)
+    return run
+
+
+def _latest(instance: DagsterInstance, cycle: Cycle, stage: str) -> DagsterRun | None:
+    """The cycle's latest run of a stage (the first of the instance's newest-first list)."""
+    key = cycle.request(stage).tags[REQUEST_TAG]
+    return next((run for run in cycle.runs(instance) if run.tags.get(REQUEST_TAG) == key), None)

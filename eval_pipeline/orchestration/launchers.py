@@ -1,0 +1,230 @@
+"""How the CLI's requested runs reach Dagster: through a running Dagster webserver, or in worker processes.
+
+Both create ordinary runs of the code location's jobs in the same instance, tagged
+with their request, and report the ids of runs that finished; what a run did is
+then read from the instance, the same way for both.
+
+- `ServerLauncher` launches through the GraphQL API of a running `dagster dev`
+  or webserver (EVAL_PIPELINE_DAGSTER_URL), exactly as the UI's Materialize
+  button does: the runs carry the code location's origin, so they appear on the
+  Overview timeline and the Jobs page and re-execute like any other, and the
+  instance's run queue, run retries and run monitoring apply.
+- `WorkerPoolLauncher` (the embedded default, no server) executes each run in
+  process in one of N worker processes that import the definitions once.
+"""
+
+import multiprocessing
+import os
+import signal
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+import requests
+from dagster import BetaWarning, DagsterInstance, Definitions, RunRequest
+
+from eval_pipeline.campaign import Campaign
+from eval_pipeline.defs import build_definitions
+from eval_pipeline.defs.progress import FINISHED, REQUEST_TAG
+from eval_pipeline.settings import Paths
+
+# In-process runs log to the instance (the UI shows everything); the console shows only what breaks Dagster itself.
+QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+LOCATION, REPOSITORY = "eval_pipeline", "__repository__"
+POLL_S = 0.5
+DAGSTER_URL_VARIABLE = "EVAL_PIPELINE_DAGSTER_URL"
+
+
+class LaunchError(RuntimeError):
+    """The Dagster server refused a run, or cannot be reached."""
+
+
+class Launcher(Protocol):
+    capacity: int
+
+    def launch(self, request: RunRequest, run_config: Mapping[str, Any] | None = None) -> None: ...
+
+    def in_flight(self) -> int: ...
+
+    def wait(self) -> list[str]:
+        """Block until at least one launched run has finished; the ids of those that have."""
+        ...
+
+    def close(self) -> None: ...
+
+
+_definitions: Definitions | None = None
+_instance: DagsterInstance | None = None
+
+
+def _start_worker(campaign: Campaign, data_dir: str, instance_ref: Any) -> None:
+    """Each worker builds the definitions once and opens the instance; Ctrl-C is the parent's to handle."""
+    global _definitions, _instance
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    warnings.filterwarnings("ignore", category=BetaWarning)
+    _definitions = build_definitions([campaign], Paths(Path(data_dir)))
+    _instance = DagsterInstance.from_ref(instance_ref)
+
+
+def execute_request(
+    definitions: Definitions, instance: DagsterInstance, request: RunRequest, run_config: Mapping[str, Any] | None
+) -> str:
+    """Execute the requested run in this process; its id (a failed run is a result: it is not raised)."""
+    job = definitions.resolve_job_def(request.job_name)
+    result = job.execute_in_process(
+        instance=instance,
+        partition_key=request.partition_key,
+        tags=dict(request.tags),
+        run_config={**QUIET_RUN_CONFIG, **(run_config or {})},
+        raise_on_error=False,
+    )
+    return result.run_id
+
+
+def _execute_in_worker(request: RunRequest, run_config: Mapping[str, Any] | None) -> str:
+    assert _definitions is not None and _instance is not None
+    return execute_request(_definitions, _instance, request, run_config)
+
+
+class WorkerPoolLauncher:
+    """Runs in `capacity` spawned worker processes (Dagster's SQLite event log keeps a file per run, so
+    parallel runs do not contend on one database file); with one, in this process, in turn."""
+
+    def __init__(self, campaign: Campaign, paths: Paths, instance: DagsterInstance, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._finished: list[str] = []
+        self._running: dict[Future, RunRequest] = {}
+        if self.capacity == 1:
+            self._pool = None
+            self._definitions = build_definitions([campaign], paths)
+            self._instance = instance
+            return
+        self._pool = ProcessPoolExecutor(
+            max_workers=self.capacity,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_start_worker,
+            initargs=(campaign, str(paths.data_dir), instance.get_ref()),
+        )
+
+    def launch(self, request: RunRequest, run_config: Mapping[str, Any] | None = None) -> None:
+        if self._pool is None:
+            self._finished.append(execute_request(self._definitions, self._instance, request, run_config))
+        else:
+            self._running[self._pool.submit(_execute_in_worker, request, run_config)] = request
+
+    def in_flight(self) -> int:
+        return len(self._running)
+
+    def wait(self) -> list[str]:
+        if self._running:
+            done, _ = wait(self._running, return_when=FIRST_COMPLETED)
+            for future in done:
+                del self._running[future]
+                self._finished.append(future.result())
+        finished, self._finished = self._finished, []
+        return finished
+
+    def close(self) -> None:
+        """Stop the workers at once: a run cut off mid-way is run again by the next cycle."""
+        if self._pool is None:
+            return
+        for process in list(getattr(self._pool, "_processes", {}).values()):
+            process.terminate()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+LAUNCH_RUN = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
+  __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+  ... on RunConfigValidationInvalid { errors { message } } ... on InvalidSubsetError { message }
+  ... on PipelineNotFoundError { message } } }"""
+TERMINATE_RUNS = """mutation($ids: [String!]!) { terminateRuns(runIds: $ids) { __typename } }"""
+
+
+def partition_tags(partition_key: str | None) -> dict[str, str]:
+    """The tags the UI gives a run of one partition (a multi-partition key also by dimension)."""
+    if partition_key is None:
+        return {}
+    tags = {"dagster/partition": partition_key}
+    if "|" in partition_key:
+        instance_id, trial = partition_key.split("|", 1)
+        tags |= {"dagster/partition/instance": instance_id, "dagster/partition/trial": trial}
+    return tags
+
+
+class ServerLauncher:
+    """Runs launched through a Dagster webserver's GraphQL API; finished when the instance says so."""
+
+    def __init__(self, url: str, instance: DagsterInstance, capacity: int) -> None:
+        self.url = url.rstrip("/")
+        self.instance = instance
+        self.capacity = max(1, capacity)
+        self._running: set[str] = set()
+
+    def _query(self, text: str, **variables: Any) -> dict[str, Any]:
+        try:
+            response = requests.post(f"{self.url}/graphql", json={"query": text, "variables": variables}, timeout=60)
+            response.raise_for_status()
+        except requests.RequestException as error:
+            raise LaunchError(f"the Dagster server at {self.url} cannot be reached: {error}") from error
+        body = response.json()
+        if "errors" in body:
+            raise LaunchError(f"the Dagster server at {self.url} refused the request: {body['errors']}")
+        return body["data"]
+
+    def launch(self, request: RunRequest, run_config: Mapping[str, Any] | None = None) -> None:
+        tags = {**partition_tags(request.partition_key), **request.tags}
+        params = {
+            "selector": {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "jobName": request.job_name},
+            "executionMetadata": {"tags": [{"key": key, "value": value} for key, value in tags.items()]},
+            "runConfigData": dict(run_config or {}),
+        }
+        launched = self._query(LAUNCH_RUN, params=params)["launchRun"]
+        if launched["__typename"] != "LaunchRunSuccess":
+            raise LaunchError(f"the Dagster server at {self.url} did not launch {request.job_name}: {launched}")
+        run_id = launched["run"]["runId"]
+        if self.instance.get_run_by_id(run_id) is None:
+            raise LaunchError(
+                f"the Dagster server at {self.url} uses another instance than this command's DAGSTER_HOME;"
+                " start both with the same DAGSTER_HOME"
+            )
+        self._running.add(run_id)
+
+    def in_flight(self) -> int:
+        return len(self._running)
+
+    def wait(self) -> list[str]:
+        while self._running:
+            finished = [run_id for run_id in self._running if self.instance.get_run_by_id(run_id).status in FINISHED]
+            if finished:
+                self._running.difference_update(finished)
+                return finished
+            time.sleep(POLL_S)
+        return []
+
+    def close(self) -> None:
+        """Terminate the runs still in flight (Ctrl-C): the next cycle runs their partitions again."""
+        if self._running:
+            self._query(TERMINATE_RUNS, ids=sorted(self._running))
+            self._running.clear()
+
+
+def request_key(request: RunRequest) -> str:
+    return request.tags[REQUEST_TAG]
+
+
+@contextmanager
+def open_launcher(campaign: Campaign, paths: Paths, instance: DagsterInstance, capacity: int) -> Iterator[Launcher]:
+    """Through the Dagster server at EVAL_PIPELINE_DAGSTER_URL when it is set, else in worker processes; whatever
+    is still in flight when the block ends (Ctrl-C) is stopped."""
+    url = os.environ.get(DAGSTER_URL_VARIABLE)
+    launcher: Launcher = (
+        ServerLauncher(url, instance, capacity) if url else WorkerPoolLauncher(campaign, paths, instance, capacity)
+    )
+    try:
+        yield launcher
+    finally:
+        launcher.close()

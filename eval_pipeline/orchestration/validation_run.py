@@ -1,0 +1,56 @@
+"""`eval-pipeline validate`: the dataset prepared, one validation run per instance, then the validation report."""
+
+from collections.abc import Callable
+from typing import Any
+
+from dagster import DagsterInstance, DagsterRunStatus
+
+from eval_pipeline.campaign import Campaign
+from eval_pipeline.defs.progress import CampaignProgress, Cycle
+from eval_pipeline.defs.stages import VALIDATION_REPORT_STAGE, VALIDATION_STAGE
+from eval_pipeline.orchestration.driver import CampaignRunError, FinishedRun, failure_message, run_all, run_one
+from eval_pipeline.orchestration.launchers import Launcher
+from eval_pipeline.sandbox import make_sandbox
+from eval_pipeline.settings import Paths
+from eval_pipeline.validation import VALIDATION_FILE, read_validation
+
+
+class DatasetNotLoaded(CampaignRunError):
+    """The campaign's dataset could not be loaded, so there was nothing to validate."""
+
+
+def run_validation(
+    campaign: Campaign,
+    instance: DagsterInstance,
+    launcher: Launcher,
+    cycle: Cycle,
+    paths: Paths,
+    repeats: int,
+    say: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """Validate every instance of the campaign and return the validation report. Raises DatasetNotLoaded when the
+    dataset cannot be loaded, CampaignRunError when the report cannot be made."""
+    prepared = run_one(instance, launcher, cycle.request("prepare"))
+    if prepared.status != DagsterRunStatus.SUCCESS:
+        raise DatasetNotLoaded(
+            str(failure_message(instance, prepared, f"campaign {campaign.name}: preparing the dataset"))
+        )
+    instances = CampaignProgress.read(instance, campaign).instances
+    run_config = {"ops": {f"{campaign.name}__validation": {"config": {"repeats": repeats}}}}
+    told = 0
+
+    def tell(finished: FinishedRun) -> None:
+        nonlocal told
+        told += 1
+        said = "done" if finished.success else f"failed: {finished.outcome}"
+        say(f"[{told}/{len(instances)}] {finished.partition}: {said}")
+
+    try:
+        requests = [cycle.request(VALIDATION_STAGE, instance_id) for instance_id in instances]
+        run_all(instance, launcher, requests, tell, run_config)
+    finally:  # pods are restarted on demand by the next run
+        make_sandbox(campaign.sandbox, paths.sandboxes, campaign.limits_for(None), campaign.name).release()
+    reported = run_one(instance, launcher, cycle.request(VALIDATION_REPORT_STAGE))
+    if reported.status != DagsterRunStatus.SUCCESS:
+        raise failure_message(instance, reported, f"campaign {campaign.name}: the validation report")
+    return read_validation(paths.reports / campaign.name / VALIDATION_FILE)
