@@ -117,9 +117,10 @@ class Campaign:
     gates: tuple[GatePolicy, ...] = ()  # release gates, one policy per environment (gates.py)
     exclude: Mapping[str, str] = field(default_factory=dict)  # instance id -> why the campaign leaves it out
 
-    def limits_for(self, task: Task) -> ResourceLimits:
-        """The task's resources: its own ceilings where it sets them (terminal tasks), else the campaign's."""
-        return self.resources.for_task(task.memory_mb, task.cpus)
+    def limits_for(self, task: Task | None) -> ResourceLimits:
+        """The task's resources: its own ceilings where it sets them (terminal tasks), else the campaign's (and
+        the campaign's alone without a task: a sandbox that runs none, say to release pods)."""
+        return self.resources if task is None else self.resources.for_task(task.memory_mb, task.cpus)
 
     def test_timeout_for(self, task: Task) -> float:
         """The task's own verifier timeout where it sets one (terminal tasks), else the campaign's, scaled."""
