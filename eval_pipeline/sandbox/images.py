@@ -294,7 +294,7 @@ def substitute_from(dockerfile: str, image: str) -> str:
 
 
 def task_layers(task: TaskImage, from_image: str | None) -> ImageLayer:
-    """A terminal task's own image, built from its Dockerfile as written (only `FROM` replaced, when
+    """A task's own image (a terminal task's), built from its Dockerfile as written (only `FROM` replaced, when
     `from_image` is set), with the harness on top: git and Python for the command runner if the image lacks
     them, and the WORKDIR's content committed in a git directory outside it, for the agent's patch."""
     dockerfile = substitute_from(task.dockerfile, from_image) if from_image else task.dockerfile
