@@ -8,18 +8,15 @@ same way.
 
 import os
 import random
-import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from eval_pipeline.benchmark import Instance
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import OutOfMemory
-from eval_pipeline.patches import apply_patch
 from eval_pipeline.sandbox import ExecResult, Workspace
-from eval_pipeline.terminal_tasks import TerminalTask
+from eval_pipeline.tasks import Task
 
 
 class AgentTimeout(Exception):  # noqa: N818 - named for the outcome it ends in
@@ -55,25 +52,16 @@ class AgentTask:
     timeout_s: float | None = None
 
 
-def _run_solution(task: TerminalTask, timeout_s: float) -> Callable[[Workspace], ExecResult]:
-    def run(workspace: Workspace) -> ExecResult:
-        solution = workspace.write_harness_tree("solution", task.solution)
-        command = f"bash {shlex.quote(solution + '/solve.sh')}"
-        return workspace.run(command, timeout_s=timeout_s, env={"EVAL_SOLUTION_DIR": solution})
-
-    return run
-
-
-def agent_task(task: Instance | TerminalTask, seed: int, timeout_multiplier: float = 1.0) -> AgentTask:
-    """The agent's view of a code task (the issue; the gold patch) or a terminal task (the instruction; solve.sh)."""
-    if isinstance(task, TerminalTask):
-        timeout_s = task.agent_timeout_s * timeout_multiplier
-        return AgentTask(task.instance_id, task.instruction, seed, _run_solution(task, timeout_s), timeout_s)
+def agent_task(task: Task, seed: int, timeout_multiplier: float = 1.0) -> AgentTask:
+    """The agent's view of a task: its instruction, its own time limit (scaled) if it has one, and its reference
+    (a code task's gold patch, a terminal task's solve.sh)."""
+    timeout_s = None if task.agent_timeout_s is None else task.agent_timeout_s * timeout_multiplier
     return AgentTask(
         task.instance_id,
         task.instruction,
         seed,
-        lambda workspace: apply_patch(workspace, task.patch, "reference.patch"),
+        lambda workspace: task.apply_reference(workspace, timeout_s),
+        timeout_s,
     )
 
 

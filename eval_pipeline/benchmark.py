@@ -5,9 +5,14 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from eval_pipeline.hashing import stable_hash
+from eval_pipeline.tasks import Task, TaskImage
+
+if TYPE_CHECKING:  # grading and the sandboxes build on this module; a task reaches them when it is graded
+    from eval_pipeline.grading import Verdict
+    from eval_pipeline.sandbox import ExecResult, Workspace
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,12 @@ def _test_ids(value: Any, *, row: int, instance_id: str, name: str) -> tuple[str
 
 @dataclass(frozen=True)
 class Instance:
-    """One task in SWE-bench's schema: fix `repo` at `base_commit` so that the tests pass."""
+    """One task in SWE-bench's schema: fix `repo` at `base_commit` so that the tests pass.
+
+    A `Task` (tasks.py) whose environment the harness builds from its spec, on any backend, with the
+    campaign's resources and timeouts: it brings none of its own (class constants, not fields, so that rows
+    and content hashes stay SWE-bench's).
+    """
 
     instance_id: str
     repo: str
@@ -76,6 +86,12 @@ class Instance:
     include_hints: bool = False
 
     REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch")
+    own_image: ClassVar[TaskImage | None] = None
+    local_problem: ClassVar[str] = ""
+    memory_mb: ClassVar[int | None] = None
+    cpus: ClassVar[float | None] = None
+    agent_timeout_s: ClassVar[float | None] = None
+    verifier_timeout_s: ClassVar[float | None] = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], *, index: int = 0, include_hints: bool = False) -> "Instance":
@@ -130,6 +146,24 @@ class Instance:
         """The test files that hold the graded tests, in first-seen order."""
         files = (test_id.split("::", 1)[0] for test_id in self.FAIL_TO_PASS + self.PASS_TO_PASS)
         return tuple(dict.fromkeys(files))
+
+    @property
+    def reference_patch(self) -> str:
+        return self.patch
+
+    def apply_reference(self, workspace: "Workspace", timeout_s: float | None) -> "ExecResult":
+        """Apply the gold patch (no time limit of its own: applying a patch is the harness's work)."""
+        from eval_pipeline.patches import apply_patch  # patches works on the sandboxes, which build on this module
+
+        return apply_patch(workspace, self.patch, "reference.patch")
+
+    def grade(
+        self, spec: "EnvironmentSpec", model_patch: str, workspace: "Workspace", test_timeout_s: float
+    ) -> "Verdict":
+        """SWE-bench's grading: the test patch's tests, FAIL_TO_PASS and PASS_TO_PASS (grading.grade)."""
+        from eval_pipeline.grading import grade  # grading builds on this module
+
+        return grade(self, spec, model_patch, workspace, test_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -243,7 +277,7 @@ class Benchmark:
     """
 
     name: str
-    instances: tuple[Any, ...]  # Instance, or TerminalTask (terminal_tasks.py)
+    instances: tuple[Task, ...]  # Instance, or TerminalTask (terminal_tasks.py)
     version: str
     source: RepoSource = RepoSource()
     environments: Mapping[str, EnvironmentSpec] = field(default_factory=dict)
@@ -301,13 +335,13 @@ class Benchmark:
             **kwargs,
         )
 
-    def instance(self, instance_id: str) -> Any:
+    def instance(self, instance_id: str) -> Task:
         for candidate in self.instances:
             if candidate.instance_id == instance_id:
                 return candidate
         raise KeyError(f"instance {instance_id!r} is not in benchmark {self.name!r}")
 
-    def environment_for(self, instance: Any) -> EnvironmentSpec:
+    def environment_for(self, instance: Task) -> EnvironmentSpec:
         """The spec for the instance's (repo, version): the campaign's `repo@version` entry, else (for SWE-bench
         datasets) SWE-bench's own specification of that repository and version, else the default."""
         if configured := self.environments.get(f"{instance.repo}@{instance.version}"):

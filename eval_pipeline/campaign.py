@@ -22,6 +22,7 @@ from eval_pipeline.agents import Agent, make_agent
 from eval_pipeline.gates import GatePolicy, GatePolicyError, load_policy
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.sandbox import BACKENDS, ResourceLimits, SandboxSettings
+from eval_pipeline.tasks import Task
 from eval_pipeline.validation import ValidationFileError, read_quarantine
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -116,12 +117,15 @@ class Campaign:
     gates: tuple[GatePolicy, ...] = ()  # release gates, one policy per environment (gates.py)
     exclude: Mapping[str, str] = field(default_factory=dict)  # instance id -> why the campaign leaves it out
 
-    def limits_for(self, task: Any) -> ResourceLimits:
-        """The task's resources: its own ceilings where it sets them (terminal tasks), else the campaign's."""
-        return self.resources.for_task(getattr(task, "memory_mb", None), getattr(task, "cpus", None))
+    def limits_for(self, task: Task | None) -> ResourceLimits:
+        """The task's resources: its own ceilings where it sets them (terminal tasks), else the campaign's (and
+        the campaign's alone without a task: a sandbox that runs none, say to release pods)."""
+        return self.resources if task is None else self.resources.for_task(task.memory_mb, task.cpus)
 
-    def test_timeout_for(self, task: Any) -> float:
-        return getattr(task, "verifier_timeout_s", self.test_timeout_s) * self.timeout_multiplier
+    def test_timeout_for(self, task: Task) -> float:
+        """The task's own verifier timeout where it sets one (terminal tasks), else the campaign's, scaled."""
+        own = task.verifier_timeout_s
+        return (self.test_timeout_s if own is None else own) * self.timeout_multiplier
 
     @property
     def trials(self) -> tuple[Trial, ...]:

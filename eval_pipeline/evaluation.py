@@ -18,13 +18,13 @@ from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.artifacts import ArtifactStore, StoredRecord, attempts_prefix
-from eval_pipeline.benchmark import EnvironmentSpec, Instance
+from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.generation import COMPLETED, Generation
 from eval_pipeline.grading import GRADING_VERSION, Verdict, grade_task
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
-from eval_pipeline.terminal_tasks import TerminalTask
+from eval_pipeline.tasks import Task
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def evaluation_key(generation: Generation, environment_key: str, sandbox: Sandbo
 
 
 def _judge(
-    instance: Instance | TerminalTask,
+    instance: Task,
     spec: EnvironmentSpec,
     generation: Generation,
     environment: EnvironmentHandle,
@@ -88,7 +88,7 @@ def _judge(
 
 
 def evaluate(
-    instance: Instance | TerminalTask,
+    instance: Task,
     spec: EnvironmentSpec,
     generation: Generation,
     environment: EnvironmentHandle,

@@ -21,12 +21,11 @@ from typing import Any
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.agents import Agent, AgentOutput, AgentTask, AgentTimeout, agent_task
 from eval_pipeline.artifacts import ArtifactStore, StoredRecord, attempts_prefix
-from eval_pipeline.benchmark import Instance
 from eval_pipeline.hashing import sha256_text, stable_hash
 from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.patches import WorkspaceDiffError, workspace_diff
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend, Workspace
-from eval_pipeline.terminal_tasks import TerminalTask
+from eval_pipeline.tasks import Task
 
 # Bump when the generation procedure changes in a way that changes its results.
 GENERATION_VERSION = "1"
@@ -58,7 +57,7 @@ class Generation(StoredRecord):
     reused: bool = False
 
 
-def generation_key(instance: Instance | TerminalTask, agent: Agent, seed: int, timeout_multiplier: float = 1.0) -> str:
+def generation_key(instance: Task, agent: Agent, seed: int, timeout_multiplier: float = 1.0) -> str:
     identity = {"version": GENERATION_VERSION, "instance": instance.content_hash, "agent": agent.config, "seed": seed}
     agent_timeout_s = agent_task(instance, seed, timeout_multiplier).timeout_s
     if agent_timeout_s is not None:  # the task's own limit on the agent can change what it produces
@@ -79,7 +78,7 @@ def _solve(agent: Agent, task: AgentTask, workspace: Workspace) -> tuple[AgentOu
 
 
 def generate(
-    instance: Instance | TerminalTask,
+    instance: Task,
     agent: Agent,
     seed: int,
     environment: EnvironmentHandle,

@@ -23,6 +23,9 @@ error, never a silent `unresolved`.
 A terminal task gets its tests only now (at /tests where the workspace keeps
 Harbor's paths) and runs tests/test.sh; its reward file decides, and a
 verifier that wrote none is a grading error.
+
+Each kind of task owns its grading (`Task.grade`, tasks.py) and calls its
+grader here: a code task `grade`, a terminal task `grade_terminal`.
 """
 
 import json
@@ -38,6 +41,7 @@ from eval_pipeline.outcomes import Outcome
 from eval_pipeline.patches import apply_patch, patch_paths, patch_problem
 from eval_pipeline.sandbox import ExecResult, Workspace
 from eval_pipeline.swebench_specs import log_parser, test_directives
+from eval_pipeline.tasks import Task
 from eval_pipeline.terminal_tasks import REWARD_FILE, REWARD_JSON, TerminalTask
 
 # Bump when grading logic changes: evaluation artifacts are keyed by it and assets show as stale.
@@ -295,9 +299,7 @@ def grade_terminal(task: TerminalTask, model_patch: str, workspace: Workspace, t
 
 
 def grade_task(
-    task: Instance | TerminalTask, spec: EnvironmentSpec, model_patch: str, workspace: Workspace, test_timeout_s: float
+    task: Task, spec: EnvironmentSpec, model_patch: str, workspace: Workspace, test_timeout_s: float
 ) -> Verdict:
-    """Grade either kind of task."""
-    if isinstance(task, TerminalTask):
-        return grade_terminal(task, model_patch, workspace, test_timeout_s)
-    return grade(task, spec, model_patch, workspace, test_timeout_s)
+    """Grade a task of any kind, as its kind grades (`Task.grade`: `grade` or `grade_terminal` here)."""
+    return task.grade(spec, model_patch, workspace, test_timeout_s)

@@ -9,10 +9,10 @@ with the reason, so reports count them as they count invalid rows.
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from eval_pipeline.benchmark import Benchmark, EnvironmentSpec, RepoSource, RowProblem
 from eval_pipeline.hashing import stable_hash
+from eval_pipeline.tasks import Task
 
 EXCLUDED = "exclude"  # the field a quarantined row names when the campaign left its instance out
 
@@ -39,7 +39,7 @@ class Portfolio:
         object.__setattr__(self, "_slice_of", slice_of)
 
     @property
-    def instances(self) -> tuple[Any, ...]:
+    def instances(self) -> tuple[Task, ...]:
         return tuple(instance for benchmark in self.slices.values() for instance in benchmark.instances)
 
     @property
@@ -83,11 +83,11 @@ class Portfolio:
         except KeyError:
             raise KeyError(f"instance {instance_id!r} is in no slice of this portfolio") from None
 
-    def instance(self, instance_id: str) -> Any:
+    def instance(self, instance_id: str) -> Task:
         return self.slices[self.slice_of(instance_id)].instance(instance_id)
 
-    def environment_for(self, instance: Any) -> EnvironmentSpec:
+    def environment_for(self, instance: Task) -> EnvironmentSpec:
         return self.slices[self.slice_of(instance.instance_id)].environment_for(instance)
 
-    def source_for(self, instance: Any) -> RepoSource:
+    def source_for(self, instance: Task) -> RepoSource:
         return self.slices[self.slice_of(instance.instance_id)].source

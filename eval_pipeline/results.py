@@ -35,6 +35,7 @@ from eval_pipeline.grading import GRADING_VERSION
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.sandbox import SandboxBackend
+from eval_pipeline.tasks import Task
 
 MISSING = "missing"
 # The `validation` table: these fields of the validation report's records, then `outcomes` (JSON:
@@ -172,7 +173,7 @@ def _attempts(
 def trial_records(
     campaign: Campaign,
     portfolio: Portfolio,
-    instance: Any,
+    instance: Task,
     trial: Trial,
     sandbox: SandboxBackend,
     store: ArtifactStore,
@@ -283,7 +284,7 @@ def validation_rows(validation: Mapping[str, Any], portfolio: Portfolio) -> list
 def collect_warehouse(
     campaign: Campaign,
     portfolio: Portfolio,
-    sandbox_for: Callable[[Any], SandboxBackend],
+    sandbox_for: Callable[[Task], SandboxBackend],
     store: ArtifactStore,
     validation: Mapping[str, Any] | None = None,
 ) -> Warehouse:
@@ -341,7 +342,7 @@ def collect_warehouse(
 def collect_results(
     campaign: Campaign,
     portfolio: Portfolio,
-    sandbox_for: Callable[[Any], SandboxBackend],
+    sandbox_for: Callable[[Task], SandboxBackend],
     store: ArtifactStore,
 ) -> list[TrialResult]:
     """The `trials` table alone: one result per planned (instance, trial)."""

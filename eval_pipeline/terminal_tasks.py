@@ -10,26 +10,21 @@ A task is a directory::
     tests/test.sh           the verifier: the reward file it writes decides
     solution/solve.sh       the reference solution, run by the `oracle` agent
 
-The working tree is what the Dockerfile's COPY and ADD place under WORKDIR. It
-is committed into a git repository with a fixed author and date, so its commit
-is the same on every machine; from there a terminal task flows through the
-sandboxes like a code task: workspaces are forked from the commit, and the
-agent's product is the diff of its workspace.
+The working tree is what the Dockerfile's COPY and ADD place under WORKDIR. It is committed into a git repository
+with a fixed author and date, so its commit is the same on every machine; from there a terminal task flows through
+the sandboxes like a code task: workspaces are forked from the commit, and the agent's product is the diff of its
+workspace.
 
-On the container backend a task runs as its author wrote it: its own
-Dockerfile is built as it is (every instruction; only `FROM` can be replaced,
-by the `task_base_image` setting, where no registry can be reached), with the
-harness on top, and each workspace is a container of its own in which the
-agent works as root in the WORKDIR. `tests/` and `solution/` appear at Harbor's
-paths (/tests, /solution) only for the verifier and the oracle, and the reward
-is read from /logs/verifier. Scripts also find these through variables:
-`$EVAL_TESTS_DIR`, `$EVAL_SOLUTION_DIR`, `$EVAL_REWARD_FILE`. The reward file
-(`reward.txt`, or `reward.json` with `{"reward": x}`) decides; a verifier that
-wrote none is a grading error, never a pass.
+On the container backend a task runs as its author wrote it: its own Dockerfile is built as it is (every
+instruction; only `FROM` can be replaced, by the `task_base_image` setting, where no registry can be reached), with
+the harness on top, and each workspace is a container of its own in which the agent works as root in the WORKDIR.
+`tests/` and `solution/` appear at Harbor's paths (/tests, /solution) only for the verifier and the oracle, and the
+reward is read from /logs/verifier. Scripts also find these through variables: `$EVAL_TESTS_DIR`,
+`$EVAL_SOLUTION_DIR`, `$EVAL_REWARD_FILE`. The reward file (`reward.txt`, or `reward.json` with `{"reward": x}`)
+decides; a verifier that wrote none is a grading error, never a pass.
 
-The local backend runs a task only where that is faithful: no RUN step in its
-Dockerfile, nothing copied outside the WORKDIR, and no absolute path in its
-scripts that only an image has (/app, /tests, /logs, /solution). Any other task
+The local backend runs a task only where that is faithful: no RUN step in its Dockerfile, nothing copied outside the
+WORKDIR, and no absolute path in its scripts that only an image has (/app, /tests, /logs, /solution). Any other task
 is refused there (`local_problem` says why) rather than graded unfaithfully.
 """
 
@@ -43,13 +38,18 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 
 from eval_pipeline.benchmark import Benchmark, EnvironmentSpec, InvalidDatasetError, RepoSource, RowProblem
 from eval_pipeline.gitutil import GitError, git
 from eval_pipeline.hashing import stable_hash
+from eval_pipeline.tasks import TaskImage
+
+if TYPE_CHECKING:  # grading and the sandboxes build on this module; a task reaches them when it is graded
+    from eval_pipeline.grading import Verdict
+    from eval_pipeline.sandbox import ExecResult, Workspace
 
 DEMO_TASKS_DIR = Path(__file__).parent / "demo_tasks"
 TERMINAL_OWNER = "terminal"
@@ -74,7 +74,12 @@ COMMIT_ENV = {
 
 @dataclass(frozen=True)
 class TerminalTask:
-    """One terminal task, loaded and validated; `repo@base_commit` is its working tree."""
+    """One terminal task, loaded and validated; `repo@base_commit` is its working tree.
+
+    A `Task` (tasks.py) that brings its own image, resources and timeouts, and whose reference is solve.sh.
+    """
+
+    reference_patch: ClassVar[str | None] = None  # the reference is what solve.sh leaves in a workspace
 
     instance_id: str
     repo: str
@@ -116,6 +121,28 @@ class TerminalTask:
     @property
     def environment(self) -> EnvironmentSpec:
         return EnvironmentSpec(image_install=self.image_install)
+
+    @property
+    def environment_setup_commit(self) -> str:
+        return self.base_commit  # no requirements file is ever read: nothing but the working tree
+
+    @property
+    def own_image(self) -> TaskImage:
+        return self  # built from its Dockerfile as written, on the container backend only
+
+    def apply_reference(self, workspace: "Workspace", timeout_s: float | None) -> "ExecResult":
+        """Run solution/solve.sh, given only now, within the agent's time limit (`timeout_s`, scaled)."""
+        solution = workspace.write_harness_tree("solution", self.solution)
+        command = f"bash {shlex.quote(solution + '/solve.sh')}"
+        return workspace.run(command, timeout_s=timeout_s or self.agent_timeout_s, env={"EVAL_SOLUTION_DIR": solution})
+
+    def grade(
+        self, spec: EnvironmentSpec, model_patch: str, workspace: "Workspace", test_timeout_s: float
+    ) -> "Verdict":
+        """Harbor's grading: tests/test.sh's reward decides (grading.grade_terminal); `spec` plays no part."""
+        from eval_pipeline.grading import grade_terminal  # grading builds on this module
+
+        return grade_terminal(self, model_patch, workspace, test_timeout_s)
 
 
 class _TaskError(ValueError):

@@ -35,12 +35,12 @@ from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.agents import AgentTimeout, OracleAgent, agent_task
-from eval_pipeline.benchmark import EnvironmentSpec, Instance
+from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.grading import GRADING_VERSION, PASSED, Verdict, grade_task
 from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.patches import WorkspaceDiffError, workspace_diff
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
-from eval_pipeline.terminal_tasks import TerminalTask
+from eval_pipeline.tasks import Task
 
 # Bump when the validation procedure or its classification changes: the validation asset shows as stale.
 VALIDATION_VERSION = "1"
@@ -140,7 +140,7 @@ def _judged(run: Callable[[], Verdict]) -> Verdict:
 
 
 def _grade(
-    task: Instance | TerminalTask,
+    task: Task,
     spec: EnvironmentSpec,
     patch: str,
     environment: EnvironmentHandle,
@@ -152,17 +152,18 @@ def _grade(
 
 
 def _reference_run(
-    task: Instance | TerminalTask,
+    task: Task,
     spec: EnvironmentSpec,
     environment: EnvironmentHandle,
     sandbox: SandboxBackend,
     test_timeout_s: float,
     timeout_multiplier: float,
 ) -> Verdict:
-    """Grade the reference: the gold patch, or the diff solve.sh leaves in a fresh workspace, made as the
-    oracle agent makes it in a campaign (a solve.sh that fails or runs out of time is the reference's failure)."""
-    if not isinstance(task, TerminalTask):
-        return _grade(task, spec, task.patch, environment, sandbox, test_timeout_s)
+    """Grade the reference: its patch where the kind has one (a code task's gold patch), else the diff its
+    reference (solve.sh) leaves in a fresh workspace, made as the oracle agent makes it in a campaign (a
+    solve.sh that fails or runs out of time is the reference's failure)."""
+    if task.reference_patch is not None:
+        return _grade(task, spec, task.reference_patch, environment, sandbox, test_timeout_s)
     try:
         with sandbox.workspace(environment, label="validate-oracle") as workspace:
             OracleAgent().solve(agent_task(task, seed=0, timeout_multiplier=timeout_multiplier), workspace)
@@ -199,7 +200,7 @@ def _first_failure(runs: Sequence[tuple[str, Verdict]], repeats: int) -> str:
 
 def validate_task(
     slice_name: str,
-    task: Instance | TerminalTask,
+    task: Task,
     spec: EnvironmentSpec,
     environment: EnvironmentHandle,
     sandbox: SandboxBackend,
@@ -242,9 +243,7 @@ def validate_task(
     )
 
 
-def environment_failure(
-    slice_name: str, task: Instance | TerminalTask, repeats: int, error: Exception
-) -> InstanceValidation:
+def environment_failure(slice_name: str, task: Task, repeats: int, error: Exception) -> InstanceValidation:
     """The validation of an instance whose environment could not be prepared: nothing was graded."""
     kind = error.outcome.value if isinstance(error, InfrastructureError) else type(error).__name__
     return InstanceValidation(

@@ -1,9 +1,11 @@
 import pytest
 
+from eval_pipeline.benchmark import Instance
 from eval_pipeline.campaign import CampaignError, builtin_campaigns, load_campaign, parse_campaign
 from eval_pipeline.dataset_sources import DatasetSourceError, load_portfolio
 from eval_pipeline.settings import Paths
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR
+from eval_pipeline_tests.test_benchmark import row
 
 MINIMAL = {"name": "mine", "benchmark": {"kind": "demo"}, "variants": [{"name": "o", "agent": "oracle"}]}
 
@@ -49,8 +51,9 @@ def test_task_resources_and_timeouts_come_from_the_task_where_it_sets_them(tmp_p
     task = portfolio.instance("build-index")
     limits = campaign.limits_for(task)
     assert (limits.memory_ceiling_mb, limits.memory_floor_mb, limits.cpu_ceiling) == (256, 256, 1.0)
-    assert campaign.test_timeout_for(task) == 60.0 and campaign.test_timeout_for(object()) == 200.0
-    assert campaign.limits_for(object()) == campaign.resources
+    code_task = Instance.from_row(row())  # brings no resources or timeouts of its own: the campaign's apply
+    assert campaign.test_timeout_for(task) == 60.0 and campaign.test_timeout_for(code_task) == 200.0
+    assert campaign.limits_for(code_task) == campaign.resources
 
 
 def test_an_instance_id_in_two_slices_is_rejected_naming_both(tmp_path):

@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
+from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
 from eval_pipeline.outcomes import InfrastructureError
+from eval_pipeline.tasks import Task
 
 
 def parse_multiplier(value: Any) -> float | None:
@@ -254,11 +255,11 @@ class SandboxBackend(ABC):
         self.campaign = campaign
 
     @abstractmethod
-    def environment_key(self, instance: Instance, spec: EnvironmentSpec) -> str:
+    def environment_key(self, instance: Task, spec: EnvironmentSpec) -> str:
         """The content hash of the environment `prepare` makes, computable without making it."""
 
     @abstractmethod
-    def prepare(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
+    def prepare(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
         """Make the instance's environment ready, once; later calls return the same one."""
 
     @abstractmethod
@@ -270,7 +271,7 @@ class SandboxBackend(ABC):
         """Which of the limits this backend actually enforces, by field name."""
 
     @abstractmethod
-    def build(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
+    def build(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
         """Build what `prepare` starts from (an image, a directory), once.
 
         Returns a JSON-ready record with at least `environment_key` and `built`

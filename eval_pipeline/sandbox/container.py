@@ -38,7 +38,7 @@ import docker.errors
 import requests.exceptions
 from docker.models.containers import Container
 
-from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
+from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
 from eval_pipeline.gitutil import clone_at
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import InfrastructureError, SandboxLost
@@ -60,7 +60,7 @@ from eval_pipeline.sandbox.images import (
     task_layers,
 )
 from eval_pipeline.swebench_specs import requirements_text
-from eval_pipeline.terminal_tasks import TerminalTask
+from eval_pipeline.tasks import Task, TaskImage
 
 # Commands are timed out inside the container; the client waits as long as they may run.
 CLIENT_TIMEOUT_S = 24 * 3600
@@ -183,15 +183,15 @@ class ContainerSandbox(SandboxBackend):
     def _labels(self, **extra: str) -> dict[str, str]:
         return {MANAGED_LABEL: "true", "eval_pipeline.campaign": self.campaign, **extra}
 
-    def _checkout_dir(self, instance: Instance) -> Path:
+    def _checkout_dir(self, instance: Task) -> Path:
         return self.root / "checkouts" / _slug(f"{instance.repo}@{instance.base_commit}")
 
-    def _requirements_dir(self, instance: Instance) -> Path:
+    def _requirements_dir(self, instance: Task) -> Path:
         return self.root / "requirements" / _slug(f"{instance.repo}@{instance.environment_setup_commit}")
 
-    def _layers(self, instance: Instance | TerminalTask, spec: EnvironmentSpec) -> ImageLayer:
-        if isinstance(instance, TerminalTask):
-            return task_layers(instance, self.settings.task_base_image)
+    def _layers(self, instance: Task, spec: EnvironmentSpec) -> ImageLayer:
+        if (own_image := instance.own_image) is not None:
+            return task_layers(own_image, self.settings.task_base_image)
         settings = self.settings
         python = PythonSource(settings.base_image, settings.python_source, settings.python_image)
         base, interpreter = base_layer(python, spec.python, settings.extra_ca_bundle)
@@ -199,7 +199,7 @@ class ContainerSandbox(SandboxBackend):
         env = env_layer(base, interpreter, instance, spec, requirements)
         return instance_layer(env, instance, spec, self._checkout_dir(instance))
 
-    def environment_key(self, instance: Instance, spec: EnvironmentSpec) -> str:
+    def environment_key(self, instance: Task, spec: EnvironmentSpec) -> str:
         return self._layers(instance, spec).tag
 
     def enforced_limits(self) -> dict[str, bool]:
@@ -229,7 +229,7 @@ class ContainerSandbox(SandboxBackend):
             kwargs["nano_cpus"] = int(cpus * 1e9)
         return kwargs
 
-    def _checkout(self, instance: Instance, source: RepoSource) -> Path:
+    def _checkout(self, instance: Task, source: RepoSource) -> Path:
         """The repository at the base commit with its full history (installs may read tags), made once."""
         target = self._checkout_dir(instance)
         if not (target / ".git").exists():
@@ -239,9 +239,9 @@ class ContainerSandbox(SandboxBackend):
                 os.replace(Path(scratch) / "repo", target)
         return target
 
-    def build(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
+    def build(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
         def prepare_context(layer: ImageLayer) -> None:
-            if isinstance(instance, TerminalTask):  # its context is the task's own environment/ directory
+            if instance.own_image is not None:  # its context is the task's own environment/ directory
                 return
             if layer.kind == "instance":
                 self._checkout(instance, source)
@@ -262,7 +262,7 @@ class ContainerSandbox(SandboxBackend):
             "build_logs": [str(builder.log_path(t)) for t in record["built"]],
         }
 
-    def _task_layout(self, task: TerminalTask, image: str) -> dict[str, Any]:
+    def _task_layout(self, task: TaskImage, image: str) -> dict[str, Any]:
         """The task's container layout: its WORKDIR, its image's own variables, the commit its working tree starts at."""
         with engine_errors(f"reading the image of {task.instance_id}"):
             config = self.client.images.get(image).attrs["Config"]
@@ -272,9 +272,9 @@ class ContainerSandbox(SandboxBackend):
         env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
         return {"workdir": task.workdir, "env": {"HOME": "/root", **env}, "base_commit": commit.decode().strip()}
 
-    def prepare(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
+    def prepare(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
         record = self.build(instance, spec, source)
-        if isinstance(instance, TerminalTask):  # Harbor's way: a container of its own per workspace, as root
+        if (own_image := instance.own_image) is not None:  # Harbor's way: a container per workspace, as root
             return EnvironmentHandle(
                 backend=self.name,
                 instance_id=instance.instance_id,
@@ -284,10 +284,10 @@ class ContainerSandbox(SandboxBackend):
                     "image": record["tag"],
                     "image_id": record["image_id"],
                     "mode": "strict",
-                    "task": self._task_layout(instance, record["tag"]),
+                    "task": self._task_layout(own_image, record["tag"]),
                     # The task's own allow_internet decides: the engine's default network, or none at all.
-                    "network": "engine default" if instance.allow_internet else "none",
-                    "storage_mb": instance.storage_mb,
+                    "network": "engine default" if own_image.allow_internet else "none",
+                    "storage_mb": own_image.storage_mb,
                     "from_image": self.settings.task_base_image or "the task's own",
                 },
             )

@@ -31,14 +31,14 @@ import docker
 import docker.errors
 import pytest
 
-from eval_pipeline.benchmark import EnvironmentSpec, Instance
+from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.gitutil import STRIP_HISTORY
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import ImageBuildFailed
 from eval_pipeline.sandbox import limited_exec
 from eval_pipeline.sandbox.interpreters import find_interpreter
+from eval_pipeline.tasks import Task, TaskImage
 from eval_pipeline.terminal_tasks import COMMIT_ENV as TASK_COMMIT_ENV
-from eval_pipeline.terminal_tasks import TerminalTask
 
 HARNESS_ROOT = "/opt/eval"
 EXEC_SCRIPT = f"{HARNESS_ROOT}/limited_exec.py"
@@ -144,7 +144,7 @@ def base_layer(python: PythonSource, version: str, extra_ca_bundle: str | None) 
 
 
 def env_layer(
-    base: ImageLayer, interpreter: str, instance: Instance, spec: EnvironmentSpec, requirements: Path | None
+    base: ImageLayer, interpreter: str, instance: Task, spec: EnvironmentSpec, requirements: Path | None
 ) -> ImageLayer:
     """The spec's system steps and virtualenv; `requirements` is where the build finds requirements.txt."""
     pip = f"{ENV_VENV}/bin/pip install --no-cache-dir"
@@ -170,7 +170,7 @@ def env_layer(
     )
 
 
-def instance_layer(env: ImageLayer, instance: Instance, spec: EnvironmentSpec, checkout: Path) -> ImageLayer:
+def instance_layer(env: ImageLayer, instance: Task, spec: EnvironmentSpec, checkout: Path) -> ImageLayer:
     steps = [*spec.pre_install, *spec.install]
     harness_pytest = (
         f"RUN {ENV_VENV}/bin/python -c 'import pytest' 2>/dev/null || {ENV_VENV}/bin/pip install --no-cache-dir"
@@ -293,8 +293,8 @@ def substitute_from(dockerfile: str, image: str) -> str:
     return _FROM.sub(replace, dockerfile)
 
 
-def task_layers(task: TerminalTask, from_image: str | None) -> ImageLayer:
-    """A terminal task's own image, built from its Dockerfile as written (only `FROM` replaced, when
+def task_layers(task: TaskImage, from_image: str | None) -> ImageLayer:
+    """A task's own image (a terminal task's), built from its Dockerfile as written (only `FROM` replaced, when
     `from_image` is set), with the harness on top: git and Python for the command runner if the image lacks
     them, and the WORKDIR's content committed in a git directory outside it, for the agent's patch."""
     dockerfile = substitute_from(task.dockerfile, from_image) if from_image else task.dockerfile

@@ -27,7 +27,7 @@ from kubernetes.stream.ws_client import ERROR_CHANNEL
 from urllib3.exceptions import HTTPError as Urllib3Error
 from websocket import WebSocketException
 
-from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
+from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
 from eval_pipeline.outcomes import ImageBuildFailed, InfrastructureError, SandboxLost
 from eval_pipeline.sandbox.base import EnvironmentHandle, SandboxBackend, SandboxError
 from eval_pipeline.sandbox.container import FIRST_TRIAL_UID, ContainerSandbox
@@ -42,7 +42,7 @@ from eval_pipeline.sandbox.pod_manifest import (
     pod_name,
     pod_resources,
 )
-from eval_pipeline.terminal_tasks import TerminalTask
+from eval_pipeline.tasks import Task
 
 # Waiting reasons that will not resolve by waiting longer: the pod cannot start.
 STUCK_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"}
@@ -139,7 +139,7 @@ class KubernetesSandbox(SandboxBackend):
             self._images = ContainerSandbox(self.root, self.limits, self.settings, self.campaign)
         return self._images
 
-    def environment_key(self, instance: Instance, spec: EnvironmentSpec) -> str:
+    def environment_key(self, instance: Task, spec: EnvironmentSpec) -> str:
         return self.images.environment_key(instance, spec)
 
     def enforced_limits(self) -> dict[str, bool]:
@@ -157,7 +157,7 @@ class KubernetesSandbox(SandboxBackend):
         registry = self.settings.image_registry
         return f"{registry.rstrip('/')}/{tag.removeprefix('localhost/')}" if registry else tag
 
-    def build(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
+    def build(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
         record = self.images.build(instance, spec, source)
         reference = self.image_reference(record["tag"])
         if reference != record["tag"]:
@@ -174,8 +174,8 @@ class KubernetesSandbox(SandboxBackend):
         name = pod_name(self.campaign, instance_id, f"{self.campaign}|{instance_id}|{image}|{resources}")
         return environment_pod_manifest(name, self.settings.namespace, image, self.campaign, instance_id, resources)
 
-    def prepare(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
-        if isinstance(instance, TerminalTask):
+    def prepare(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
+        if instance.own_image is not None:
             raise ImageBuildFailed(
                 f"{instance.instance_id}: terminal tasks run as their authors wrote them (as root, a container per "
                 "workspace) on the container backend; the Kubernetes backend runs code tasks only"

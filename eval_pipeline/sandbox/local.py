@@ -39,7 +39,7 @@ from typing import Any
 
 from packaging.requirements import Requirement
 
-from eval_pipeline.benchmark import EnvironmentSpec, Instance, RepoSource
+from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
 from eval_pipeline.gitutil import STRIP_HISTORY, clone_at
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import ImageBuildFailed, SandboxLost
@@ -54,6 +54,7 @@ from eval_pipeline.sandbox.base import (
 from eval_pipeline.sandbox.interpreters import find_interpreter
 from eval_pipeline.sandbox.limited_exec import ViewUnavailable, run_limited
 from eval_pipeline.swebench_specs import requirements_text
+from eval_pipeline.tasks import Task
 
 # Bump when the layout of a prepared environment changes, so old ones are not reused.
 ENVIRONMENT_LAYOUT_VERSION = "3"
@@ -177,7 +178,7 @@ class LocalSandbox(SandboxBackend):
             "output_bytes": True,
         }
 
-    def environment_key(self, instance: Instance, spec: EnvironmentSpec) -> str:
+    def environment_key(self, instance: Task, spec: EnvironmentSpec) -> str:
         interpreter = find_interpreter(spec.python)
         return stable_hash(
             {
@@ -192,7 +193,7 @@ class LocalSandbox(SandboxBackend):
             }
         )
 
-    def build(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
+    def build(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
         key = self.environment_key(instance, spec)
         directory = self.root / "environments" / key[:24]
         directory.parent.mkdir(parents=True, exist_ok=True)
@@ -214,7 +215,7 @@ class LocalSandbox(SandboxBackend):
             "skipped_image_steps": list(spec.image_install),
         }
 
-    def prepare(self, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
+    def prepare(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
         record = self.build(instance, spec, source)
         return EnvironmentHandle(
             backend=self.name,
@@ -228,8 +229,8 @@ class LocalSandbox(SandboxBackend):
             },
         )
 
-    def _build(self, directory: Path, instance: Instance, spec: EnvironmentSpec, source: RepoSource) -> None:
-        if problem := getattr(instance, "local_problem", ""):
+    def _build(self, directory: Path, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> None:
+        if problem := instance.local_problem:
             raise ImageBuildFailed(
                 f"{instance.instance_id}: the local backend cannot run this task as its author wrote it: {problem}; "
                 "run it on the container backend (sandbox: {backend: container})"
@@ -262,7 +263,7 @@ class LocalSandbox(SandboxBackend):
             self._lend_harness_pytest(venv_dir, interpreter.version, instance.instance_id)
 
     @staticmethod
-    def _install_commands(instance: Instance, spec: EnvironmentSpec, directory: Path) -> list[str]:
+    def _install_commands(instance: Task, spec: EnvironmentSpec, directory: Path) -> list[str]:
         """The spec's steps as shell commands, run in the repository; package names are single arguments."""
         commands = list(spec.pre_install)
         if spec.requirements:
