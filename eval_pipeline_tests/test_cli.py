@@ -1,6 +1,7 @@
 """The CLI end to end, as a user runs it: a real console script against a fresh DAGSTER_HOME."""
 
 import json
+import re
 from pathlib import Path
 
 import duckdb
@@ -21,6 +22,7 @@ def test_demo_portfolio_end_to_end_then_resume_regrades_only_the_unscored(campai
     assert summary["slices"]["terminal"]["null"] == {"resolved_rate": 0.0, "n": 6}
     assert summary["generation"] == {"computed": 96, "reused": 0, "failed": 0}
     assert Path(summary["report"]).read_text().startswith("# Campaign `demo`")
+    assert_quiet(first.stderr)
 
     home = Path(campaign_env["DAGSTER_HOME"])
     with duckdb.connect(str(home / "eval_pipeline" / "results" / "demo.duckdb"), read_only=True) as db:
@@ -53,6 +55,16 @@ def test_demo_portfolio_end_to_end_then_resume_regrades_only_the_unscored(campai
     assert again["variants"] == summary["variants"]
     assert "84 of 96 trials already done" in second.stderr
     assert assert_warehouse(home, again) == 2 * unscored_attempts, "a re-grade adds attempts and deletes none"
+
+
+def assert_quiet(stderr: str) -> None:
+    """The demo's intended failures are results: one line each, no traceback, nothing else said."""
+    assert "Traceback" not in stderr
+    lines = stderr.splitlines()
+    told = re.compile(r"demo: 16 instances x 6 trials; .*|environment ready: \S+|\[\d+/96\] \S+ \S+: .*")
+    assert [line for line in lines if not told.fullmatch(line)] == []
+    failures = [line for line in lines if "oom_killed" in line or "test_timeout" in line]
+    assert len(failures) == 12 and all("(run " in line for line in failures), "each with its run to look up"
 
 
 def assert_warehouse(home: Path, summary: dict) -> int:

@@ -9,6 +9,7 @@
   (dagster.yaml) launch the run again, and the trial completes.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -27,6 +28,7 @@ from eval_pipeline.campaign import load_campaign
 from eval_pipeline.dataset_sources import load_portfolio
 from eval_pipeline.generation import generation_key
 from eval_pipeline.settings import Paths
+from eval_pipeline_tests.conftest import eval_pipeline_cli
 
 REPO = Path(__file__).resolve().parents[1]
 CAMPAIGN = """
@@ -38,6 +40,17 @@ variants:
 seeds: 1
 retries: {{max_retries: 1, delay_s: 0, max_rerequests: 0}}
 """
+# A campaign of one trial that the `eval-pipeline` command runs through the same server.
+CLI_CAMPAIGN = """
+name: cli
+benchmark: {kind: demo}
+variants: [{name: oracle, agent: oracle}]
+exclude: {instances: [eval-pipeline-demo__calclib-2, eval-pipeline-demo__calclib-3, eval-pipeline-demo__calclib-4,
+  eval-pipeline-demo__textkit-1, eval-pipeline-demo__textkit-2, eval-pipeline-demo__textkit-3,
+  eval-pipeline-demo__textkit-4]}
+"""
+CLI_RUNS = """query { runsOrError(filter: {tags: [{key: "eval_pipeline/trigger", value: "cli"}]}) {
+  ... on Runs { results { jobName status repositoryOrigin { repositoryLocationName } } } } }"""
 INSTANCES = ["eval-pipeline-demo__calclib-1", "eval-pipeline-demo__calclib-2", "eval-pipeline-demo__textkit-1"]
 TRIALS = [f"{instance}|oracle-s0" for instance in INSTANCES]
 LAUNCH = """mutation($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
@@ -149,7 +162,9 @@ def dagster_dev(tmp_path_factory):
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
     campaign = tmp_path / "e2e.yaml"
     campaign.write_text(CAMPAIGN.format(worker_pids=tmp_path / "worker_pids"))
-    env = {**os.environ, "DAGSTER_HOME": str(home), "EVAL_PIPELINE_CAMPAIGNS": str(campaign)}
+    (tmp_path / "cli.yaml").write_text(CLI_CAMPAIGN)
+    campaigns = f"{campaign},{tmp_path / 'cli.yaml'}"
+    env = {**os.environ, "DAGSTER_HOME": str(home), "EVAL_PIPELINE_CAMPAIGNS": campaigns}
     env.pop("EVAL_PIPELINE_DATA_DIR", None)
     with running_dagster_dev(env, tmp_path / "dagster_dev.log") as server:
         yield server, home, campaign, tmp_path / "worker_pids"
@@ -219,3 +234,23 @@ def test_a_sigkilled_run_worker_is_launched_again_and_its_trial_completes(dagste
         key = f"{INSTANCES[0]}|doomed-s0"
         assert key in instance.get_materialized_partitions(AssetKey(["e2e", "evaluation"]))
     assert len(worker_pids.read_text().split()) == 2, "the agent that never finished ran once more, in the retry"
+
+
+def test_the_command_launches_through_the_server_so_its_runs_are_the_code_locations(dagster_dev):
+    """With EVAL_PIPELINE_DAGSTER_URL, `eval-pipeline run` launches as the UI does: each run carries the code
+    location's origin, which the Overview timeline and the Jobs page need."""
+    server, home, campaign, _ = dagster_dev
+    env = {**os.environ, "DAGSTER_HOME": str(home), "EVAL_PIPELINE_DAGSTER_URL": server.url}
+    env.pop("EVAL_PIPELINE_DATA_DIR", None)
+    result = eval_pipeline_cli(env, "run", "--campaign", str(campaign.parent / "cli.yaml"), "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (json.loads(result.stdout)["planned"], json.loads(result.stdout)["scored"]) == (1, 1)
+    runs = server.query(CLI_RUNS)["runsOrError"]["results"]
+    assert sorted(run["jobName"] for run in runs) == [
+        "cli__environments_job",
+        "cli__prepare_job",
+        "cli__results_job",
+        "cli__trials_job",
+    ]
+    assert {run["repositoryOrigin"]["repositoryLocationName"] for run in runs} == {"eval_pipeline"}
+    assert {run["status"] for run in runs} == {"SUCCESS"}

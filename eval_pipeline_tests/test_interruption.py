@@ -1,4 +1,8 @@
-"""SIGKILL a campaign mid-way, run it again: no finished trial runs twice, results match a clean run."""
+"""Interrupt a campaign mid-way, run it again: no finished trial runs twice, results match a clean run.
+
+SIGKILL is a crash; SIGINT to the process group is a user's Ctrl-C, which must stop cleanly and say how to
+resume.
+"""
 
 import hashlib
 import json
@@ -97,3 +101,31 @@ def test_sigkill_mid_campaign_then_resume(tmp_path):
     uninterrupted = finish(clean)
     assert uninterrupted["variants"] == resumed["variants"]
     assert results(homes["clean"]) == results(homes["killed"])
+
+
+def test_ctrl_c_stops_at_once_without_a_traceback_and_says_how_to_resume(tmp_path):
+    campaign = tmp_path / "interrupted.yaml"
+    campaign.write_text(CAMPAIGN)
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home")}
+    env.pop("EVAL_PIPELINE_DATA_DIR", None)
+    artifacts = tmp_path / "home" / "eval_pipeline" / "artifacts"
+    running = start(env, campaign)
+    deadline = time.monotonic() + 600
+    while len(stored(artifacts, "evaluation")) < 3:
+        assert running.poll() is None and time.monotonic() < deadline, "finished before it could be interrupted"
+        time.sleep(0.05)
+    os.killpg(running.pid, signal.SIGINT)  # what a terminal sends on Ctrl-C: the command and its workers
+    _, stderr = running.communicate(timeout=60)
+    assert running.returncode == 130
+    assert "Traceback" not in stderr
+    assert stderr.rstrip().splitlines()[-1].endswith("Run the same command again to resume."), stderr[-2000:]
+    time.sleep(1)
+    try:
+        os.killpg(running.pid, 0)
+        survivors = True
+    except ProcessLookupError:
+        survivors = False
+    assert not survivors, "no worker outlives the command"
+
+    resumed = finish(start(env, campaign))
+    assert resumed["scored"] == resumed["planned"] == PLANNED

@@ -8,7 +8,7 @@ validation (validation[instance], validation_report) is in defs/validation.py.
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dagster import (
     AssetExecutionContext,
@@ -47,6 +47,7 @@ from eval_pipeline.results import collect_warehouse, read_results_table, read_va
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend
 from eval_pipeline.sandbox.local import ENVIRONMENT_LAYOUT_VERSION
 from eval_pipeline.sandbox.pod_manifest import pod_resources
+from eval_pipeline.tasks import Task
 from eval_pipeline.validation import VALIDATION_FILE, read_validation
 
 # Code versions of the assets whose logic has no version of its own in the core.
@@ -127,15 +128,19 @@ def _trial_lineage(
     }
 
 
+EnvironmentWork = Literal["build", "prepare"]
+
+
 def prepare_environment(
-    sandbox: SandboxBackend, portfolio: Portfolio, store: ArtifactStore, instance: Any, work: str
-) -> Any:
-    """Build or prepare the instance's environment (`work` names the sandbox method), keeping an infrastructure
-    failure as an attempt at the environment before it is raised."""
+    sandbox: SandboxBackend, portfolio: Portfolio, store: ArtifactStore, instance: Task, work: EnvironmentWork
+) -> dict[str, Any] | EnvironmentHandle:
+    """Build the instance's environment's image (`build`) or start the environment (`prepare`), keeping an
+    infrastructure failure as an attempt at the environment before it is raised."""
     spec = portfolio.environment_for(instance)
     key = sandbox.environment_key(instance, spec)
+    step = sandbox.build if work == "build" else sandbox.prepare
     with environment_attempt(store, instance.instance_id, key):
-        return getattr(sandbox, work)(instance, spec, portfolio.source_for(instance))
+        return step(instance, spec, portfolio.source_for(instance))
 
 
 K8S_CONFIG_TAG = "dagster-k8s/config"
@@ -162,7 +167,7 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         jitter=Jitter.PLUS_MINUS,
     )
 
-    def partition_of(context: AssetExecutionContext, portfolio: Portfolio) -> tuple[Any, Trial]:
+    def partition_of(context: AssetExecutionContext, portfolio: Portfolio) -> tuple[Task, Trial]:
         keys = context.partition_key.keys_by_dimension
         return portfolio.instance(keys[INSTANCE]), campaign.trial(keys[TRIAL])
 
@@ -202,9 +207,9 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         )
 
     def environment_step(
-        portfolio: Portfolio, eval_pipeline: EvalPipelineResource, instance: Any, work: str
+        portfolio: Portfolio, eval_pipeline: EvalPipelineResource, instance: Task, work: EnvironmentWork
     ) -> tuple[SandboxBackend, Any]:
-        """Build or prepare the instance's environment (`work` names the sandbox method), failures typed."""
+        """`prepare_environment` with its infrastructure failures typed as the step's."""
         sandbox = eval_pipeline.sandbox(campaign, instance)
         try:
             return sandbox, prepare_environment(sandbox, portfolio, eval_pipeline.artifact_store(), instance, work)

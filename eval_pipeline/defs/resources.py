@@ -1,7 +1,6 @@
 """The one resource the assets need: where data lives, and the stores and sandboxes there."""
 
 from pathlib import Path
-from typing import Any
 
 from dagster import ConfigurableResource
 
@@ -9,6 +8,7 @@ from eval_pipeline.artifacts import ArtifactStore, S3ArtifactStore, open_artifac
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.sandbox import SandboxBackend, make_sandbox
 from eval_pipeline.settings import Paths
+from eval_pipeline.tasks import Task
 
 
 class EvalPipelineResource(ConfigurableResource):
@@ -47,6 +47,6 @@ class EvalPipelineResource(ConfigurableResource):
             store.download(self._shared_key(path), path)
         return path
 
-    def sandbox(self, campaign: Campaign, task: Any = None) -> SandboxBackend:
+    def sandbox(self, campaign: Campaign, task: Task | None = None) -> SandboxBackend:
         """The campaign's sandbox, under `task`'s own resources when given (terminal tasks set theirs)."""
         return make_sandbox(campaign.sandbox, self.paths.sandboxes, campaign.limits_for(task), campaign.name)

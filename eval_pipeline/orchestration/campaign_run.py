@@ -136,10 +136,11 @@ def run_campaign(
         raise failure_message(instance, prepared, f"campaign {campaign.name}: preparing the dataset")
     progress = CampaignProgress.read(instance, campaign)
     pending = progress.pending_trials()
+    planned = len(progress.instances) * len(progress.trials)
     say(
         f"{campaign.name}: {len(progress.instances)} instances x {len(progress.trials)} trials;"
-        f" {len(progress.instances) * len(progress.trials) - len(pending)} already done, {len(pending)} to run"
-        f" ({launcher.capacity} at a time)"
+        f" {planned - len(pending)} of {planned} trials already done; running {len(pending)},"
+        f" {launcher.capacity} at a time"
     )
     run = CampaignRun()
     try:

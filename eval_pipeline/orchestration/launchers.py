@@ -13,9 +13,11 @@ then read from the instance, the same way for both.
   process in one of N worker processes that import the definitions once.
 """
 
+import ctypes
 import multiprocessing
 import os
 import signal
+import sys
 import time
 import warnings
 from collections.abc import Iterator, Mapping
@@ -37,6 +39,7 @@ QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}
 LOCATION, REPOSITORY = "eval_pipeline", "__repository__"
 POLL_S = 0.5
 DAGSTER_URL_VARIABLE = "EVAL_PIPELINE_DAGSTER_URL"
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 class LaunchError(RuntimeError):
@@ -61,10 +64,21 @@ _definitions: Definitions | None = None
 _instance: DagsterInstance | None = None
 
 
+def _leave_the_terminal_to_the_parent() -> None:
+    """Ctrl-C is the command's to handle (it stops its workers and says how to resume): a worker leaves the
+    terminal's process group, so that neither it nor the processes of the run it executes are interrupted
+    mid-step, and it dies with the command (Linux), so that a killed command leaves no worker running."""
+    os.setpgrp()
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:  # the command died before the line above
+            os._exit(1)
+
+
 def _start_worker(campaign: Campaign, data_dir: str, instance_ref: Any) -> None:
-    """Each worker builds the definitions once and opens the instance; Ctrl-C is the parent's to handle."""
+    """Each worker builds the definitions once and opens the instance."""
     global _definitions, _instance
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _leave_the_terminal_to_the_parent()
     warnings.filterwarnings("ignore", category=BetaWarning)
     _definitions = build_definitions([campaign], Paths(Path(data_dir)))
     _instance = DagsterInstance.from_ref(instance_ref)
