@@ -31,7 +31,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from eval_pipeline.campaign import CampaignError, load_campaign
     from eval_pipeline.defs import build_definitions
-    from eval_pipeline.report import render_markdown
+    from eval_pipeline.markdown_report import render_summary
     from eval_pipeline.runner import CampaignRunError, run_campaign
 
     try:
@@ -54,8 +54,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(run.as_json(), indent=2, sort_keys=True))
     else:
-        print(render_markdown(run.report))
-        print(f"Report: {run.report['report_path']}")
+        print(render_summary(run.report), end="")
     return 0
 
 
@@ -71,7 +70,7 @@ def _validate(args: argparse.Namespace) -> int:
     from eval_pipeline.campaign import CampaignError, load_campaign
     from eval_pipeline.defs import build_definitions
     from eval_pipeline.defs.validation import DatasetNotLoaded, ValidationRunError, run_validation
-    from eval_pipeline.report import render_validation
+    from eval_pipeline.markdown_report import render_validation
     from eval_pipeline.settings import Paths
     from eval_pipeline.validation import VALIDATION_FILE, all_valid
 
@@ -107,15 +106,15 @@ def _calibrate(args: argparse.Namespace) -> int:
     _use_dagster_home()
     from dagster import DagsterInstance
 
-    from eval_pipeline.calibration import render_calibration, run_calibration
+    from eval_pipeline.calibration import parse_multipliers, render_calibration, run_calibration
     from eval_pipeline.campaign import CampaignError, load_campaign
     from eval_pipeline.report import write_json, write_text_atomically
     from eval_pipeline.runner import CampaignRunError
     from eval_pipeline.settings import Paths
 
     try:
+        multipliers = parse_multipliers(args.multipliers)  # every one checked before any campaign runs
         campaign = load_campaign(args.campaign)
-        multipliers = [m.strip() for m in args.multipliers.split(",") if m.strip()]
         with DagsterInstance.get() as instance:
             calibration = run_calibration(
                 campaign, multipliers, instance, lambda line: print(line, file=sys.stderr), args.workers
@@ -169,6 +168,7 @@ def _gate(args: argparse.Namespace) -> int:
     """Exit 0 when the report passes the gate, 1 when it fails, 2 when the inputs cannot be used."""
     from eval_pipeline.campaign import CampaignError, load_campaign
     from eval_pipeline.gates import GatePolicyError, evaluate_gate, load_policy
+    from eval_pipeline.report_model import ReportError, load_report
     from eval_pipeline.settings import Paths
 
     if not (args.campaign or (args.policy and args.report)):
@@ -184,15 +184,12 @@ def _gate(args: argparse.Namespace) -> int:
                 raise GatePolicyError(f"campaign {args.campaign!r} has no gate for environment {args.environment!r}")
             policy = policies[args.environment]
         report_path = Path(args.report) if args.report else Paths.from_env().reports / campaign.name / "report.json"
-        report = json.loads(report_path.read_text())
-    except (CampaignError, GatePolicyError) as error:
+        report = load_report(report_path)
+    except (CampaignError, GatePolicyError, ReportError) as error:
         print(f"eval-pipeline gate: {error}", file=sys.stderr)
         return 2
-    except (OSError, ValueError) as error:
-        print(f"eval-pipeline gate: report {report_path}: {error}", file=sys.stderr)
-        return 2
     decision = evaluate_gate(policy, report)
-    print(json.dumps(decision.as_record(), indent=2, sort_keys=True))
+    print(json.dumps(decision.model_dump(mode="json"), indent=2, sort_keys=True))
     return 0 if decision.passed else 1
 
 

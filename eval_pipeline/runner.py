@@ -23,6 +23,7 @@ from eval_pipeline.campaign import Campaign
 from eval_pipeline.defs import RELEASE_STAGE, build_definitions, stage_job_name
 from eval_pipeline.defs.assets import ENVIRONMENT_POOL, MODEL_API_POOL, failure_outcomes
 from eval_pipeline.defs.partitions import trial_run_key
+from eval_pipeline.report_model import Report
 from eval_pipeline.results import collect_results
 from eval_pipeline.settings import Paths
 
@@ -77,37 +78,20 @@ def _status(run: ExecuteInProcessResult, node: str) -> str:
 
 @dataclass
 class CampaignRun:
-    report: dict[str, Any]
+    report: Report | None = None  # set by run_campaign once the results stage has built it
     environments_prepared: int = 0
     generation: StageCounts = field(default_factory=StageCounts)
     evaluation: StageCounts = field(default_factory=StageCounts)
     gates: dict[str, bool] = field(default_factory=dict)  # environment -> whether its release gate passed
 
     def as_json(self) -> dict[str, Any]:
-        variants = {
-            name: {
-                key: summary[key]
-                for key in ("resolved_rate", "n", "ci_low", "ci_high", "scored", "planned", "coverage", "outcomes")
-            }
-            for name, summary in self.report["variants"].items()
-        }
-        slices = {
-            name: {variant: {"resolved_rate": v["resolved_rate"], "n": v["n"]} for variant, v in summaries.items()}
-            for name, summaries in self.report["slices"].items()
-        }
+        """The report's summary (Report.summary: numbers, gates' verdicts, files) and this run's step counts."""
+        assert self.report is not None, "run_campaign returns a run with its report"
         return {
-            "campaign": self.report["campaign"],
-            "slices": slices,
-            "planned": self.report["planned"],
-            "scored": self.report["scored"],
-            "coverage": self.report["coverage"],
-            "dataset_version": self.report["dataset_version"],
-            "variants": variants,
-            "report": self.report["report_path"],
+            **self.report.summary(),
             "environments_prepared": self.environments_prepared,
             "generation": vars(self.generation),
             "evaluation": vars(self.evaluation),
-            "gates": self.gates,
         }
 
 
@@ -229,7 +213,7 @@ def run_campaign(
         f" x {len(campaign.trials)} trials, dataset {portfolio.version[:12]}"
     )
 
-    run = CampaignRun(report={})
+    run = CampaignRun()
     ready = instance.get_materialized_partitions(executor.asset_key("environment"))
     missing_environments = [(i.instance_id,) for i in portfolio.instances if i.instance_id not in ready]
     eval_pipeline = defs.resources["eval_pipeline"]
