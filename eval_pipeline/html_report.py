@@ -159,15 +159,17 @@ def _slice_cell(row: ReportRow) -> str:
     return f"<strong>{escape(row.slice)}</strong>" if row.portfolio else escape(row.slice)
 
 
-def _table(report: Report) -> str:
-    head = "<tr><th>slice</th><th>variant</th><th>resolved rate</th><th>95% CI</th><th>scored/planned</th></tr>"
-    cells = [
+def _table_row(row: ReportRow) -> str:
+    v = row.summary
+    return (
         f"<tr><td>{_slice_cell(row)}</td><td>{escape(row.variant)}</td><td>{format_number(v.resolved_rate)}</td>"
         f"<td>{format_rate_interval(v.ci_low, v.ci_high)}</td><td>{v.scored}/{v.planned}</td></tr>"
-        for row in report.rows()
-        for v in [row.summary]
-    ]
-    return f"<table>{head}{''.join(cells)}</table>"
+    )
+
+
+def _table(report: Report) -> str:
+    head = "<tr><th>slice</th><th>variant</th><th>resolved rate</th><th>95% CI</th><th>scored/planned</th></tr>"
+    return f"<table>{head}{''.join(_table_row(row) for row in report.rows())}</table>"
 
 
 def _gates(report: Report) -> str:

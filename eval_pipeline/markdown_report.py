@@ -7,7 +7,7 @@ quantity can take; report.json keeps the bounds as computed.
 from collections.abc import Mapping
 from typing import Any
 
-from eval_pipeline.report_model import Report, ReportRow, VariantSummary
+from eval_pipeline.report_model import Report, ReportRow
 from eval_pipeline.validation import Status
 
 
@@ -44,31 +44,25 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return [f"| {' | '.join(headers)} |", f"|{'---|' * len(headers)}", *(f"| {' | '.join(row)} |" for row in rows)]
 
 
-def outcome_counts(summary: VariantSummary) -> str:
-    return ", ".join(f"{outcome} {count}" for outcome, count in summary.outcomes.items())
+def _rate_cells(row: ReportRow) -> list[str]:
+    v = row.summary
+    return [
+        row_label(row),
+        row.variant,
+        format_number(v.resolved_rate),
+        format_rate_interval(v.ci_low, v.ci_high),
+        format_rate_interval(v.ci_repo_low, v.ci_repo_high),
+        str(v.n),
+        f"{v.scored}/{v.planned}",
+        format_number(v.infrastructure_error_rate),
+        ", ".join(f"{outcome} {count}" for outcome, count in v.outcomes.items()),
+    ]
 
 
 def _rates(report: Report) -> list[str]:
     headers = ["slice", "variant", "resolved rate", "95% CI (by instance)", "95% CI (by repo)", "instances"]
     headers += ["scored/planned", "infra error rate", "outcomes"]
-    return markdown_table(
-        headers,
-        [
-            [
-                row_label(row),
-                row.variant,
-                format_number(v.resolved_rate),
-                format_rate_interval(v.ci_low, v.ci_high),
-                format_rate_interval(v.ci_repo_low, v.ci_repo_high),
-                str(v.n),
-                f"{v.scored}/{v.planned}",
-                format_number(v.infrastructure_error_rate),
-                outcome_counts(v),
-            ]
-            for row in report.rows()
-            for v in [row.summary]
-        ],
-    )
+    return markdown_table(headers, [_rate_cells(row) for row in report.rows()])
 
 
 def _comparisons(report: Report) -> list[str]:
