@@ -14,42 +14,57 @@ from dataclasses import replace
 from typing import Any
 
 from eval_pipeline.campaign import Campaign
-from eval_pipeline.report import format_interval, format_number, markdown_table, report_rows
+from eval_pipeline.markdown_report import format_interval, format_number, markdown_table
+from eval_pipeline.report_model import Report
 from eval_pipeline.sandbox.base import parse_multiplier
 
-DEFAULT_MULTIPLIERS = ("1", "3", "uncapped")
+
+def parse_multipliers(text: str) -> list[float | None]:
+    """Comma-separated multipliers (numbers, `3x`, or `uncapped` as None), every one checked before any
+    campaign runs: a typo in the last must not cost the first's whole run. ValueError names the bad item."""
+    items = [item.strip() for item in text.split(",")]
+    if not any(items):
+        raise ValueError(f"--multipliers: expected numbers or 'uncapped', separated by commas, got {text!r}")
+    multipliers = []
+    for item in items:
+        try:
+            multipliers.append(parse_multiplier(item))
+        except ValueError:
+            raise ValueError(
+                f"--multipliers: {item!r} is not a positive number (such as 3 or 3x) or 'uncapped'"
+            ) from None
+    return multipliers
 
 
 def multiplier_label(multiplier: float | None) -> str:
     return "uncapped" if multiplier is None else f"x{multiplier:g}"
 
 
-def at_multiplier(campaign: Campaign, multiplier: str) -> Campaign:
-    """The campaign with its ceilings scaled by `multiplier` (a number or 'uncapped'), under its own name."""
-    scale = parse_multiplier(multiplier)
+def at_multiplier(campaign: Campaign, multiplier: float | None) -> Campaign:
+    """The campaign with its ceilings scaled by `multiplier` (None: uncapped), under its own name."""
     return replace(
         campaign,
-        name=f"{campaign.name}_{multiplier_label(scale).replace('.', '_')}",
-        resources=campaign.resources.with_multiplier(scale),
+        name=f"{campaign.name}_{multiplier_label(multiplier).replace('.', '_')}",
+        resources=campaign.resources.with_multiplier(multiplier),
         gates=(),  # release gates judge the campaign as configured, not its calibration runs
     )
 
 
-def calibration_rows(reports: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def calibration_rows(reports: Mapping[str, Report]) -> list[dict[str, Any]]:
     """One row per multiplier, slice and variant: resolved rate, interval, infrastructure error rate, coverage."""
     return [
         {
             "multiplier": multiplier,
-            "slice": slice_name.strip("*"),
-            "variant": variant,
-            "resolved_rate": summary["resolved_rate"],
-            "ci_low": summary.get("ci_low"),
-            "ci_high": summary.get("ci_high"),
-            "infrastructure_error_rate": summary["infrastructure_error_rate"],
-            "coverage": summary["coverage"],
+            "slice": row.slice,
+            "variant": row.variant,
+            "resolved_rate": row.summary.resolved_rate,
+            "ci_low": row.summary.ci_low,
+            "ci_high": row.summary.ci_high,
+            "infrastructure_error_rate": row.summary.infrastructure_error_rate,
+            "coverage": row.summary.coverage,
         }
         for multiplier, report in reports.items()
-        for slice_name, variant, summary in report_rows(report)
+        for row in report.rows()
     ]
 
 

@@ -65,8 +65,8 @@ def _load(name: str) -> "Campaign":
 
 
 def _run(args: argparse.Namespace) -> int:
+    from eval_pipeline.markdown_report import render_summary
     from eval_pipeline.orchestration.campaign_run import run_campaign
-    from eval_pipeline.report import render_markdown
 
     campaign = _load(args.campaign)
     with _campaign_session(args, campaign) as (instance, launcher, cycle):
@@ -74,16 +74,15 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(run.as_json(), indent=2, sort_keys=True))
     else:
-        print(render_markdown(run.report))
-        print(f"Report: {run.report['report_path']}")
+        print(render_summary(run.report), end="")
     return 0
 
 
 def _validate(args: argparse.Namespace) -> int:
     """Exit 0 when every instance is valid, 1 when some are not (or could not be validated), 2 when the
     campaign or its dataset cannot be used."""
+    from eval_pipeline.markdown_report import render_validation
     from eval_pipeline.orchestration.validation_run import DatasetNotLoaded, run_validation
-    from eval_pipeline.report import render_validation
     from eval_pipeline.validation import VALIDATION_FILE, all_valid
 
     if args.repeats < 1:
@@ -103,24 +102,27 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from eval_pipeline.calibration import at_multiplier, calibration_rows, multiplier_label, render_calibration
+    from eval_pipeline.calibration import (
+        at_multiplier,
+        calibration_rows,
+        multiplier_label,
+        parse_multipliers,
+        render_calibration,
+    )
     from eval_pipeline.orchestration.campaign_run import run_campaign
     from eval_pipeline.report import write_json, write_text_atomically
 
-    campaign = _load(args.campaign)
-    multipliers = [m.strip() for m in args.multipliers.split(",") if m.strip()]
     try:
-        scaled = [at_multiplier(campaign, m) for m in multipliers]
+        multipliers = parse_multipliers(args.multipliers)  # every one checked before any campaign runs
     except ValueError as error:
-        raise UsageError(f"--multipliers: {error}") from None
-    if not scaled:
-        raise UsageError("--multipliers: give at least one, e.g. 1,3,uncapped")
+        raise UsageError(str(error)) from None
+    campaign = _load(args.campaign)
     reports, runs = {}, {}
-    for each in scaled:
-        with _campaign_session(args, each) as (instance, launcher, cycle):
-            run = run_campaign(each, instance, launcher, cycle, Paths.from_env(), _say)
-        label = multiplier_label(each.resources.multiplier)
-        reports[label], runs[label] = run.report, run.as_json()
+    for multiplier in multipliers:
+        scaled = at_multiplier(campaign, multiplier)
+        with _campaign_session(args, scaled) as (instance, launcher, cycle):
+            run = run_campaign(scaled, instance, launcher, cycle, Paths.from_env(), _say)
+        reports[multiplier_label(multiplier)], runs[multiplier_label(multiplier)] = run.report, run.as_json()
     calibration = {"campaign": campaign.name, "rows": calibration_rows(reports), "runs": runs}
     directory = Paths.from_env().reports / campaign.name
     write_json(calibration, directory / "calibration.json")
@@ -163,13 +165,13 @@ def _kubernetes_janitor(args: argparse.Namespace) -> int:
 
 def _gate(args: argparse.Namespace) -> int:
     """Exit 0 when the report passes the gate, 1 when it fails, 2 when the inputs cannot be used."""
-    from eval_pipeline.campaign import CampaignError, load_campaign
+    from eval_pipeline.campaign import load_campaign
     from eval_pipeline.gates import GatePolicyError, evaluate_gate, load_policy
+    from eval_pipeline.report_model import ReportError, load_report
     from eval_pipeline.settings import Paths
 
     if not (args.campaign or (args.policy and args.report)):
-        print("eval-pipeline gate: give --campaign, or both --policy and --report", file=sys.stderr)
-        return 2
+        raise UsageError("give --campaign, or both --policy and --report")
     try:
         campaign = load_campaign(args.campaign) if args.campaign else None
         if args.policy:
@@ -180,15 +182,11 @@ def _gate(args: argparse.Namespace) -> int:
                 raise GatePolicyError(f"campaign {args.campaign!r} has no gate for environment {args.environment!r}")
             policy = policies[args.environment]
         report_path = Path(args.report) if args.report else Paths.from_env().reports / campaign.name / "report.json"
-        report = json.loads(report_path.read_text())
-    except (CampaignError, GatePolicyError) as error:
-        print(f"eval-pipeline gate: {error}", file=sys.stderr)
-        return 2
-    except (OSError, ValueError) as error:
-        print(f"eval-pipeline gate: report {report_path}: {error}", file=sys.stderr)
-        return 2
+        report = load_report(report_path)
+    except (GatePolicyError, ReportError) as error:
+        raise UsageError(str(error)) from None
     decision = evaluate_gate(policy, report)
-    print(json.dumps(decision.as_record(), indent=2, sort_keys=True))
+    print(json.dumps(decision.model_dump(mode="json"), indent=2, sort_keys=True))
     return 0 if decision.passed else 1
 
 

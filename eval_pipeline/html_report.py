@@ -2,34 +2,49 @@
 
 Plots: resolved rates with their 95% intervals per slice and variant; paired
 differences against the baseline with their intervals; each variant's trial
-durations (every scored trial a dot, median and p95 marked); and the outcome
-taxonomy per variant. Every number comes from the report (STATISTICS.md) or,
-for the duration dots, from the results table.
+durations in seconds (every scored trial a dot, median and p95 marked); and
+the outcome taxonomy per variant, one colour per outcome. Then each release
+gate's verdict and broken rules. Every number comes from the Report
+(docs/STATISTICS.md) or, for the duration dots, from the results table.
+Intervals are drawn and shown within the range of their quantity ([0, 1] for
+rates, [-1, 1] for differences).
 """
 
 from collections import defaultdict
 from collections.abc import Sequence
 from html import escape
 from pathlib import Path
-from typing import Any
 
-from eval_pipeline.outcomes import Outcome, OutcomeKind
-from eval_pipeline.report import format_number, report_rows, write_text_atomically
+from eval_pipeline.markdown_report import clip, format_number, format_rate_interval
+from eval_pipeline.outcomes import Outcome
+from eval_pipeline.report import report_directory, write_text_atomically
+from eval_pipeline.report_model import REPORT_FILES, Report, ReportRow
 from eval_pipeline.results import MISSING, TrialResult
 
 WIDTH, ROW, LABEL, MARGIN = 760, 26, 220, 30
 MAX_DOTS = 300  # per variant: beyond it, evenly spaced quantiles keep the file small and the shape intact
-KIND_COLOURS = {OutcomeKind.AGENT: "#2b6cb0", OutcomeKind.INFRASTRUCTURE: "#c05621", OutcomeKind.HARNESS: "#6b46c1"}
-OUTCOME_COLOURS = {Outcome.RESOLVED: "#2f855a", Outcome.UNRESOLVED: "#a0aec0"}
+# One colour per outcome, in families by kind: agent verdicts green, grey and blues; infrastructure
+# outcomes oranges, reds and browns; the harness's purple. Two outcomes never share a colour.
+OUTCOME_COLOURS = {
+    Outcome.RESOLVED: "#2f855a",
+    Outcome.UNRESOLVED: "#a0aec0",
+    Outcome.PATCH_APPLY_FAILED: "#4299e1",
+    Outcome.AGENT_ERROR: "#2c5282",
+    Outcome.AGENT_TIMEOUT: "#90cdf4",
+    Outcome.TESTS_MISSING: "#319795",
+    Outcome.TEST_TIMEOUT: "#dd6b20",
+    Outcome.OOM_KILLED: "#9b2c2c",
+    Outcome.SANDBOX_LOST: "#f6ad55",
+    Outcome.ENGINE_ERROR: "#e53e3e",
+    Outcome.IMAGE_BUILD_FAILED: "#744210",
+    Outcome.STORAGE_ERROR: "#d69e2e",
+    Outcome.GRADING_ERROR: "#6b46c1",
+    MISSING: "#e2e8f0",
+}
 STYLE = """body{font:14px system-ui,sans-serif;margin:2em;color:#1a202c}h1,h2{font-weight:600}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #cbd5e0;padding:4px 8px;text-align:right}
-td:first-child,td:nth-child(2),th{text-align:left}svg{display:block;margin:1em 0}text{font:12px sans-serif}"""
-
-
-def _colour(outcome: str) -> str:
-    if outcome in OUTCOME_COLOURS:
-        return OUTCOME_COLOURS[outcome]
-    return KIND_COLOURS[Outcome(outcome).kind] if outcome != MISSING else "#e2e8f0"
+td:first-child,td:nth-child(2),th{text-align:left}svg{display:block;margin:1em 0}text{font:12px sans-serif}
+.passed{color:#2f855a}.failed{color:#c53030}"""
 
 
 def _svg(height: int, body: list[str], title: str) -> str:
@@ -43,22 +58,24 @@ def _x(value: float, low: float, high: float) -> float:
     return LABEL + (value - low) / (high - low) * (WIDTH - LABEL - MARGIN)
 
 
-def _axis(low: float, high: float, bottom: int, ticks: Sequence[float]) -> list[str]:
+def _axis(low: float, high: float, bottom: int, ticks: Sequence[float], unit: str = "") -> list[str]:
+    """The x axis with its ticks, and under it the unit of its values when they have one."""
     parts = [f'<line x1="{LABEL}" y1="{bottom}" x2="{WIDTH - MARGIN}" y2="{bottom}" stroke="#718096"/>']
     for tick in ticks:
         x = _x(tick, low, high)
         parts.append(f'<line x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 4}" stroke="#718096"/>')
         parts.append(f'<text x="{x:.1f}" y="{bottom + 16}" text-anchor="middle">{tick:.3g}</text>')
+    if unit:
+        middle = _x((low + high) / 2, low, high)
+        parts.append(f'<text class="axis-unit" x="{middle:.1f}" y="{bottom + 32}" text-anchor="middle">{unit}</text>')
     return parts
 
 
 def interval_chart(
     title: str, rows: Sequence[tuple[str, float | None, float | None, float | None]], domain: tuple[float, float]
 ) -> str:
-    """One row per (label, estimate, low, high): a dot at the estimate and a line over the interval.
-
-    A zero line is drawn when the domain spans zero (differences).
-    """
+    """One row per (label, estimate, low, high): a dot at the estimate and a line over the interval, both
+    within the domain (the range the quantity can take). A zero line is drawn when the domain spans zero."""
     low, high = domain
     body = []
     if low < 0 < high:
@@ -68,17 +85,20 @@ def interval_chart(
         y = index * ROW + ROW / 2
         body.append(f'<text x="{LABEL - 8}" y="{y + 4}" text-anchor="end">{escape(label)}</text>')
         if ci_low is not None and ci_high is not None:
-            left, right = (_x(max(low, min(high, v)), low, high) for v in (ci_low, ci_high))
-            body.append(f'<line x1="{left:.1f}" y1="{y}" x2="{right:.1f}" y2="{y}" stroke="#2b6cb0" stroke-width="2"/>')
+            left, right = (_x(clip(v, low, high), low, high) for v in (ci_low, ci_high))
+            body.append(
+                f'<line class="interval" x1="{left:.1f}" y1="{y}" x2="{right:.1f}" y2="{y}" stroke="#2b6cb0"'
+                ' stroke-width="2"/>'
+            )
         if estimate is not None:
             body.append(f'<circle class="estimate" cx="{_x(estimate, low, high):.1f}" cy="{y}" r="5" fill="#2b6cb0"/>')
     ticks = [low + (high - low) * step / 4 for step in range(5)]
     return _svg(len(rows) * ROW + 30, body + _axis(low, high, len(rows) * ROW + 4, ticks), title)
 
 
-def duration_chart(trials: Sequence[TrialResult], report: dict[str, Any]) -> str:
+def duration_chart(trials: Sequence[TrialResult], report: Report) -> str:
     """Each scored trial's duration (generation + evaluation) as a dot per variant, or `MAX_DOTS` evenly spaced
-    quantiles of them; median and p95 as ticks."""
+    quantiles of them; median and p95 as ticks; the axis in seconds."""
     durations: dict[str, list[float]] = defaultdict(list)
     for trial in trials:
         if trial.scored:
@@ -92,15 +112,17 @@ def duration_chart(trials: Sequence[TrialResult], report: dict[str, Any]) -> str
             f'<circle cx="{_x(d, 0, high):.1f}" cy="{y}" r="3" fill="#2b6cb0" fill-opacity="0.4"/>'
             for d in _quantiles(sorted(values), MAX_DOTS)
         ]
-        spread = report["variants"][variant]["duration_s"]
-        for quantile, colour in (("median", "#1a202c"), ("p95", "#c05621")):
-            x = _x(spread[quantile], 0, high)
+        spread = report.variants[variant].duration_s
+        for quantile, colour in ((spread.median, "#1a202c"), (spread.p95, "#c05621")):
+            if quantile is None:  # the report was built from other trials than these
+                continue
+            x = _x(quantile, 0, high)
             body.append(
                 f'<line x1="{x:.1f}" y1="{y - 9}" x2="{x:.1f}" y2="{y + 9}" stroke="{colour}" stroke-width="2"/>'
             )
     rows = len(durations)
     ticks = [high * step / 4 for step in range(5)]
-    return _svg(rows * ROW + 30, body + _axis(0, high, rows * ROW + 4, ticks), "Durations (s)")
+    return _svg(rows * ROW + 46, body + _axis(0, high, rows * ROW + 4, ticks, "seconds"), "Durations (s)")
 
 
 def _quantiles(ordered: list[float], most: int) -> list[float]:
@@ -109,69 +131,97 @@ def _quantiles(ordered: list[float], most: int) -> list[float]:
     return [ordered[round(i * (len(ordered) - 1) / (most - 1))] for i in range(most)]
 
 
-def taxonomy_chart(report: dict[str, Any]) -> str:
-    """Each variant's trials as one bar split by outcome, coloured by outcome kind (agent, infrastructure)."""
+def taxonomy_chart(report: Report) -> str:
+    """Each variant's trials as one bar split by outcome, each outcome in its own colour, with a legend."""
     body = []
-    for index, (variant, summary) in enumerate(report["variants"].items()):
+    for index, (variant, summary) in enumerate(report.variants.items()):
         y = index * ROW + 4
         body.append(f'<text x="{LABEL - 8}" y="{y + 14}" text-anchor="end">{escape(variant)}</text>')
         left = float(LABEL)
-        for outcome, count in summary["outcomes"].items():
-            width = count / summary["planned"] * (WIDTH - LABEL - MARGIN)
+        for outcome, count in summary.outcomes.items():
+            width = count / summary.planned * (WIDTH - LABEL - MARGIN)
             body.append(
-                f'<rect x="{left:.1f}" y="{y}" width="{width:.1f}" height="{ROW - 8}" fill="{_colour(outcome)}">'
+                f'<rect x="{left:.1f}" y="{y}" width="{width:.1f}" height="{ROW - 8}" fill="{OUTCOME_COLOURS[outcome]}">'
                 f"<title>{escape(outcome)}: {count}</title></rect>"
             )
             left += width
-    legend = sorted({outcome for summary in report["variants"].values() for outcome in summary["outcomes"]})
-    bottom = len(report["variants"]) * ROW + 16
+    legend = sorted({outcome for summary in report.variants.values() for outcome in summary.outcomes})
+    bottom = len(report.variants) * ROW + 16
     for index, outcome in enumerate(legend):
         x = LABEL + index * 130
-        body.append(f'<rect x="{x}" y="{bottom - 10}" width="10" height="10" fill="{_colour(outcome)}"/>')
+        body.append(f'<rect x="{x}" y="{bottom - 10}" width="10" height="10" fill="{OUTCOME_COLOURS[outcome]}"/>')
         body.append(f'<text x="{x + 14}" y="{bottom}">{escape(outcome)}</text>')
     return _svg(bottom + 10, body, "Outcomes per variant")
 
 
-def _table(report: dict[str, Any]) -> str:
+def _slice_cell(row: ReportRow) -> str:
+    """The slice column: the portfolio's rows in bold (HTML's, not markdown's asterisks)."""
+    return f"<strong>{escape(row.slice)}</strong>" if row.portfolio else escape(row.slice)
+
+
+def _table_row(row: ReportRow) -> str:
+    v = row.summary
+    return (
+        f"<tr><td>{_slice_cell(row)}</td><td>{escape(row.variant)}</td><td>{format_number(v.resolved_rate)}</td>"
+        f"<td>{format_rate_interval(v.ci_low, v.ci_high)}</td><td>{v.scored}/{v.planned}</td></tr>"
+    )
+
+
+def _table(report: Report) -> str:
     head = "<tr><th>slice</th><th>variant</th><th>resolved rate</th><th>95% CI</th><th>scored/planned</th></tr>"
-    cells = [
-        f"<tr><td>{escape(s)}</td><td>{escape(v)}</td><td>{format_number(r['resolved_rate'])}</td>"
-        f"<td>[{format_number(r.get('ci_low'))}, {format_number(r.get('ci_high'))}]</td><td>{r['scored']}/{r['planned']}</td></tr>"
-        for s, v, r in report_rows(report)
-    ]
-    return f"<table>{head}{''.join(cells)}</table>"
+    return f"<table>{head}{''.join(_table_row(row) for row in report.rows())}</table>"
 
 
-def render_html(report: dict[str, Any], trials: Sequence[TrialResult]) -> str:
-    rows = report_rows(report)
-    rates = [(f"{s} / {v}", r["resolved_rate"], r.get("ci_low"), r.get("ci_high")) for s, v, r in rows]
-    differences = [
-        (f"{s} / {v}", d.get("diff"), d.get("ci_low"), d.get("ci_high"))
-        for s, v, r in rows
-        if (d := r.get("vs_baseline"))
-    ]
+def _gates(report: Report) -> str:
+    """Each release gate: passed or failed, and every rule a failed one broke."""
+    if not report.gates:
+        return "<p>This campaign has no release gates.</p>"
+    items = []
+    for environment, decision in report.gates.items():
+        verdict = "passed" if decision.passed else "failed"
+        rules = "".join(f"<li>{escape(v.rule)}: {escape(v.message)}</li>" for v in decision.violations)
+        items.append(
+            f'<li class="gate" data-environment="{escape(environment)}"><strong>{escape(environment)}</strong>: '
+            f'<span class="{verdict}">{verdict}</span> (candidate {escape(decision.candidate)})'
+            + (f"<ul>{rules}</ul>" if rules else "")
+            + "</li>"
+        )
+    return f"<ul>{''.join(items)}</ul>"
+
+
+def _label(row: ReportRow) -> str:
+    return f"{row.slice} / {row.variant}"
+
+
+def render_html(report: Report, trials: Sequence[TrialResult]) -> str:
+    rows = report.rows()
+    rates = [(_label(row), row.summary.resolved_rate, row.summary.ci_low, row.summary.ci_high) for row in rows]
+    differences = [(_label(row), d.diff, d.ci_low, d.ci_high) for row in rows if (d := row.summary.vs_baseline)]
     sections = [
-        f"<h1>Campaign {escape(report['campaign'])}</h1>",
-        f"<p>Dataset {escape(report['dataset_version'][:12])}, plan {escape(report['plan_version'][:12])}, harness "
-        f"{escape(report['harness_version'])}. Coverage: {report['scored']}/{report['planned']} trials scored; "
+        f"<h1>Campaign {escape(report.campaign)}</h1>",
+        f"<p>Dataset {escape(report.dataset_version[:12])}, plan {escape(report.plan_version[:12])}, harness "
+        f"{escape(report.harness_version)}. Coverage: {report.scored}/{report.planned} trials scored; "
         "trials that ended in an infrastructure outcome are not scored and never count as failures.</p>",
         _table(report),
         "<h2>Resolved rate with 95% interval (clustered by instance)</h2>",
         interval_chart("Resolved rates", rates, (0.0, 1.0)),
-        f"<h2>Paired difference against {escape(report['baseline'])}</h2>",
+        f"<h2>Paired difference against {escape(report.baseline)}</h2>",
         interval_chart("Paired differences", differences, (-1.0, 1.0)) if differences else "<p>No comparison.</p>",
-        "<h2>Trial durations (median black, p95 orange)</h2>",
+        "<h2>Trial durations in seconds (median black, p95 orange)</h2>",
         duration_chart(trials, report),
         "<h2>Outcome taxonomy</h2>",
         taxonomy_chart(report),
+        "<h2>Release gates</h2>",
+        _gates(report),
     ]
     return (
-        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Campaign {escape(report["campaign"])}'
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Campaign {escape(report.campaign)}'
         f"</title><style>{STYLE}</style></head><body>{''.join(sections)}</body></html>\n"
     )
 
 
-def write_html_report(report: dict[str, Any], trials: Sequence[TrialResult], directory: Path) -> Path:
-    path = directory / "report.html"
+def write_html_report(report: Report, trials: Sequence[TrialResult]) -> Path:
+    """Write report.html into the report's directory; return its path."""
+    path = report_directory(report) / REPORT_FILES["html"]
     write_text_atomically(path, render_html(report, trials))
     return path

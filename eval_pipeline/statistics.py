@@ -1,4 +1,4 @@
-"""The numbers reports promise, exactly as defined in STATISTICS.md.
+"""The numbers reports promise, exactly as defined in docs/STATISTICS.md.
 
 Seeds are not independent samples: each instance's seeds are averaged first
 (m_i), and the standard error is taken over instances, which clusters it by

@@ -1,11 +1,16 @@
 """Resource calibration: the same patches graded at 1x, 3x and uncapped resources."""
 
 import json
+from pathlib import Path
 
-from eval_pipeline.calibration import at_multiplier, calibration_rows, render_calibration
+import pytest
+
+from eval_pipeline.calibration import at_multiplier, calibration_rows, parse_multipliers, render_calibration
 from eval_pipeline.campaign import load_campaign
+from eval_pipeline.cli import main
+from eval_pipeline.report import build_report
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR
-from eval_pipeline_tests.conftest import eval_pipeline_cli
+from eval_pipeline_tests.conftest import eval_pipeline_cli, trial
 
 CAMPAIGN = f"""
 name: cal
@@ -20,18 +25,45 @@ retries: {{max_retries: 0, delay_s: 0, max_rerequests: 0}}
 
 def test_each_multiplier_is_its_own_campaign_with_scaled_ceilings():
     demo = load_campaign("demo")
-    tripled, uncapped = at_multiplier(demo, "3"), at_multiplier(demo, "uncapped")
+    tripled, uncapped = at_multiplier(demo, 3.0), at_multiplier(demo, None)
     assert (tripled.name, tripled.resources.effective_memory_ceiling_mb) == ("demo_x3", 3 * 2048)
     assert (uncapped.name, uncapped.resources.effective_memory_ceiling_mb) == ("demo_uncapped", None)
     assert tripled.trials == demo.trials and tripled.gates == ()
 
 
 def test_rows_compare_rates_and_infrastructure_errors_per_multiplier():
-    summary = {"resolved_rate": 0.5, "ci_low": 0.1, "ci_high": 0.9, "infrastructure_error_rate": 0.25, "coverage": 0.75}
-    reports = {"x1": {"slices": {"code": {"a": summary}}, "variants": {"a": summary}}}
-    [row] = calibration_rows(reports)
-    assert row == {"multiplier": "x1", "slice": "code", "variant": "a", **summary}
-    assert "| x1 | code | a | 0.500 | [0.100, 0.900] | 0.250 | 0.750 |" in render_calibration([row])
+    results = [trial("a1", "a", 0, "resolved"), trial("a2", "a", 0, "unresolved"), trial("a3", "a", 0, "oom_killed")]
+    report = build_report("c", "d", "p", results)
+    [row] = calibration_rows({"x1": report})
+    summary = report.slices["code"]["a"]
+    assert row == {
+        "multiplier": "x1",
+        "slice": "code",
+        "variant": "a",
+        "resolved_rate": 0.5,
+        "ci_low": summary.ci_low,
+        "ci_high": summary.ci_high,
+        "infrastructure_error_rate": 1 / 3,
+        "coverage": 2 / 3,
+    }
+    interval = f"[{summary.ci_low:.3f}, {summary.ci_high:.3f}]"
+    assert f"| x1 | code | a | 0.500 | {interval} | 0.333 | 0.667 |" in render_calibration([row])
+
+
+def test_multipliers_are_numbers_or_uncapped():
+    assert parse_multipliers("1, 3x,uncapped,0.5") == [1.0, 3.0, None, 0.5]
+
+
+@pytest.mark.parametrize(("text", "bad"), [("1,x", "'x'"), ("1,,3", "''"), ("1,-2", "'-2'"), ("", "got ''")])
+def test_a_bad_multiplier_is_named(text, bad):
+    with pytest.raises(ValueError, match=f"--multipliers: .*{bad}"):
+        parse_multipliers(text)
+
+
+def test_a_bad_multiplier_fails_before_any_campaign_runs(campaign_env, capsys):
+    assert main(["calibrate", "--campaign", "demo", "--multipliers", "1,x"]) == 2
+    assert "--multipliers: 'x' is not a positive number" in capsys.readouterr().err
+    assert not (Path(campaign_env["DAGSTER_HOME"]) / "eval_pipeline").exists(), "nothing ran, nothing was written"
 
 
 def test_a_task_over_its_memory_is_infrastructure_at_1x_and_resolved_above(campaign_env, tmp_path):

@@ -17,11 +17,12 @@ def test_demo_portfolio_end_to_end_then_resume_regrades_only_the_unscored(campai
     summary = json.loads(first.stdout)
     # 16 instances x 3 variants x 2 seeds; build-index (OOM at 1x) and slow-report (timeout) are never scored.
     assert summary["planned"] == 96 and summary["scored"] == 84
-    code = summary["slices"]["code-issues"]
-    assert code["oracle"] == {"resolved_rate": 1.0, "n": 8} and code["null"] == {"resolved_rate": 0.0, "n": 8}
-    assert summary["slices"]["terminal"]["null"] == {"resolved_rate": 0.0, "n": 6}
+    code, terminal = summary["slices"]["code-issues"], summary["slices"]["terminal"]
+    assert [headline(code["oracle"]), headline(code["null"])] == [(1.0, 8, 1.0, 1.0), (0.0, 8, 0.0, 0.0)]
+    assert headline(terminal["null"]) == (0.0, 6, 0.0, 0.0), "every slice with its interval"
     assert summary["generation"] == {"computed": 96, "reused": 0, "failed": 0}
-    assert Path(summary["report"]).read_text().startswith("# Campaign `demo`")
+    assert Path(summary["report"]["markdown"]).read_text().startswith("# Campaign `demo`")
+    assert Path(summary["report"]["html"]).read_text().startswith("<!DOCTYPE html>")
     assert_quiet(first.stderr)
 
     home = Path(campaign_env["DAGSTER_HOME"])
@@ -65,6 +66,10 @@ def assert_quiet(stderr: str) -> None:
     assert [line for line in lines if not told.fullmatch(line)] == []
     failures = [line for line in lines if "oom_killed" in line or "test_timeout" in line]
     assert len(failures) == 12 and all("(run " in line for line in failures), "each with its run to look up"
+
+
+def headline(numbers: dict) -> tuple:
+    return numbers["resolved_rate"], numbers["n"], numbers["ci_low"], numbers["ci_high"]
 
 
 def assert_warehouse(home: Path, summary: dict) -> int:

@@ -77,7 +77,7 @@ def test_sigkill_mid_campaign_then_resume(tmp_path):
         assert killed.poll() is None, "the campaign finished before it could be interrupted"
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    os.killpg(killed.pid, signal.SIGKILL)  # the runner and any test process it started
+    os.killpg(killed.pid, signal.SIGKILL)  # the command, its workers and any test process they started
     killed.wait()
 
     generations_before = stored(artifacts, "generation")

@@ -40,9 +40,11 @@ from eval_pipeline.generation import GENERATION_VERSION, Generation, generate
 from eval_pipeline.grading import GRADING_VERSION
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.html_report import write_html_report
+from eval_pipeline.markdown_report import render_markdown
 from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.portfolio import Portfolio
-from eval_pipeline.report import build_report, render_markdown, write_report
+from eval_pipeline.report import build_report, write_report
+from eval_pipeline.report_model import REPORT_SCHEMA_VERSION, Report
 from eval_pipeline.results import collect_warehouse, read_results_table, read_validation_table, write_warehouse
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend
 from eval_pipeline.sandbox.local import ENVIRONMENT_LAYOUT_VERSION
@@ -391,12 +393,12 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
     @asset(
         **common,
         ins={"portfolio": snapshot_in, "results_path": AssetIn(key=AssetKey([*prefix, "results"]))},
-        code_version=RESULTS_CODE_VERSION,
+        code_version=f"{RESULTS_CODE_VERSION}.{REPORT_SCHEMA_VERSION}",  # a new report schema is a new report
     )
     def report(
         context: AssetExecutionContext, portfolio: Portfolio, results_path: str, eval_pipeline: EvalPipelineResource
-    ) -> Output[dict]:
-        """Per-variant resolved rates with confidence intervals and coverage."""
+    ) -> Output[Report]:
+        """Per-variant resolved rates with confidence intervals and coverage, and each release gate's decision."""
         warehouse = eval_pipeline.fetch(Path(results_path))
         rows = read_results_table(warehouse)
         summary = build_report(
@@ -407,10 +409,11 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             quarantined=len(portfolio.quarantined),
             baseline=campaign.baseline,
             validation=read_validation_table(warehouse),
+            gates=campaign.gates,
+            directory=eval_pipeline.paths.reports / campaign.name,
         )
-        path = write_report(summary, eval_pipeline.paths.reports / campaign.name)
-        html = write_html_report(summary, rows, eval_pipeline.paths.reports / campaign.name)
-        summary["report_path"] = str(path)
+        path = write_report(summary)
+        html = write_html_report(summary, rows)
         return Output(
             summary,
             metadata={

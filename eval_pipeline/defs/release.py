@@ -1,11 +1,13 @@
 """A campaign's release gates as blocking asset checks on its report, and the release decision behind them.
 
-Each policy in the campaign's `gates:` becomes the check `gate_<environment>`
-on the report. The checks run in the `release` stage together with the
-`release_decision` asset; a gate that fails stops that asset from being
-materialized, and its check records the machine-readable decision (every
-violation with its rule, slice, value and limit), also written beside the
-report as `gate_<environment>.json`.
+The report carries each gate's decision (report.py evaluates the campaign's
+policies when it builds the report); each policy in the campaign's `gates:`
+becomes the check `gate_<environment>`, which reads that decision. The checks
+run in the `release` stage together with the `release_decision` asset; a gate
+that fails stops that asset from being materialized, and its check records the
+machine-readable decision (every violation with its rule, slice, value and
+limit), also written beside the report as `gate_<environment>.json`. A failed
+gate is a result the check reports, not an error of the run.
 """
 
 from pathlib import Path
@@ -27,14 +29,26 @@ from dagster import (
 
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.defs.resources import EvalPipelineResource
-from eval_pipeline.gates import GateDecision, GatePolicy, evaluate_gate
+from eval_pipeline.gates import GatePolicy
 from eval_pipeline.report import write_json
+from eval_pipeline.report_model import GateDecision, Report
 
-RELEASE_CODE_VERSION = "1"
+RELEASE_CODE_VERSION = "2"
 
 
 def write_decision(decision: GateDecision, directory: Path) -> Path:
-    return write_json(decision.as_record(), directory / f"gate_{decision.environment}.json")
+    return write_json(decision.model_dump(mode="json"), directory / f"gate_{decision.environment}.json")
+
+
+def _decision(report: Report, policy: GatePolicy) -> GateDecision:
+    """The report's decision for this gate; a report built without it (before the gate was added to the
+    campaign) must be built again, not judged by a policy it never saw."""
+    if policy.environment not in report.gates:
+        raise ValueError(
+            f"report of campaign {report.campaign} has no decision for gate {policy.environment}:"
+            " materialize the report again"
+        )
+    return report.gates[policy.environment]
 
 
 def _gate_check(campaign: Campaign, policy: GatePolicy, report_key: AssetKey) -> AssetChecksDefinition:
@@ -44,14 +58,14 @@ def _gate_check(campaign: Campaign, policy: GatePolicy, report_key: AssetKey) ->
         blocking=True,
         description=f"Release gate for {policy.environment}: may {policy.candidate} be promoted?",
     )
-    def gate(report: dict[str, Any], eval_pipeline: EvalPipelineResource) -> AssetCheckResult:
-        decision = evaluate_gate(policy, report)
+    def gate(report: Report, eval_pipeline: EvalPipelineResource) -> AssetCheckResult:
+        decision = _decision(report, policy)
         path = write_decision(decision, eval_pipeline.paths.reports / campaign.name)
         return AssetCheckResult(
             passed=decision.passed,
             severity=AssetCheckSeverity.ERROR,
             metadata={
-                "decision": MetadataValue.json(decision.as_record()),
+                "decision": MetadataValue.json(decision.model_dump(mode="json")),
                 "violations": MetadataValue.md("\n".join(f"- {v.message}" for v in decision.violations) or "none"),
                 "path": MetadataValue.path(str(path)),
             },
@@ -73,17 +87,17 @@ def build_release_definitions(campaign: Campaign) -> tuple[list[AssetChecksDefin
         code_version=RELEASE_CODE_VERSION,
     )
     def release_decision(
-        context: AssetExecutionContext, report: dict[str, Any], eval_pipeline: EvalPipelineResource
+        context: AssetExecutionContext, report: Report, eval_pipeline: EvalPipelineResource
     ) -> Output[dict[str, Any]]:
         """The candidate passed every gate: promote it to these environments. Blocked when any gate fails."""
-        decisions = [evaluate_gate(policy, report).as_record() for policy in campaign.gates]
+        decisions = [_decision(report, policy) for policy in campaign.gates]
         decision = {
-            "promote": all(d["passed"] for d in decisions),
-            "environments": [d["environment"] for d in decisions],
-            "candidates": sorted({d["candidate"] for d in decisions}),
-            "dataset_version": report["dataset_version"],
-            "plan_version": report["plan_version"],
-            "decisions": decisions,
+            "promote": all(d.passed for d in decisions),
+            "environments": [d.environment for d in decisions],
+            "candidates": sorted({d.candidate for d in decisions}),
+            "dataset_version": report.dataset_version,
+            "plan_version": report.plan_version,
+            "decisions": [d.model_dump(mode="json") for d in decisions],
         }
         path = write_json(decision, eval_pipeline.paths.reports / campaign.name / "release_decision.json")
         return Output(decision, metadata={"promote": decision["promote"], "path": MetadataValue.path(str(path))})

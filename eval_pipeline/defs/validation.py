@@ -43,8 +43,9 @@ from eval_pipeline.defs.partitions import CampaignPartitions
 from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.grading import GRADING_VERSION
 from eval_pipeline.hashing import stable_hash
+from eval_pipeline.markdown_report import render_validation
 from eval_pipeline.portfolio import Portfolio
-from eval_pipeline.report import render_validation, write_json
+from eval_pipeline.report import write_json
 from eval_pipeline.validation import (
     DEFAULT_REPEATS,
     VALIDATION_FILE,

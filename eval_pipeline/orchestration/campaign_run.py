@@ -5,19 +5,18 @@ and trials not yet evaluated, and a re-run of a finished step costs a lookup in
 the artifact store, not a regeneration.
 """
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.defs.assets import ENVIRONMENT_POOL, MODEL_API_POOL
 from eval_pipeline.defs.progress import REQUEST_TAG, CampaignProgress, Cycle
-from eval_pipeline.defs.stages import RELEASE_STAGE
 from eval_pipeline.orchestration.driver import CampaignRunError, FinishedRun, drive, failure_message, run_one
 from eval_pipeline.orchestration.launchers import Launcher
+from eval_pipeline.report_model import Report, load_report
 from eval_pipeline.sandbox import make_sandbox
 from eval_pipeline.settings import Paths
 
@@ -37,38 +36,20 @@ class StageCounts:
 
 @dataclass
 class CampaignRun:
-    report: dict[str, Any] = field(default_factory=dict)
+    report: Report | None = None
     environments_prepared: int = 0
     environments_failed: int = 0
     generation: StageCounts = field(default_factory=StageCounts)
     evaluation: StageCounts = field(default_factory=StageCounts)
-    gates: dict[str, bool] = field(default_factory=dict)  # environment -> whether its release gate passed
 
     def as_json(self) -> dict[str, Any]:
-        variants = {
-            name: {
-                key: summary[key]
-                for key in ("resolved_rate", "n", "ci_low", "ci_high", "scored", "planned", "coverage", "outcomes")
-            }
-            for name, summary in self.report["variants"].items()
-        }
-        slices = {
-            name: {variant: {"resolved_rate": v["resolved_rate"], "n": v["n"]} for variant, v in summaries.items()}
-            for name, summaries in self.report["slices"].items()
-        }
+        """The report's summary (Report.summary: numbers, gates' verdicts, files) and this run's step counts."""
+        assert self.report is not None, "run_campaign returns a run with its report"
         return {
-            "campaign": self.report["campaign"],
-            "slices": slices,
-            "planned": self.report["planned"],
-            "scored": self.report["scored"],
-            "coverage": self.report["coverage"],
-            "dataset_version": self.report["dataset_version"],
-            "variants": variants,
-            "report": self.report["report_path"],
+            **self.report.summary(),
             "environments_prepared": self.environments_prepared,
             "generation": vars(self.generation),
             "evaluation": vars(self.evaluation),
-            "gates": self.gates,
         }
 
 
@@ -112,14 +93,6 @@ def _status(reused: bool | None) -> str:
     return "failed" if reused is None else "reused" if reused else "computed"
 
 
-def _gates(instance: DagsterInstance, run_id: str) -> dict[str, bool]:
-    evaluations = (
-        entry.dagster_event.event_specific_data
-        for entry in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
-    )
-    return {evaluation.check_name.removeprefix("gate_"): evaluation.passed for evaluation in evaluations}
-
-
 def run_campaign(
     campaign: Campaign,
     instance: DagsterInstance,
@@ -152,11 +125,7 @@ def run_campaign(
         raise CampaignRunError(f"campaign {campaign.name}: no results were built (see the runs of cycle {cycle.id})")
     if results.status != DagsterRunStatus.SUCCESS:
         raise failure_message(instance, results, f"campaign {campaign.name}: building results")
-    run.report = json.loads((paths.reports / campaign.name / "report.json").read_text())
-    run.report["report_path"] = str(paths.reports / campaign.name / "report.md")
-    release = _latest(instance, cycle, RELEASE_STAGE)
-    if release is not None:
-        run.gates = _gates(instance, release.run_id)
+    run.report = load_report(paths.reports / campaign.name / "report.json")
     return run
 
 
