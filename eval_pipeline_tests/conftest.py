@@ -1,4 +1,8 @@
-"""Shared fixtures: the demo benchmark built once per session, local sandboxes, stores."""
+"""Shared fixtures: the demo benchmark built once per session, local sandboxes, stores.
+
+The clients of servers (docker, boto3, psycopg2) are imported by the fixtures that use them, so that a test
+run that needs none of them does not pay for importing them.
+"""
 
 import os
 import subprocess
@@ -6,10 +10,6 @@ import time
 import uuid
 from pathlib import Path
 
-import boto3
-import botocore.exceptions
-import docker
-import psycopg2
 import pytest
 
 from eval_pipeline.artifacts import LocalArtifactStore, S3ArtifactStore
@@ -73,6 +73,8 @@ TEST_BUCKET = "eval-pipeline-test"
 @pytest.fixture(scope="session")
 def s3_endpoint() -> str:
     """A real S3-compatible server on loopback (SeaweedFS), with the tests' bucket in it."""
+    import botocore.exceptions
+
     endpoint = ci_service("EVAL_PIPELINE_TEST_S3_ENDPOINT", "start_object_store.sh")
     client = s3_client(endpoint)
     deadline = time.monotonic() + 60
@@ -97,6 +99,8 @@ S3_CLIENT_ENV = {
 
 
 def s3_client(endpoint: str):
+    import boto3
+
     return boto3.client(
         "s3",
         endpoint_url=endpoint,
@@ -115,6 +119,8 @@ def s3_store(s3_endpoint: str) -> S3ArtifactStore:
 @pytest.fixture
 def postgres_database():
     """Makes fresh databases on a real PostgreSQL server (scripts/start_postgres.sh); drops them after the test."""
+    import psycopg2
+
     server = ci_service("EVAL_PIPELINE_TEST_POSTGRES_URL", "start_postgres.sh")
     admin = psycopg2.connect(server.replace("+psycopg2", ""))
     admin.autocommit = True
@@ -159,6 +165,8 @@ TRIAL_LIMITS = ResourceLimits(memory_floor_mb=128, memory_ceiling_mb=512, cpu_ce
 
 @pytest.fixture(scope="session")
 def engine():
+    import docker
+
     try:
         client = docker.from_env()
         client.ping()

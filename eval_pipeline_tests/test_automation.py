@@ -44,6 +44,7 @@ def test_only_a_campaign_with_nightly_gets_a_schedule(tmp_path):
     assert build_definitions([campaign_of()], Paths(tmp_path)).schedules == []
 
 
+@pytest.mark.slow
 def test_the_nightly_schedule_starts_a_cycle_that_the_sensor_carries_through_and_resumes_the_next_night(
     tmp_path, dagster_instance
 ):

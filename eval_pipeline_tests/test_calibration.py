@@ -66,6 +66,7 @@ def test_a_bad_multiplier_fails_before_any_campaign_runs(campaign_env, capsys):
     assert not (Path(campaign_env["DAGSTER_HOME"]) / "eval_pipeline").exists(), "nothing ran, nothing was written"
 
 
+@pytest.mark.slow
 def test_a_task_over_its_memory_is_infrastructure_at_1x_and_resolved_above(campaign_env, tmp_path):
     campaign = tmp_path / "cal.yaml"
     campaign.write_text(CAMPAIGN)

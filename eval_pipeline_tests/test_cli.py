@@ -5,12 +5,14 @@ import re
 from pathlib import Path
 
 import duckdb
+import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline_tests.conftest import eval_pipeline_cli
 
 
+@pytest.mark.slow
 def test_demo_portfolio_end_to_end_then_resume_regrades_only_the_unscored(campaign_env):
     first = eval_pipeline_cli(campaign_env, "run", "--campaign", "demo", "--json")
     assert first.returncode == 0, first.stderr[-3000:]

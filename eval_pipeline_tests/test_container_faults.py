@@ -19,6 +19,8 @@ import pytest
 
 from eval_pipeline.outcomes import Outcome
 
+pytestmark = pytest.mark.slow  # end to end: `pytest -m "not slow"` leaves it out
+
 REPO = Path(__file__).resolve().parents[1]
 CAMPAIGN = """
 name: {name}

@@ -208,6 +208,7 @@ def demo_twin(tmp_path, backend: str) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_demo_campaign_in_containers_matches_local_with_one_pod_per_code_instance(engine, tmp_path):
     homes = {name: tmp_path / name for name in ("local", "containers")}
     envs = {name: {**os.environ, "DAGSTER_HOME": str(home)} for name, home in homes.items()}

@@ -30,6 +30,8 @@ from eval_pipeline.generation import generation_key
 from eval_pipeline.settings import Paths
 from eval_pipeline_tests.conftest import eval_pipeline_cli
 
+pytestmark = pytest.mark.slow  # end to end: `pytest -m "not slow"` leaves it out
+
 REPO = Path(__file__).resolve().parents[1]
 CAMPAIGN = """
 name: e2e

@@ -5,12 +5,15 @@ import os
 from pathlib import Path
 
 import psycopg2
+import pytest
 from dagster import AssetKey, DagsterInstance
 
 from eval_pipeline.instance_config import ensure_instance_config
 from eval_pipeline.settings import Deployment
 from eval_pipeline_tests.conftest import S3_CLIENT_ENV, TEST_BUCKET, s3_client
 from eval_pipeline_tests.test_dagster_dev import LAUNCH, running_dagster_dev
+
+pytestmark = pytest.mark.slow  # end to end: `pytest -m "not slow"` leaves it out
 
 CAMPAIGN = """
 name: prod

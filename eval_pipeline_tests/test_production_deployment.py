@@ -113,6 +113,7 @@ def run(env: dict[str, str], campaign: Path) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_a_campaign_runs_with_dagster_on_postgres_and_artifacts_on_s3(
     tmp_path, campaign_env, postgres_database, s3_endpoint, s3_store
 ):

@@ -22,6 +22,8 @@ from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline_tests.conftest import eval_pipeline_cli, prepare_on
 from eval_pipeline_tests.real_data import SWEBENCH_LOCAL_ROWS, SWEBENCH_ROWS, swebench_mirror, swebench_rows, write_rows
 
+pytestmark = pytest.mark.slow  # end to end: `pytest -m "not slow"` leaves it out
+
 LIMITS = ResourceLimits(memory_ceiling_mb=2048, output_bytes=200_000)
 
 

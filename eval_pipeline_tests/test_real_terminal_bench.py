@@ -12,6 +12,8 @@ from eval_pipeline.terminal_tasks import load_terminal_tasks
 from eval_pipeline_tests.conftest import prepare_on
 from eval_pipeline_tests.real_data import task_base_image, terminal_bench_tasks
 
+pytestmark = pytest.mark.slow  # end to end: `pytest -m "not slow"` leaves it out
+
 
 @pytest.fixture(scope="module")
 def tasks(tmp_path_factory):

@@ -79,14 +79,15 @@ class _Teller:
                 self.say(f"environment ready: {finished.partition}")
             else:
                 self.run.environments_failed += 1
-                self.say(f"environment failed: {finished.partition}: {finished.outcome}; its trials are skipped")
+                self.say(f"environment failed: {finished.partition}: {finished.failure}; its trials are skipped")
         elif finished.stage == "trials":
             self.told += 1
             for name, counts in (("generation", self.run.generation), ("evaluation", self.run.evaluation)):
-                counts.add(finished.reused.get(name))
+                counts.add(finished.reused(name))
             instance_id, trial = finished.partition.split("|", 1)
-            steps = ", ".join(f"{n} {_status(finished.reused.get(n))}" for n in ("generation", "evaluation"))
-            self.say(f"[{self.told}/{self.trials}] {instance_id} {trial}: {finished.outcome} ({steps})")
+            outcome = finished.metadata["evaluation"]["outcome"] if finished.success else finished.failure
+            steps = ", ".join(f"{n} {_status(finished.reused(n))}" for n in ("generation", "evaluation"))
+            self.say(f"[{self.told}/{self.trials}] {instance_id} {trial}: {outcome} ({steps})")
 
 
 def _status(reused: bool | None) -> str:

@@ -46,12 +46,16 @@ class FinishedRun:
     run: DagsterRun
     stage: str
     partition: str
-    outcome: str  # the trial's outcome, or what failed
-    reused: Mapping[str, bool]  # asset name -> whether its materialization reused a stored artifact
+    metadata: Mapping[str, Mapping[str, Any]]  # asset name -> its materialization's metadata values
+    failure: str  # for a failed run: the outcomes its steps failed on (else how it ended), and the run to look up
 
     @property
     def success(self) -> bool:
         return self.run.status == DagsterRunStatus.SUCCESS
+
+    def reused(self, asset: str) -> bool | None:
+        """Whether the asset's materialization reused a stored artifact; None when it was not materialized."""
+        return self.metadata[asset]["reused"] if asset in self.metadata else None
 
     @classmethod
     def read(cls, instance: DagsterInstance, run: DagsterRun) -> "FinishedRun":
@@ -59,15 +63,17 @@ class FinishedRun:
             entry.asset_materialization
             for entry in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
         ]
-        metadata = {m.asset_key.path[-1]: m.metadata for m in materializations if m}
-        reused = {name: bool(values["reused"].value) for name, values in metadata.items() if "reused" in values}
-        if run.status == DagsterRunStatus.SUCCESS:
-            outcome = str(metadata["evaluation"]["outcome"].value) if "evaluation" in metadata else "done"
-        else:
+        metadata = {
+            m.asset_key.path[-1]: {name: value.value for name, value in m.metadata.items()}
+            for m in materializations
+            if m
+        }
+        failure = ""
+        if run.status != DagsterRunStatus.SUCCESS:
             failures = [e.dagster_event for e in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE)]
             failed_on = [o.value for o in failure_outcomes(failures)] or [run.status.value.lower()]
-            outcome = f"{', '.join(failed_on)} (run {run.run_id})"
-        return cls(run, run.tags.get(STAGE_TAG, ""), run.tags.get("dagster/partition", ""), outcome, reused)
+            failure = f"{', '.join(failed_on)} (run {run.run_id})"
+        return cls(run, run.tags.get(STAGE_TAG, ""), run.tags.get("dagster/partition", ""), metadata, failure)
 
 
 def run_one(

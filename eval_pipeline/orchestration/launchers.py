@@ -57,7 +57,9 @@ class Launcher(Protocol):
         """Block until at least one launched run has finished; the ids of those that have."""
         ...
 
-    def close(self) -> None: ...
+    def close(self, abort: bool = False) -> None:
+        """Release what the launcher holds; with `abort` (Ctrl-C, an error), first stop what is in flight."""
+        ...
 
 
 _definitions: Definitions | None = None
@@ -142,12 +144,14 @@ class WorkerPoolLauncher:
         finished, self._finished = self._finished, []
         return finished
 
-    def close(self) -> None:
-        """Stop the workers at once: a run cut off mid-way is run again by the next cycle."""
+    def close(self, abort: bool = False) -> None:
+        """Let idle workers exit; with `abort`, kill them at once (SIGKILL, which Dagster's handlers cannot turn
+        into a traceback): a run cut off mid-way is run again by the next cycle."""
         if self._pool is None:
             return
-        for process in list(getattr(self._pool, "_processes", {}).values()):
-            process.terminate()
+        if abort:
+            for process in list(getattr(self._pool, "_processes", {}).values()):
+                process.kill()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -219,9 +223,9 @@ class ServerLauncher:
             time.sleep(POLL_S)
         return []
 
-    def close(self) -> None:
-        """Terminate the runs still in flight (Ctrl-C): the next cycle runs their partitions again."""
-        if self._running:
+    def close(self, abort: bool = False) -> None:
+        """With `abort`, terminate the runs still in flight: the next cycle runs their partitions again."""
+        if abort and self._running:
             self._query(TERMINATE_RUNS, ids=sorted(self._running))
             self._running.clear()
 
@@ -240,5 +244,7 @@ def open_launcher(campaign: Campaign, paths: Paths, instance: DagsterInstance, c
     )
     try:
         yield launcher
-    finally:
-        launcher.close()
+    except BaseException:
+        launcher.close(abort=True)
+        raise
+    launcher.close()

@@ -42,7 +42,11 @@ def run_validation(
     def tell(finished: FinishedRun) -> None:
         nonlocal told
         told += 1
-        said = "done" if finished.success else f"failed: {finished.outcome}"
+        if finished.success:
+            result = finished.metadata["validation"]
+            said = f"{result['status']} (gold {result['gold_resolved']}, empty {result['empty_resolved']})"
+        else:
+            said = f"failed: {finished.failure}"
         say(f"[{told}/{len(instances)}] {finished.partition}: {said}")
 
     try:
