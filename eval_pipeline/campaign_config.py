@@ -48,6 +48,12 @@ class Variant(ConfigModel):
     def make_agent(self) -> Agent:
         return make_agent(self.agent, dict(self.params))
 
+    @field_validator("params", mode="before")
+    @classmethod
+    def _none_is_empty(cls, params: Any) -> Any:
+        """`params:` with every line commented out is YAML's null: no parameters."""
+        return {} if params is None else params
+
     @model_validator(mode="after")
     def _makes_an_agent(self) -> "Variant":
         try:
@@ -158,7 +164,8 @@ class CampaignFile(ConfigModel):
     def _floors_below_ceilings(cls, limits: ResourceLimits) -> ResourceLimits:
         for floor, ceiling in (("memory_floor_mb", "memory_ceiling_mb"), ("cpu_floor", "cpu_ceiling")):
             if getattr(limits, floor) > getattr(limits, ceiling):
-                raise FieldProblem(floor, f"a floor is above its ceiling ({getattr(limits, ceiling)}, {ceiling})")
+                below = f"{getattr(limits, floor)} is above {ceiling} ({getattr(limits, ceiling)})"
+                raise FieldProblem(floor, f"{below}: a floor is at most its ceiling")
         return limits
 
     @field_validator("sandbox")

@@ -85,7 +85,7 @@ def test_plan_version_follows_the_plan():
         ({"variants": [{"name": "o", "agent": "oracle"}, {"name": "o", "agent": "null"}]}, "duplicate variant"),
         (
             {"resources": {"memory_floor_mb": 4096, "memory_ceiling_mb": 1024}},
-            "field resources.memory_floor_mb: a floor is above its ceiling",
+            r"field resources.memory_floor_mb: 4096 is above memory_ceiling_mb \(1024\): a floor is at most",
         ),
         ({"resources": {"gpus": 1}}, "field resources.gpus: unknown field"),
         ({"typo": 1}, "field typo: unknown field"),
@@ -210,3 +210,8 @@ def test_a_campaign_that_is_not_a_mapping_is_refused(tmp_path):
     (tmp_path / "list.yaml").write_text("- name: mine\n")
     with pytest.raises(CampaignError, match=r"list.yaml: Input should be a valid dictionary"):
         load_campaign(str(tmp_path / "list.yaml"))
+
+
+def test_the_demo_plan_is_the_one_its_stored_results_were_made_under():
+    """The plan's hash keys stored results: the typed file must hash exactly as the hand-read one did."""
+    assert load_campaign("demo").plan_version == "8371214009fc279d7eb6088570d1ff3967c4e59e7815a5cf96bb0f40a78ac94a"
