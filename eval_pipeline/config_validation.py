@@ -6,7 +6,7 @@ validation error becomes one line per problem: the field's path as written in
 the file (`slices.terminal.pth`), what was expected and what was found, and
 for an unknown field the allowed ones, with the closest as a suggestion.
 
-Paths in a configuration file are relative to the file (`ConfigPath`), or
+Paths in a configuration file are relative to the file (`InputPath`, `OutputPath`), or
 name a resource shipped with eval_pipeline (`builtin:demo_tasks`), so a copied
 file keeps working, and a missing file fails at load with its resolved path.
 """
@@ -119,10 +119,10 @@ def _unwrap(annotation: Any) -> Any:
 
 
 def _members(annotation: Any) -> tuple[Any, ...]:
-    """The types a union annotation admits (itself when it is no union)."""
+    """The types a union annotation admits, nested unions flattened (itself when it is no union)."""
     annotation = _unwrap(annotation)
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return tuple(_unwrap(member) for member in typing.get_args(annotation))
+        return tuple(member for inner in typing.get_args(annotation) for member in _members(inner))
     return (annotation,)
 
 
@@ -177,7 +177,7 @@ def _describe(error: Mapping[str, Any], root: Any) -> tuple[str, str]:
         close = difflib.get_close_matches(str(error["loc"][-1]), allowed, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         return path, f"unknown field{hint}; allowed: {', '.join(allowed)}"
-    members = _members(annotation)
+    members = [member for member in _members(annotation) if member is not type(None)]
     kinds = [tag for tag in map(_tag, members) if tag] if len(members) > 1 else []
     if kinds and error["type"] == "union_tag_invalid":
         return path, f"unknown kind {error['ctx']['tag']!r} (known: {', '.join(kinds)})"

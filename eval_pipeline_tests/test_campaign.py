@@ -89,6 +89,8 @@ def test_plan_version_follows_the_plan():
         ),
         ({"resources": {"gpus": 1}}, "field resources.gpus: unknown field"),
         ({"typo": 1}, "field typo: unknown field"),
+        ({"benchmark": {"kind": "demo", "pth": 1}}, "field benchmark.pth: unknown field; allowed: kind$"),
+        ({"benchmark": {"kind": "nope"}}, r"field benchmark: unknown kind 'nope' \(known: demo, terminal, swebench\)"),
         ({"sandbox": {"backend": "vmware"}}, "field sandbox.backend: unknown backend 'vmware'"),
         ({"slices": {"a": {"kind": "demo"}}}, "either benchmark .* or slices"),
         ({"timeouts": {"multiplier": 0}}, "field timeouts.multiplier: expected a number above 0, got 0"),
@@ -215,3 +217,11 @@ def test_a_campaign_that_is_not_a_mapping_is_refused(tmp_path):
 def test_the_demo_plan_is_the_one_its_stored_results_were_made_under():
     """The plan's hash keys stored results: the typed file must hash exactly as the hand-read one did."""
     assert load_campaign("demo").plan_version == "8371214009fc279d7eb6088570d1ff3967c4e59e7815a5cf96bb0f40a78ac94a"
+
+
+def test_a_campaign_file_cannot_run_code_when_it_is_read(tmp_path):
+    marker = tmp_path / "ran"
+    (tmp_path / "evil.yaml").write_text(f"name: !!python/object/apply:os.system ['touch {marker}']\n")
+    with pytest.raises(CampaignError, match=r"evil.yaml: not valid YAML at line 1, column 7: could not determine"):
+        load_campaign(str(tmp_path / "evil.yaml"))
+    assert not marker.exists()
