@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
-from eval_pipeline.agents import Agent, make_agent
+from eval_pipeline.agents import AGENTS, Agent, make_agent
 from eval_pipeline.config_validation import (
     ConfigModel,
     Count,
@@ -59,7 +59,7 @@ class Variant(ConfigModel):
         try:
             self.make_agent()
         except (ValueError, TypeError) as error:
-            raise ValueError(f"agent {self.agent!r} with params {dict(self.params)}: {error}") from None
+            raise FieldProblem("agent" if self.agent not in AGENTS else "params", str(error)) from None
         return self
 
 

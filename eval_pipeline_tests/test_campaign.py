@@ -80,8 +80,15 @@ def test_plan_version_follows_the_plan():
     [
         ({"seeds": 0}, "field seeds"),
         ({"name": "has space"}, "field name"),
-        ({"variants": [{"name": "o", "agent": "gpt-99"}]}, r"field variants\[0\]: agent 'gpt-99' .*: unknown agent"),
-        ({"variants": [{"name": "f", "agent": "flaky", "params": {"p": 2}}]}, "p must be in"),
+        (
+            {"variants": [{"name": "o", "agent": "gpt-99"}]},
+            r"field variants\[0\].agent: unknown agent 'gpt-99' \(known: ",
+        ),
+        (
+            {"variants": [{"name": "f", "agent": "flaky", "params": {"p": 2}}]},
+            r"field variants\[0\].params: flaky agent: p must be in",
+        ),
+        ({"variants": [{"name": "f", "agent": "flaky", "params": {"q": 1}}]}, r"field variants\[0\].params: .*'q'"),
         ({"variants": [{"name": "o", "agent": "oracle"}, {"name": "o", "agent": "null"}]}, "duplicate variant"),
         (
             {"resources": {"memory_floor_mb": 4096, "memory_ceiling_mb": 1024}},
