@@ -1,4 +1,4 @@
-"""Where a campaign's benchmark comes from: the `benchmark:` section of a campaign.
+"""Where a campaign's benchmark comes from: loading what a slice's source (dataset_source_config.py) names.
 
 A campaign names its sources per slice (`slices: {name: source}`), or one
 source as `benchmark:` (a single slice named `default`).
@@ -28,25 +28,14 @@ from typing import Any
 
 import pandas
 
-from eval_pipeline.benchmark import Benchmark, EnvironmentSpec, RepoSource
+from eval_pipeline.benchmark import Benchmark, RepoSource
+from eval_pipeline.dataset_source_config import DatasetSource, SweBenchSource, TerminalSource, parse_source
 from eval_pipeline.demo_benchmark import build_demo_benchmark
 from eval_pipeline.portfolio import DuplicateInstanceError, Portfolio
 from eval_pipeline.settings import Paths
 from eval_pipeline.terminal_tasks import load_terminal_tasks
 
 _FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
-SWEBENCH_FIELDS = {
-    "path",
-    "hf_name",
-    "revision",
-    "split",
-    "mirror_dir",
-    "url_template",
-    "environments",
-    "include_hints",
-    "on_invalid",
-}
-TERMINAL_FIELDS = {"path", "mirror_dir", "on_invalid"}
 
 
 class DatasetSourceError(ValueError):
@@ -64,26 +53,23 @@ def _as_text(value: Any) -> Any:
     return value
 
 
-def _read_rows(source: Mapping[str, Any], cache_dir: Path) -> list[dict[str, Any]]:
+def _read_rows(source: SweBenchSource, cache_dir: Path) -> list[dict[str, Any]]:
     import datasets  # imported here: it is slow to import and only this source needs it
 
-    split = source.get("split", "test")
-    if "hf_name" in source:
-        if not source.get("revision"):
-            raise DatasetSourceError("benchmark.revision: required with hf_name, so that a run pins what it read")
+    if source.hf_name:
         dataset = datasets.load_dataset(
-            source["hf_name"], split=split, revision=source["revision"], cache_dir=str(cache_dir)
+            source.hf_name, split=source.split, revision=source.revision, cache_dir=str(cache_dir)
         )
     else:
-        path = Path(source.get("path") or "")
-        if not source.get("path") or not path.exists():
+        path = Path(source.path or "")
+        if not path.exists():
             raise DatasetSourceError(f"benchmark.path: {str(path)!r} does not exist")
         if path.is_dir():
             dataset = datasets.load_from_disk(str(path))
             if isinstance(dataset, datasets.DatasetDict):
-                if split not in dataset:
-                    raise DatasetSourceError(f"benchmark.split: {split!r} not in {path} (has {sorted(dataset)})")
-                dataset = dataset[split]
+                if source.split not in dataset:
+                    raise DatasetSourceError(f"benchmark.split: {source.split!r} not in {path} (has {sorted(dataset)})")
+                dataset = dataset[source.split]
         elif path.suffix in _FILE_BUILDERS:
             dataset = datasets.load_dataset(
                 _FILE_BUILDERS[path.suffix], data_files=str(path), split="train", cache_dir=str(cache_dir)
@@ -93,34 +79,15 @@ def _read_rows(source: Mapping[str, Any], cache_dir: Path) -> list[dict[str, Any
     return [{name: _as_text(value) for name, value in row.items()} for row in dataset]
 
 
-def _check_fields(source: Mapping[str, Any], known: set[str]) -> None:
-    unknown = set(source) - known - {"kind"}
-    if unknown:
-        raise DatasetSourceError(f"benchmark: unknown field(s) {sorted(unknown)}")
-
-
-def load_swebench(source: Mapping[str, Any], paths: Paths) -> Benchmark:
-    _check_fields(source, SWEBENCH_FIELDS)
-    repo_source = RepoSource(
-        url_template=source.get("url_template", RepoSource.url_template), mirror_dir=source.get("mirror_dir")
-    )
-    environments = {}
-    for key, spec in (source.get("environments") or {}).items():
-        try:
-            environments[key] = EnvironmentSpec.from_mapping(spec)
-        except (ValueError, TypeError) as error:
-            raise DatasetSourceError(f"benchmark.environments.{key}: {error}") from None
-    if not isinstance(source.get("include_hints", False), bool):
-        raise DatasetSourceError(f"benchmark.include_hints: expected true or false, got {source['include_hints']!r}")
-    name = source.get("hf_name") or Path(source.get("path") or "").name
+def load_swebench(source: SweBenchSource, paths: Paths) -> Benchmark:
     return Benchmark.from_rows(
-        name,
+        source.hf_name or Path(source.path or "").name,
         _read_rows(source, paths.data_dir / "datasets_cache"),
-        on_invalid=source.get("on_invalid", "reject"),
-        include_hints=source.get("include_hints", False),
+        on_invalid=source.on_invalid,
+        include_hints=source.include_hints,
         swebench_specs=True,
-        source=repo_source,
-        environments=environments,
+        source=RepoSource(url_template=source.url_template, mirror_dir=source.mirror_dir),
+        environments=source.environments,
     )
 
 
@@ -135,28 +102,27 @@ def write_snapshot(benchmark: Benchmark, directory: Path) -> Path:
     return path
 
 
-def load_terminal(source: Mapping[str, Any], paths: Paths) -> Benchmark:
-    _check_fields(source, TERMINAL_FIELDS)
-    path = Path(source.get("path") or "")
-    if not source.get("path") or not path.is_dir():
+def load_terminal(source: TerminalSource, paths: Paths) -> Benchmark:
+    path = Path(source.path)
+    if not path.is_dir():
         raise DatasetSourceError(f"benchmark.path: {str(path)!r} is not a directory of terminal tasks")
-    mirror_dir = Path(source.get("mirror_dir") or paths.mirrors)
-    return load_terminal_tasks(path, mirror_dir, on_invalid=source.get("on_invalid", "reject"))
+    return load_terminal_tasks(path, Path(source.mirror_dir or paths.mirrors), on_invalid=source.on_invalid)
 
 
-def load_benchmark(source: Mapping[str, Any], paths: Paths) -> Benchmark:
-    """The benchmark a source names; `kind` selects the loader."""
-    kind = source.get("kind")
-    if kind == "demo":
-        return build_demo_benchmark(paths.mirrors)
-    if kind == "swebench":
+def load_benchmark(source: DatasetSource | Mapping[str, Any], paths: Paths) -> Benchmark:
+    """The benchmark a source names (a campaign's model, or a mapping checked here); `kind` selects the loader."""
+    try:
+        source = parse_source(source)
+    except ValueError as error:
+        raise DatasetSourceError(str(error)) from None
+    if isinstance(source, SweBenchSource):
         return load_swebench(source, paths)
-    if kind == "terminal":
+    if isinstance(source, TerminalSource):
         return load_terminal(source, paths)
-    raise DatasetSourceError(f"benchmark.kind: unknown kind {kind!r} (known: demo, swebench, terminal)")
+    return build_demo_benchmark(paths.mirrors)
 
 
-def load_portfolio(slices: Mapping[str, Mapping[str, Any]], paths: Paths) -> Portfolio:
+def load_portfolio(slices: Mapping[str, DatasetSource | Mapping[str, Any]], paths: Paths) -> Portfolio:
     """Every slice's benchmark; an error names the slice it comes from."""
     loaded = {}
     for name, source in slices.items():

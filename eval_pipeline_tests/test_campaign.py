@@ -1,7 +1,8 @@
 import pytest
 
 from eval_pipeline.benchmark import Instance
-from eval_pipeline.campaign import CampaignError, builtin_campaigns, load_campaign, parse_campaign
+from eval_pipeline.campaign import BUILTIN_DIR, CampaignError, builtin_campaigns, load_campaign, parse_campaign
+from eval_pipeline.dataset_source_config import DemoSource
 from eval_pipeline.dataset_sources import DatasetSourceError, load_portfolio
 from eval_pipeline.settings import Paths
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR
@@ -17,7 +18,7 @@ def test_builtin_demo_campaign():
     assert [t.key for t in campaign.trials][:2] == ["oracle-s0", "oracle-s1"]
     assert campaign.resources.memory_floor_mb < campaign.resources.memory_ceiling_mb
     assert list(campaign.slices) == ["code-issues", "terminal"]
-    assert campaign.slices["terminal"]["path"] == str(DEMO_TASKS_DIR), "relative to the built-in campaign file"
+    assert campaign.slices["terminal"].path == str(DEMO_TASKS_DIR.resolve()), "builtin: is eval_pipeline's own"
     assert campaign.baseline == "null"
     assert [(gate.environment, gate.candidate) for gate in campaign.gates] == [("staging", "flaky"), ("prod", "flaky")]
 
@@ -30,19 +31,21 @@ def test_the_baseline_is_a_named_variant_or_the_first():
 
 def test_gate_policies_are_checked_against_the_variants(tmp_path):
     (tmp_path / "prod.yaml").write_text("environment: prod\ncandidate: gpt\n")
-    with pytest.raises(CampaignError, match="my.yaml: field gates: prod.yaml: candidate 'gpt' is not a variant"):
+    with pytest.raises(
+        CampaignError, match=r"my.yaml: field gates\[0\]: .*prod.yaml: candidate 'gpt' is not a variant"
+    ):
         parse_campaign({**MINIMAL, "gates": ["prod.yaml"]}, "my.yaml", base_dir=tmp_path)
-    with pytest.raises(CampaignError, match="my.yaml: field gates: .*missing.yaml: cannot be read"):
+    with pytest.raises(CampaignError, match=rf"my.yaml: field gates\[0\]: {tmp_path}/missing.yaml does not exist"):
         parse_campaign({**MINIMAL, "gates": ["missing.yaml"]}, "my.yaml", base_dir=tmp_path)
 
 
 def test_a_single_benchmark_is_the_default_slice_and_slices_name_a_portfolio():
-    assert parse_campaign(MINIMAL, "x").slices == {"default": {"kind": "demo"}}
+    assert parse_campaign(MINIMAL, "x").slices == {"default": DemoSource(kind="demo")}
     portfolio = {k: v for k, v in MINIMAL.items() if k != "benchmark"} | {
-        "slices": {"code-issues": {"kind": "demo"}, "terminal": {"kind": "terminal", "path": "tasks"}}
+        "slices": {"code-issues": {"kind": "demo"}, "terminal": {"kind": "terminal", "path": "demo_tasks"}}
     }
     campaign = parse_campaign(portfolio, "x", base_dir=DEMO_TASKS_DIR.parent)
-    assert campaign.slices["terminal"]["path"] == str(DEMO_TASKS_DIR.parent / "tasks")
+    assert campaign.slices["terminal"].path == str(DEMO_TASKS_DIR.resolve())
 
 
 def test_task_resources_and_timeouts_come_from_the_task_where_it_sets_them(tmp_path):
@@ -80,15 +83,27 @@ def test_plan_version_follows_the_plan():
     [
         ({"seeds": 0}, "field seeds"),
         ({"name": "has space"}, "field name"),
-        ({"variants": [{"name": "o", "agent": "gpt-99"}]}, r"variants\[0\] \(o\): field agent/params: unknown agent"),
-        ({"variants": [{"name": "f", "agent": "flaky", "params": {"p": 2}}]}, "p must be in"),
+        (
+            {"variants": [{"name": "o", "agent": "gpt-99"}]},
+            r"field variants\[0\].agent: unknown agent 'gpt-99' \(known: ",
+        ),
+        (
+            {"variants": [{"name": "f", "agent": "flaky", "params": {"p": 2}}]},
+            r"field variants\[0\].params: flaky agent: p must be in",
+        ),
+        ({"variants": [{"name": "f", "agent": "flaky", "params": {"q": 1}}]}, r"field variants\[0\].params: .*'q'"),
         ({"variants": [{"name": "o", "agent": "oracle"}, {"name": "o", "agent": "null"}]}, "duplicate variant"),
-        ({"resources": {"memory_floor_mb": 4096, "memory_ceiling_mb": 1024}}, "floor is above its ceiling"),
-        ({"resources": {"gpus": 1}}, "unknown field"),
-        ({"typo": 1}, "unknown field"),
+        (
+            {"resources": {"memory_floor_mb": 4096, "memory_ceiling_mb": 1024}},
+            r"field resources.memory_floor_mb: 4096 is above memory_ceiling_mb \(1024\): a floor is at most",
+        ),
+        ({"resources": {"gpus": 1}}, "field resources.gpus: unknown field"),
+        ({"typo": 1}, "field typo: unknown field"),
+        ({"benchmark": {"kind": "demo", "pth": 1}}, "field benchmark.pth: unknown field; allowed: kind$"),
+        ({"benchmark": {"kind": "nope"}}, r"field benchmark: unknown kind 'nope' \(known: demo, terminal, swebench\)"),
         ({"sandbox": {"backend": "vmware"}}, "field sandbox.backend: unknown backend 'vmware'"),
         ({"slices": {"a": {"kind": "demo"}}}, "either benchmark .* or slices"),
-        ({"timeouts": {"multiplier": 0}}, "field timeouts.multiplier: expected a positive number"),
+        ({"timeouts": {"multiplier": 0}}, "field timeouts.multiplier: expected a number above 0, got 0"),
         ({"baseline": "gpt"}, "field baseline: 'gpt' is not a variant"),
     ],
 )
@@ -102,7 +117,7 @@ def test_missing_file_and_bad_yaml(tmp_path):
         load_campaign(str(tmp_path / "nope.yaml"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed")
-    with pytest.raises(CampaignError, match="bad.yaml: not valid YAML"):
+    with pytest.raises(CampaignError, match="bad.yaml: not valid YAML at line 1"):
         load_campaign(str(bad))
 
 
@@ -110,5 +125,113 @@ def test_slice_names_and_sources_are_checked():
     base = {k: v for k, v in MINIMAL.items() if k != "benchmark"}
     with pytest.raises(CampaignError, match="my.yaml: field slices: 'has space' must be"):
         parse_campaign(base | {"slices": {"has space": {"kind": "demo"}}}, "my.yaml")
-    with pytest.raises(CampaignError, match="my.yaml: field slices.code: expected a dataset source"):
+    with pytest.raises(
+        CampaignError, match=r"my.yaml: field slices.code: expected a mapping with a kind \(demo, terminal"
+    ):
         parse_campaign(base | {"slices": {"code": "demo"}}, "my.yaml")
+
+
+SLICES = {k: v for k, v in MINIMAL.items() if k != "benchmark"}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"seed": 2}, r"field seed: unknown field \(did you mean 'seeds'\?\); allowed: name, description, "),
+        ({"slices": {"code": {"kind": "demo", "pth": "x"}}}, r"field slices.code.pth: unknown field; allowed: kind$"),
+        (
+            {"slices": {"terminal": {"kind": "terminal", "path": "builtin:demo_tasks", "pth": "x"}}},
+            r"field slices.terminal.pth: unknown field \(did you mean 'path'\?\); allowed: kind, path, mirror_dir",
+        ),
+        (
+            {"slices": {"rows": {"kind": "swebench", "hf_name": "x/y", "revision": "abc", "splt": "dev"}}},
+            r"field slices.rows.splt: unknown field \(did you mean 'split'\?\)",
+        ),
+        ({"slices": {"rows": {"kind": "swebench", "hf_name": "x/y"}}}, "field slices.rows.revision: required with hf"),
+        ({"slices": {"rows": {"kind": "swebnch"}}}, r"field slices.rows: unknown kind 'swebnch' \(known: demo, "),
+        (
+            {
+                "slices": {
+                    "rows": {"kind": "swebench", "path": "builtin:demo_tasks", "environments": {"a/b@1": {"pyton": 3}}}
+                }
+            },
+            r"field slices.rows.environments.a/b@1: unknown field\(s\) \['pyton'\]",
+        ),
+        (
+            {"variants": [{"name": "o", "agnt": "oracle"}]},
+            r"field variants\[0\].agnt: unknown field \(did you mean 'agent'",
+        ),
+        ({"sandbox": {"mdoe": "pod"}}, r"field sandbox.mdoe: unknown field \(did you mean 'mode'\?\)"),
+        ({"sandbox": {"mode": "shared"}}, r"field sandbox.mode: Input should be 'pod' or 'strict', got 'shared'"),
+        (
+            {"resources": {"memory_ceiling": 1}},
+            r"field resources.memory_ceiling: unknown field \(did you mean 'memory_",
+        ),
+        ({"resources": {"pids": True}}, r"field resources.pids: Input should be a valid integer, got True"),
+        ({"timeouts": {"test_s": 5}}, r"field timeouts.test_s: unknown field \(did you mean 'tests_s'\?\)"),
+        ({"retries": {"max_retry": 5}}, r"field retries.max_retry: unknown field \(did you mean 'max_retries'"),
+        ({"nightly": {"cronn": "0 2 * * *"}}, r"field nightly.cronn: unknown field \(did you mean 'cron'\?\)"),
+        ({"nightly": {"cron": "daily"}}, r"field nightly.cron: expected five cron fields"),
+        ({"exclude": {"instance": ["x"]}}, r"field exclude.instance: unknown field \(did you mean 'instances'\?\)"),
+    ],
+)
+def test_a_typo_in_any_section_fails_at_load_naming_the_field(change, message):
+    with pytest.raises(CampaignError, match=r"my\.yaml: " + message):
+        parse_campaign({**SLICES, "slices": {"code": {"kind": "demo"}}, **change}, "my.yaml")
+
+
+def test_every_problem_is_reported_on_its_own_line():
+    with pytest.raises(CampaignError) as error:
+        parse_campaign({**MINIMAL, "seeds": -1, "sandbox": {"backend": 3}, "retries": {"delay_s": "2"}}, "my.yaml")
+    assert str(error.value).splitlines() == [
+        "my.yaml: field seeds: expected a positive count or a list of distinct seeds, got -1",
+        "my.yaml: field sandbox.backend: Input should be a valid string, got 3",
+        "my.yaml: field retries.delay_s: expected a number, got '2'",
+    ]
+
+
+def test_a_copied_demo_campaign_loads_and_plans_the_same_trials(tmp_path):
+    copy = tmp_path / "elsewhere" / "mine.yaml"
+    copy.parent.mkdir()
+    copy.write_text((BUILTIN_DIR / "demo.yaml").read_text())
+    copied, builtin = load_campaign(str(copy)), load_campaign("demo")
+    assert copied.slices == builtin.slices and copied.gates == builtin.gates
+    assert copied.plan_version == builtin.plan_version
+    assert [trial.key for trial in copied.trials] == [trial.key for trial in builtin.trials]
+
+
+def test_a_missing_relative_path_fails_at_load_naming_field_and_resolved_path(tmp_path):
+    (tmp_path / "mine.yaml").write_text(
+        "name: mine\nslices: {terminal: {kind: terminal, path: ../demo_tasks}}\nvariants: [{name: o, agent: oracle}]\n"
+    )
+    with pytest.raises(CampaignError) as error:
+        load_campaign(str(tmp_path / "mine.yaml"))
+    message = str(error.value)
+    assert message.startswith(f"{tmp_path / 'mine.yaml'}: field slices.terminal.path: ")
+    assert f"{tmp_path.parent / 'demo_tasks'} does not exist (from '../demo_tasks')" in message
+    assert "builtin:demo_tasks" in message, "the error says what to write instead"
+
+
+def test_builtin_paths_stay_inside_the_package():
+    hostile = {**SLICES, "slices": {"t": {"kind": "terminal", "path": "builtin:../../etc"}}}
+    with pytest.raises(CampaignError, match=r"field slices.t.path: 'builtin:../../etc' leaves eval_pipeline's own"):
+        parse_campaign(hostile, "my.yaml")
+
+
+def test_a_campaign_that_is_not_a_mapping_is_refused(tmp_path):
+    (tmp_path / "list.yaml").write_text("- name: mine\n")
+    with pytest.raises(CampaignError, match=r"list.yaml: Input should be a valid dictionary"):
+        load_campaign(str(tmp_path / "list.yaml"))
+
+
+def test_the_demo_plan_is_the_one_its_stored_results_were_made_under():
+    """The plan's hash keys stored results: the typed file must hash exactly as the hand-read one did."""
+    assert load_campaign("demo").plan_version == "8371214009fc279d7eb6088570d1ff3967c4e59e7815a5cf96bb0f40a78ac94a"
+
+
+def test_a_campaign_file_cannot_run_code_when_it_is_read(tmp_path):
+    marker = tmp_path / "ran"
+    (tmp_path / "evil.yaml").write_text(f"name: !!python/object/apply:os.system ['touch {marker}']\n")
+    with pytest.raises(CampaignError, match=r"evil.yaml: not valid YAML at line 1, column 7: could not determine"):
+        load_campaign(str(tmp_path / "evil.yaml"))
+    assert not marker.exists()

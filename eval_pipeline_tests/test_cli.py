@@ -121,4 +121,4 @@ def test_a_bad_campaign_gets_a_clear_error(campaign_env, tmp_path):
     bad.write_text("name: broken\nbenchmark: {kind: demo}\nvariants: [{name: x, agent: nope}]\n")
     result = eval_pipeline_cli(campaign_env, "run", "--campaign", str(bad))
     assert result.returncode == 2
-    assert f"{bad}: variants[0] (x): field agent/params: unknown agent 'nope'" in result.stderr
+    assert f"{bad}: field variants[0].agent: unknown agent 'nope' (known: " in result.stderr

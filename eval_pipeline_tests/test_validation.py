@@ -216,4 +216,4 @@ def test_bad_input_exits_2(campaign_env, campaign_file, tmp_path, capsys):
     campaign["exclude"] = {"validation": "absent.json"}
     campaign_file.write_text(yaml.safe_dump(campaign))
     code, _, err = validate(capsys, "--campaign", str(campaign_file))
-    assert code == 2 and "field exclude.validation: validation report" in err
+    assert code == 2 and f"field exclude.validation: {tmp_path / 'absent.json'} does not exist" in err

@@ -7,14 +7,18 @@ for every agent run and every grading. Backends differ in how they isolate
 """
 
 import os
+import typing
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, ConfigDict, StrictStr, TypeAdapter
 
 from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
+from eval_pipeline.config_validation import Count, Number, PositiveCount
 from eval_pipeline.outcomes import InfrastructureError
 from eval_pipeline.tasks import Task
 
@@ -37,26 +41,15 @@ class ResourceLimits:
     resources can be varied as an experimental variable; floors stay as given.
     """
 
-    memory_floor_mb: int = 512
-    memory_ceiling_mb: int = 2048
-    cpu_floor: float = 1.0
-    cpu_ceiling: float = 2.0
-    pids: int = 512
-    output_bytes: int = 1_000_000
-    multiplier: float | None = 1.0
+    __pydantic_config__ = ConfigDict(extra="forbid")  # a campaign's `resources:` is read into this (campaign_config.py)
 
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> "ResourceLimits":
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"resources: unknown field(s) {sorted(unknown)}")
-        values = dict(data)
-        if "multiplier" in values:
-            values["multiplier"] = parse_multiplier(values["multiplier"])
-        limits = cls(**values)
-        if limits.memory_floor_mb > limits.memory_ceiling_mb or limits.cpu_floor > limits.cpu_ceiling:
-            raise ValueError("resources: a floor is above its ceiling")
-        return limits
+    memory_floor_mb: Count = 512
+    memory_ceiling_mb: Count = 2048
+    cpu_floor: Number = 1.0
+    cpu_ceiling: Number = 2.0
+    pids: Count = 512
+    output_bytes: Count = 1_000_000
+    multiplier: Annotated[float | None, BeforeValidator(parse_multiplier)] = 1.0
 
     def with_multiplier(self, multiplier: float | None) -> "ResourceLimits":
         return replace(self, multiplier=multiplier)
@@ -99,6 +92,9 @@ class SandboxError(InfrastructureError):
     """
 
 
+PythonSource = Literal["image", "pyenv"]
+
+
 @dataclass(frozen=True)
 class SandboxSettings:
     """The `sandbox:` section of a campaign.
@@ -121,42 +117,39 @@ class SandboxSettings:
     else of a task's Dockerfile is ever changed.
     """
 
-    backend: str = "local"
-    mode: str = "pod"
-    base_image: str = "python:3.11-slim"
-    extra_ca_bundle: str | None = None
-    pod_parallelism: int = 1
-    build_parallelism: int = 2
-    namespace: str = "eval-environments"
-    image_registry: str | None = None
-    python_source: str = "image"
-    python_image: str = "python:{version}-slim"
-    task_base_image: str | None = None
+    __pydantic_config__ = ConfigDict(extra="forbid")  # a campaign's `sandbox:` is read into this (campaign_config.py)
 
-    MODES = ("pod", "strict")
-    PYTHON_SOURCES = ("image", "pyenv")
+    backend: StrictStr = "local"
+    mode: Literal["pod", "strict"] = "pod"
+    base_image: StrictStr = "python:3.11-slim"
+    extra_ca_bundle: StrictStr | None = None
+    pod_parallelism: PositiveCount = 1
+    build_parallelism: PositiveCount = 2
+    namespace: StrictStr = "eval-environments"
+    image_registry: StrictStr | None = None
+    python_source: PythonSource = "image"
+    python_image: StrictStr = "python:{version}-slim"
+    task_base_image: StrictStr | None = None
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "SandboxSettings":
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown field(s) {sorted(unknown)}")
-        settings = cls(**data)
-        if settings.mode not in cls.MODES:
-            raise ValueError(f"mode must be one of {cls.MODES}, got {settings.mode!r}")
-        if settings.pod_parallelism < 1 or settings.build_parallelism < 1:
-            raise ValueError("pod_parallelism and build_parallelism must be at least 1")
-        python_source = os.environ.get("EVAL_PIPELINE_PYTHON_SOURCE") or settings.python_source
-        if python_source not in cls.PYTHON_SOURCES:
-            raise ValueError(f"python_source must be one of {cls.PYTHON_SOURCES}, got {python_source!r}")
+        """Settings from a mapping with this machine's overrides; pydantic's ValidationError (a ValueError) names
+        a wrong field."""
+        return TypeAdapter(cls).validate_python(data).with_machine_overrides()
+
+    def with_machine_overrides(self) -> "SandboxSettings":
+        """These settings with the machine's environment variables in place of the campaign's."""
+        python_source = os.environ.get("EVAL_PIPELINE_PYTHON_SOURCE") or self.python_source
+        if python_source not in typing.get_args(PythonSource):
+            raise ValueError(f"EVAL_PIPELINE_PYTHON_SOURCE must be image or pyenv, got {python_source!r}")
         return replace(
-            settings,
+            self,
             python_source=python_source,
-            base_image=os.environ.get("EVAL_PIPELINE_BASE_IMAGE") or settings.base_image,
-            extra_ca_bundle=os.environ.get("EVAL_PIPELINE_EXTRA_CA_BUNDLE") or settings.extra_ca_bundle,
-            namespace=os.environ.get("EVAL_PIPELINE_K8S_NAMESPACE") or settings.namespace,
-            image_registry=os.environ.get("EVAL_PIPELINE_IMAGE_REGISTRY") or settings.image_registry,
-            task_base_image=os.environ.get("EVAL_PIPELINE_TASK_BASE_IMAGE") or settings.task_base_image,
+            base_image=os.environ.get("EVAL_PIPELINE_BASE_IMAGE") or self.base_image,
+            extra_ca_bundle=os.environ.get("EVAL_PIPELINE_EXTRA_CA_BUNDLE") or self.extra_ca_bundle,
+            namespace=os.environ.get("EVAL_PIPELINE_K8S_NAMESPACE") or self.namespace,
+            image_registry=os.environ.get("EVAL_PIPELINE_IMAGE_REGISTRY") or self.image_registry,
+            task_base_image=os.environ.get("EVAL_PIPELINE_TASK_BASE_IMAGE") or self.task_base_image,
         )
 
 
