@@ -1,0 +1,128 @@
+"""A trial's identity, computed once, and the scan that finds the trials still to run.
+
+A trial is one (instance, variant, seed) of a campaign. Everything that names
+its artifacts is known before anything runs: the agent's config hash, its
+generation's key, and what its evaluation's key is made of (environment,
+resources, test timeout; only the patch's hash waits for the generation).
+`trial_identities` computes them in one place for the runner, the assets, the
+results and the per-trial folders, with the very keys that `generate` and
+`evaluate` store under, so stored artifacts are found and reused.
+
+The pending scan lists the store instead of reading it per trial: one listing
+of `scored/` (each final evaluation's marker) and one of `evaluation/` (so a
+marker whose evaluation was quarantined as corrupt does not count), whatever
+the number of trials.
+"""
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from eval_pipeline.artifacts import ArtifactStore
+from eval_pipeline.campaign import Campaign
+from eval_pipeline.evaluation import SCORED, final_evaluation_key, mark_scored, scored_prefix
+from eval_pipeline.generation import Generation, generation_key
+from eval_pipeline.portfolio import Portfolio
+from eval_pipeline.sandbox import SandboxBackend
+
+
+@dataclass(frozen=True)
+class TrialIdentity:
+    """Who a trial is and where its artifacts are, known without running it."""
+
+    campaign: str
+    slice: str
+    instance_id: str
+    trial: str  # the trial's key in the campaign: `<variant>-s<seed>`
+    variant: str
+    agent: str
+    seed: int
+    agent_config_hash: str
+    generation_key: str
+    environment_key: str
+    test_timeout_s: float
+    resources: dict[str, Any] = field(hash=False)  # the sandbox's resources record, as evaluations store it
+
+    def evaluation_key(self, patch_sha256: str) -> str:
+        """The final evaluation's key once the generation's patch is known."""
+        return final_evaluation_key(
+            self.generation_key, patch_sha256, self.environment_key, self.resources, self.test_timeout_s
+        )
+
+    @property
+    def scored_prefix(self) -> str:
+        """Where the marker of this trial's final evaluation is kept."""
+        return scored_prefix(self.generation_key, self.environment_key, self.resources, self.test_timeout_s)
+
+
+def trial_identities(
+    campaign: Campaign,
+    portfolio: Portfolio,
+    sandbox_for: Callable[[Any], SandboxBackend],
+    instance_id: str | None = None,
+) -> list[TrialIdentity]:
+    """Every planned trial's identity (or only `instance_id`'s), by instance id then trial, in the campaign's
+    trial order; `sandbox_for` gives a task's sandbox (terminal tasks set their own resources)."""
+    tasks = [portfolio.instance(instance_id)] if instance_id else portfolio.instances
+    agents = {variant.name: variant.make_agent() for variant in campaign.variants}
+    identities = []
+    for task in sorted(tasks, key=lambda t: t.instance_id):
+        sandbox = sandbox_for(task)
+        environment_key = sandbox.environment_key(task, portfolio.environment_for(task))
+        resources = sandbox.resources_record()
+        for trial in campaign.trials:
+            agent = agents[trial.variant.name]
+            identities.append(
+                TrialIdentity(
+                    campaign=campaign.name,
+                    slice=portfolio.slice_of(task.instance_id),
+                    instance_id=task.instance_id,
+                    trial=trial.key,
+                    variant=trial.variant.name,
+                    agent=trial.variant.agent,
+                    seed=trial.seed,
+                    agent_config_hash=agent.config_hash,
+                    generation_key=generation_key(task, agent, trial.seed, campaign.timeout_multiplier),
+                    environment_key=environment_key,
+                    test_timeout_s=campaign.test_timeout_for(task),
+                    resources=resources,
+                )
+            )
+    return identities
+
+
+def _markers(store: ArtifactStore) -> dict[str, set[str]]:
+    """Each scored prefix's evaluation keys, from one listing of `scored/`."""
+    markers: dict[str, set[str]] = {}
+    for key in store.keys(SCORED):
+        prefix, _, name = key.rpartition("/")
+        markers.setdefault(prefix, set()).add(f"evaluation/{name}")
+    return markers
+
+
+def _stored_final(identity: TrialIdentity, store: ArtifactStore, evaluations: set[str]) -> bool:
+    """Whether an unmarked trial's final evaluation is stored, found through its generation (one read);
+    the marker is left for the next scan (best effort: a scan needs no write access)."""
+    if (payload := store.get(identity.generation_key)) is None:
+        return False
+    generation = Generation.from_payload(payload, key=identity.generation_key, reused=True)
+    if (key := identity.evaluation_key(generation.patch_sha256)) not in evaluations:
+        return False
+    mark_scored(store, identity.scored_prefix, key)
+    return True
+
+
+def pending_trials(identities: Iterable[TrialIdentity], store: ArtifactStore) -> list[TrialIdentity]:
+    """The trials with no scored final evaluation stored, in the order given.
+
+    Two listings (`scored/`, `evaluation/`) decide every trial whose evaluation
+    left its marker; a trial without one (evaluated before markers existed, or
+    not finished) costs a listing of `generation/` and one read if its
+    generation is stored.
+    """
+    identities = list(identities)
+    evaluations = set(store.keys("evaluation"))
+    markers = _markers(store)
+    unmarked = [i for i in identities if not markers.get(i.scored_prefix, set()) & evaluations]
+    generations = set(store.keys("generation")) if unmarked else set()
+    return [i for i in unmarked if i.generation_key not in generations or not _stored_final(i, store, evaluations)]
