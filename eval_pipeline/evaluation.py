@@ -11,7 +11,7 @@ attempt, final or not, is kept; a retry adds one and deletes none.
 A final evaluation's key holds its patch's hash, known only once the
 generation exists. So that a campaign can tell its finished trials from one
 listing, each final evaluation also leaves a marker under `scored/`, named by
-what is known before anything runs (`scored_prefix`) and by the evaluation.
+what is known before anything runs (`scored_id`) and by the evaluation.
 """
 
 import time
@@ -82,14 +82,20 @@ def final_evaluation_key(
     return f"evaluation/{stable_hash({**identity, 'patch': patch_sha256})}.json"
 
 
-def scored_prefix(generation_key: str, environment_key: str, resources: dict[str, Any], test_timeout_s: float) -> str:
-    """Where the marker of a trial's final evaluation is kept: computable before the trial runs."""
-    return f"{SCORED}/{stable_hash(_evaluation_identity(generation_key, environment_key, resources, test_timeout_s))}"
+def scored_id(generation_key: str, environment_key: str, resources: dict[str, Any], test_timeout_s: float) -> str:
+    """The hash that names a trial's scored marker: computable before the trial runs."""
+    return stable_hash(_evaluation_identity(generation_key, environment_key, resources, test_timeout_s))
 
 
-def scored_marker_key(prefix: str, evaluation_key: str) -> str:
-    """The marker under `prefix` that names `evaluation_key`: a listing of `scored/` tells both."""
-    return f"{prefix}/{evaluation_key.removeprefix('evaluation/')}"
+def scored_marker_key(trial_scored_id: str, evaluation_key: str) -> str:
+    """The marker that names both the trial and its final evaluation, so one listing of `scored/` tells both."""
+    return f"{SCORED}/{trial_scored_id}-{evaluation_key.removeprefix('evaluation/')}"
+
+
+def parse_scored_marker(marker_key: str) -> tuple[str, str]:
+    """A marker's (scored id, evaluation key)."""
+    trial_scored_id, _, evaluation_name = marker_key.removeprefix(f"{SCORED}/").partition("-")
+    return trial_scored_id, f"evaluation/{evaluation_name}"
 
 
 def evaluation_key(generation: Generation, environment_key: str, sandbox: SandboxBackend, test_timeout_s: float) -> str:
@@ -98,11 +104,11 @@ def evaluation_key(generation: Generation, environment_key: str, sandbox: Sandbo
     )
 
 
-def mark_scored(store: ArtifactStore, prefix: str, evaluation_key: str) -> None:
+def mark_scored(store: ArtifactStore, trial_scored_id: str, evaluation_key: str) -> None:
     """Leave the marker of a stored final evaluation. Best effort: without it, a scan reads the trial's
     generation to find its evaluation, and leaves the marker then."""
     with suppress(InfrastructureError):
-        store.put(scored_marker_key(prefix, evaluation_key), {"evaluation_key": evaluation_key})
+        store.put(scored_marker_key(trial_scored_id, evaluation_key), {"evaluation_key": evaluation_key})
 
 
 def _judge(
@@ -180,8 +186,7 @@ def evaluate(
     if not verdict.outcome.is_scored:
         return evaluation
     stored_first = store.put(key, evaluation.payload())
-    prefix = scored_prefix(generation.key, environment.key, evaluation.resources, test_timeout_s)
-    mark_scored(store, prefix, key)
+    mark_scored(store, scored_id(generation.key, environment.key, evaluation.resources, test_timeout_s), key)
     if not stored_first:  # a concurrent run stored it first: theirs is the record
         return Evaluation.from_payload(store.get(key) or evaluation.payload(), key=key, reused=True)
     return evaluation

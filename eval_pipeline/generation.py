@@ -55,12 +55,20 @@ class Generation(StoredRecord):
     generation_version: str
 
 
-def generation_key(instance: Instance | TerminalTask, agent: Agent, seed: int, timeout_multiplier: float = 1.0) -> str:
-    identity = {"version": GENERATION_VERSION, "instance": instance.content_hash, "agent": agent.config, "seed": seed}
-    agent_timeout_s = agent_task(instance, seed, timeout_multiplier).timeout_s
-    if agent_timeout_s is not None:  # the task's own limit on the agent can change what it produces
+def task_generation_key(
+    content_hash: str, agent_config: dict[str, Any], seed: int, agent_timeout_s: float | None
+) -> str:
+    """The generation's key from what determines it: the task's content, the agent, the seed, and the task's
+    own limit on the agent (it can change what the agent produces)."""
+    identity = {"version": GENERATION_VERSION, "instance": content_hash, "agent": agent_config, "seed": seed}
+    if agent_timeout_s is not None:
         identity["agent_timeout_s"] = agent_timeout_s
     return f"generation/{stable_hash(identity)}.json"
+
+
+def generation_key(instance: Instance | TerminalTask, agent: Agent, seed: int, timeout_multiplier: float = 1.0) -> str:
+    agent_timeout_s = agent_task(instance, seed, timeout_multiplier).timeout_s
+    return task_generation_key(instance.content_hash, agent.config, seed, agent_timeout_s)
 
 
 def _solve(agent: Agent, task: AgentTask, workspace: Workspace) -> tuple[AgentOutput | None, str, str]:

@@ -16,12 +16,14 @@ the number of trials.
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+from eval_pipeline.agents import agent_task
 from eval_pipeline.artifacts import ArtifactStore
 from eval_pipeline.campaign import Campaign
-from eval_pipeline.evaluation import SCORED, final_evaluation_key, mark_scored, scored_prefix
-from eval_pipeline.generation import Generation, generation_key
+from eval_pipeline.evaluation import SCORED, final_evaluation_key, mark_scored, parse_scored_marker, scored_id
+from eval_pipeline.generation import Generation, task_generation_key
 from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.sandbox import SandboxBackend
 
@@ -49,10 +51,10 @@ class TrialIdentity:
             self.generation_key, patch_sha256, self.environment_key, self.resources, self.test_timeout_s
         )
 
-    @property
-    def scored_prefix(self) -> str:
-        """Where the marker of this trial's final evaluation is kept."""
-        return scored_prefix(self.generation_key, self.environment_key, self.resources, self.test_timeout_s)
+    @cached_property
+    def scored_id(self) -> str:
+        """What names the marker of this trial's final evaluation (a hash: cached, as scans ask often)."""
+        return scored_id(self.generation_key, self.environment_key, self.resources, self.test_timeout_s)
 
 
 def trial_identities(
@@ -65,13 +67,17 @@ def trial_identities(
     trial order; `sandbox_for` gives a task's sandbox (terminal tasks set their own resources)."""
     tasks = [portfolio.instance(instance_id)] if instance_id else portfolio.instances
     agents = {variant.name: variant.make_agent() for variant in campaign.variants}
+    configs = {name: (agent.config, agent.config_hash) for name, agent in agents.items()}
     identities = []
     for task in sorted(tasks, key=lambda t: t.instance_id):
         sandbox = sandbox_for(task)
         environment_key = sandbox.environment_key(task, portfolio.environment_for(task))
         resources = sandbox.resources_record()
+        content_hash = task.content_hash  # hashes the whole row: once per task, not per trial
+        # The task's own limit on the agent, the same for every seed (generation_key asks per trial).
+        agent_timeout_s = agent_task(task, 0, campaign.timeout_multiplier).timeout_s
         for trial in campaign.trials:
-            agent = agents[trial.variant.name]
+            agent_config, agent_config_hash = configs[trial.variant.name]
             identities.append(
                 TrialIdentity(
                     campaign=campaign.name,
@@ -81,8 +87,8 @@ def trial_identities(
                     variant=trial.variant.name,
                     agent=trial.variant.agent,
                     seed=trial.seed,
-                    agent_config_hash=agent.config_hash,
-                    generation_key=generation_key(task, agent, trial.seed, campaign.timeout_multiplier),
+                    agent_config_hash=agent_config_hash,
+                    generation_key=task_generation_key(content_hash, agent_config, trial.seed, agent_timeout_s),
                     environment_key=environment_key,
                     test_timeout_s=campaign.test_timeout_for(task),
                     resources=resources,
@@ -92,11 +98,11 @@ def trial_identities(
 
 
 def _markers(store: ArtifactStore) -> dict[str, set[str]]:
-    """Each scored prefix's evaluation keys, from one listing of `scored/`."""
+    """Each scored id's evaluation keys, from one listing of `scored/`."""
     markers: dict[str, set[str]] = {}
     for key in store.keys(SCORED):
-        prefix, _, name = key.rpartition("/")
-        markers.setdefault(prefix, set()).add(f"evaluation/{name}")
+        trial_scored_id, evaluation_key = parse_scored_marker(key)
+        markers.setdefault(trial_scored_id, set()).add(evaluation_key)
     return markers
 
 
@@ -108,7 +114,7 @@ def _stored_final(identity: TrialIdentity, store: ArtifactStore, evaluations: se
     generation = Generation.from_payload(payload, key=identity.generation_key, reused=True)
     if (key := identity.evaluation_key(generation.patch_sha256)) not in evaluations:
         return False
-    mark_scored(store, identity.scored_prefix, key)
+    mark_scored(store, identity.scored_id, key)
     return True
 
 
@@ -123,6 +129,6 @@ def pending_trials(identities: Iterable[TrialIdentity], store: ArtifactStore) ->
     identities = list(identities)
     evaluations = set(store.keys("evaluation"))
     markers = _markers(store)
-    unmarked = [i for i in identities if not markers.get(i.scored_prefix, set()) & evaluations]
+    unmarked = [i for i in identities if not markers.get(i.scored_id, set()) & evaluations]
     generations = set(store.keys("generation")) if unmarked else set()
     return [i for i in unmarked if i.generation_key not in generations or not _stored_final(i, store, evaluations)]

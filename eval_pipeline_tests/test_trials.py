@@ -2,12 +2,11 @@
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from eval_pipeline.agents import make_agent
-from eval_pipeline.artifacts import LocalArtifactStore, attempts_prefix
+from eval_pipeline.artifacts import attempts_prefix
 from eval_pipeline.attempt_log import AttemptLog, attempts, environment_artifact_key
 from eval_pipeline.campaign import parse_campaign
 from eval_pipeline.environments import environment_attempt
@@ -21,6 +20,7 @@ from eval_pipeline.results import collect_warehouse
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR, load_terminal_tasks
 from eval_pipeline.trial_folder import FILES, export_trials
 from eval_pipeline.trials import pending_trials, trial_identities
+from eval_pipeline_tests.counting_store import CountingStore
 
 CAMPAIGN_FIELDS = {
     "name": "ids",
@@ -29,22 +29,6 @@ CAMPAIGN_FIELDS = {
     "seeds": 2,
 }
 CAMPAIGN = parse_campaign(CAMPAIGN_FIELDS, "test")
-
-
-class CountingStore(LocalArtifactStore):
-    """A local store that counts its reads and listings, as an object store would bill them."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.gets = self.listings = 0
-
-    def get(self, key):
-        self.gets += 1
-        return super().get(key)
-
-    def keys(self, prefix):
-        self.listings += 1
-        return super().keys(prefix)
 
 
 @pytest.fixture(scope="module")
