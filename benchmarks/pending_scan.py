@@ -17,7 +17,8 @@ environment attempt. Nothing runs: records are written directly.
   (and of `generation/` for the trials still pending) plus one read per
   unfinished trial with a stored generation.
 
-Figures: store reads (get) and listings (keys), and wall-clock seconds (the
+Figures: store reads (get) and listings (keys), the requests S3 would count
+for them (a listing costs one per 1,000 keys), and wall-clock seconds (the
 fastest of `--repeats`); also the time to compute the trial identities, which
 both ways need.
 """
@@ -160,11 +161,17 @@ def measure(scan, identities: list[TrialIdentity], store: CountingStore, repeats
     timings = []
     for _ in range(repeats):
         fresh = [replace(identity) for identity in identities]  # no hash cached by an earlier repeat
-        store.gets = store.listings = 0
+        store.reset()
         started = time.perf_counter()
         pending = scan(fresh, store)
         timings.append(time.perf_counter() - started)
-    return {"seconds": round(min(timings), 3), "gets": store.gets, "listings": store.listings, "pending": len(pending)}
+    return {
+        "seconds": round(min(timings), 3),
+        "gets": store.gets,
+        "listings": store.listings,
+        "s3_requests": store.requests,
+        "pending": len(pending),
+    }
 
 
 def run(trials: int, repeats: int, root: Path) -> dict:

@@ -103,7 +103,7 @@ def test_the_pending_scan_lists_the_store_and_reads_no_finished_trial(
     finished = [i for i in identities if i.instance_id == instance_id]
     for identity in finished:
         run_trial(identity, portfolio, shared_sandbox, counting_store)
-    counting_store.gets = counting_store.listings = 0
+    counting_store.reset()
     pending = pending_trials(identities, counting_store)
     assert pending == [i for i in identities if i.instance_id != instance_id]
     assert counting_store.gets == 0, "finished trials are found by listing, not read"
@@ -118,7 +118,7 @@ def test_a_store_written_before_markers_is_scanned_through_generations_and_marke
     for marker in (counting_store.root / "scored").rglob("*.json"):
         marker.unlink()
     assert identity not in pending_trials(identities, counting_store), "found through its generation"
-    counting_store.gets = 0
+    counting_store.reset()
     assert identity not in pending_trials(identities, counting_store)
     assert counting_store.gets == 0, "the first scan left the marker"
 
