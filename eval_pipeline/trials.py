@@ -97,6 +97,20 @@ def trial_identities(
     return identities
 
 
+def trial_identity(
+    campaign: Campaign,
+    portfolio: Portfolio,
+    sandbox_for: Callable[[Any], SandboxBackend],
+    instance_id: str,
+    trial_key: str,
+) -> TrialIdentity:
+    """One trial's identity (a trial partition's), computed as for the whole campaign."""
+    for identity in trial_identities(campaign, portfolio, sandbox_for, instance_id):
+        if identity.trial == trial_key:
+            return identity
+    raise KeyError(f"campaign {campaign.name!r} has no trial {trial_key!r}")
+
+
 def _markers(store: ArtifactStore) -> dict[str, set[str]]:
     """Each scored id's evaluation keys, from one listing of `scored/`."""
     markers: dict[str, set[str]] = {}

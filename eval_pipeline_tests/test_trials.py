@@ -19,7 +19,7 @@ from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.results import collect_warehouse
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR, load_terminal_tasks
 from eval_pipeline.trial_folder import FILES, export_trials
-from eval_pipeline.trials import pending_trials, trial_identities
+from eval_pipeline.trials import pending_trials, trial_identities, trial_identity
 from eval_pipeline_tests.counting_store import CountingStore
 
 CAMPAIGN_FIELDS = {
@@ -75,12 +75,16 @@ def old_evaluation_key(generation, environment_key, sandbox, test_timeout_s):
     return f"evaluation/{stable_hash(identity)}.json"
 
 
-def test_every_planned_trial_has_one_identity(identities, portfolio):
+def test_every_planned_trial_has_one_identity(identities, portfolio, shared_sandbox):
     assert len(identities) == len(portfolio.instances) * len(CAMPAIGN.trials)
     assert len({(i.instance_id, i.trial) for i in identities}) == len(identities)
     assert {i.slice for i in identities} == {"code-issues", "terminal"}
     terminal = next(i for i in identities if i.slice == "terminal")
     assert terminal.test_timeout_s == portfolio.instance(terminal.instance_id).verifier_timeout_s
+    one = trial_identity(CAMPAIGN, portfolio, lambda task: shared_sandbox, terminal.instance_id, "none-s1")
+    assert one in identities and (one.instance_id, one.variant, one.seed) == (terminal.instance_id, "none", 1)
+    with pytest.raises(KeyError, match="no-such-trial"):
+        trial_identity(CAMPAIGN, portfolio, lambda task: shared_sandbox, terminal.instance_id, "no-such-trial")
 
 
 @pytest.mark.parametrize("slice_name", ["code-issues", "terminal"])
