@@ -23,9 +23,6 @@ from eval_pipeline.artifacts import ArtifactStore, StoredRecord, attempts_prefix
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import InfrastructureError
 
-ATTEMPTS = "attempts"
-
-
 class Stage(StrEnum):
     ENVIRONMENT = "environment"
     GENERATION = "generation"
@@ -139,7 +136,7 @@ class AttemptLog:
         self.store = store
         self._listed: dict[str, list[str]] = defaultdict(list)
         for stage in Stage:
-            for key in store.keys(f"{ATTEMPTS}/{stage}"):
+            for key in store.keys(attempts_prefix(stage)):
                 self._listed[key.rsplit("/", 1)[0]].append(key)
 
     def attempts(self, artifact_key: str) -> list[Attempt]:
