@@ -23,6 +23,7 @@ from eval_pipeline.artifacts import ArtifactStore, StoredRecord, attempts_prefix
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import InfrastructureError
 
+
 class Stage(StrEnum):
     ENVIRONMENT = "environment"
     GENERATION = "generation"
