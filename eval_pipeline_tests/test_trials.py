@@ -5,13 +5,13 @@ from dataclasses import replace
 
 import pytest
 
-from eval_pipeline.agents import make_agent
+from eval_pipeline.agents import agent_task, make_agent
 from eval_pipeline.artifacts import attempts_prefix
 from eval_pipeline.attempt_log import AttemptLog, attempts, environment_artifact_key
 from eval_pipeline.campaign import parse_campaign
 from eval_pipeline.environments import environment_attempt
 from eval_pipeline.evaluation import evaluate
-from eval_pipeline.generation import generate
+from eval_pipeline.generation import GENERATION_VERSION, generate
 from eval_pipeline.grading import GRADING_VERSION
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import ImageBuildFailed
@@ -62,6 +62,15 @@ def first_code_issue(identities):
     return next(i for i in identities if i.slice == "code-issues")
 
 
+def old_generation_key(task, agent, seed, timeout_multiplier):
+    """The generation key as the harness computed it before trial identities."""
+    identity = {"version": GENERATION_VERSION, "instance": task.content_hash, "agent": agent.config, "seed": seed}
+    agent_timeout_s = agent_task(task, seed, timeout_multiplier).timeout_s
+    if agent_timeout_s is not None:
+        identity["agent_timeout_s"] = agent_timeout_s
+    return f"generation/{stable_hash(identity)}.json"
+
+
 def old_evaluation_key(generation, environment_key, sandbox, test_timeout_s):
     """The evaluation key as the harness computed it before trial identities: stored artifacts depend on it."""
     identity = {
@@ -92,6 +101,8 @@ def test_identity_keys_are_the_keys_stored_artifacts_have(identities, portfolio,
     identity = next(i for i in identities if i.slice == slice_name and i.variant == "none")
     generation, evaluation = run_trial(identity, portfolio, shared_sandbox, store)
     assert identity.generation_key == generation.key
+    task = portfolio.instance(identity.instance_id)
+    assert generation.key == old_generation_key(task, make_agent("null"), identity.seed, CAMPAIGN.timeout_multiplier)
     assert identity.agent_config_hash == make_agent("null").config_hash == generation.agent_config_hash
     assert identity.evaluation_key(generation.patch_sha256) == evaluation.key
     assert evaluation.key == old_evaluation_key(
