@@ -18,9 +18,10 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from eval_pipeline.hashing import canonical_json, sha256_text
 from eval_pipeline.outcomes import StorageError
@@ -28,17 +29,45 @@ from eval_pipeline.outcomes import StorageError
 logger = logging.getLogger(__name__)
 
 
-class StoredRecord:
-    """Mixin for a frozen dataclass kept as an artifact; its `reused` field says it came from the store."""
+class RecordError(ValueError):
+    """A stored record this harness cannot read (a required field absent, a value of the wrong type).
 
-    reused: bool
+    The message names the artifact's key and each field at fault, so a record
+    written by an older or newer harness says what differs instead of failing
+    with a bare TypeError.
+    """
+
+
+# What a record written before records carried a version is: the first version.
+UNVERSIONED = 1
+
+
+class StoredRecord(BaseModel):
+    """A record kept as an artifact: typed, versioned, and readable across harness versions.
+
+    Forward compatible: a field written by a newer harness is ignored, a field
+    added since the record was written takes its default, and a required field
+    that is absent raises RecordError naming the artifact and the field.
+    `reused` says the record came from the store; it is never stored.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    record_version: int
+    reused: bool = Field(default=False, exclude=True)
 
     @classmethod
-    def from_payload(cls, payload: dict[str, Any], *, reused: bool) -> Self:
-        return cls(**{**payload, "reused": reused})
+    def from_payload(cls, payload: dict[str, Any], *, key: str, reused: bool) -> Self:
+        """The record stored at `key`; RecordError when it lacks a required field or has a malformed one."""
+        try:
+            return cls.model_validate({"record_version": UNVERSIONED, **payload, "reused": reused})
+        except ValidationError as error:
+            problems = "; ".join(f"field {'.'.join(map(str, e['loc']))!r}: {e['msg']}" for e in error.errors())
+            version = payload.get("record_version", UNVERSIONED)
+            raise RecordError(f"{cls.__name__} record {key} (record_version {version}): {problems}") from None
 
     def payload(self) -> dict[str, Any]:
-        return {name: value for name, value in asdict(self).items() if name != "reused"}  # type: ignore[call-overload]
+        return self.model_dump()
 
 
 def attempts_prefix(key: str) -> str:
@@ -140,14 +169,12 @@ class LocalArtifactStore(ArtifactStore):
             os.unlink(handle.name)
 
     def keys(self, prefix: str) -> list[str]:
-        base = self._path(prefix)
-        if not base.is_dir():
-            return []
-        return sorted(
-            str(path.relative_to(self.root))
-            for path in base.rglob("*")
-            if path.is_file() and not path.name.startswith(".tmp-")
-        )
+        # os.walk reads each directory once and stats no file: a campaign's listing is tens of thousands of keys.
+        found = []
+        for directory, _, names in os.walk(self._path(prefix)):
+            relative = Path(directory).relative_to(self.root).as_posix()
+            found.extend(f"{relative}/{name}" for name in names if not name.startswith(".tmp-"))
+        return sorted(found)
 
 
 class S3ArtifactStore(ArtifactStore):

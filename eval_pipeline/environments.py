@@ -2,46 +2,19 @@
 
 When an environment cannot be built or started (an image that does not build,
 an engine that does not answer), none of the instance's trials can run. The
-failure is an infrastructure outcome for all of them: it is kept under
-`attempts/environment/` so that the results table says why those trials never
-ran (rather than `missing`), and raised so that the step is retried.
+failure is an infrastructure outcome for all of them: it is kept in the
+attempt log (under `attempts/environment/`) so that the results table says why
+those trials never ran (rather than `missing`), and raised so that the step is
+retried.
 """
 
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
-from typing import Any
+from contextlib import AbstractContextManager
 
-from eval_pipeline.artifacts import ArtifactStore, attempts_prefix
-from eval_pipeline.hashing import stable_hash
-from eval_pipeline.outcomes import InfrastructureError
+from eval_pipeline.artifacts import ArtifactStore
+from eval_pipeline.attempt_log import Stage, environment_artifact_key, failures_kept
 
 
-def _prefix(environment_key: str) -> str:
-    return attempts_prefix(f"environment/{stable_hash(environment_key)[:32]}")
-
-
-@contextmanager
-def environment_attempt(store: ArtifactStore, instance_id: str, environment_key: str) -> Iterator[None]:
+def environment_attempt(store: ArtifactStore, instance_id: str, environment_key: str) -> AbstractContextManager[None]:
     """Keep an infrastructure failure inside the block as a failed attempt at the environment, and re-raise it."""
-    started_at = datetime.now(UTC).isoformat()
-    try:
-        yield
-    except InfrastructureError as error:
-        record = {
-            "instance_id": instance_id,
-            "environment_key": environment_key,
-            "outcome": error.outcome.value,
-            "detail": str(error)[-4000:],
-            "started_at": started_at,
-        }
-        with suppress(InfrastructureError):  # a failing store cannot keep its own failure
-            store.put(f"{_prefix(environment_key)}/{uuid.uuid4().hex}.json", record)
-        raise
-
-
-def environment_failures(store: ArtifactStore, environment_key: str) -> list[dict[str, Any]]:
-    """The kept failed attempts at an environment, oldest first."""
-    attempts = [payload for key in store.keys(_prefix(environment_key)) if (payload := store.get(key))]
-    return sorted(attempts, key=lambda attempt: attempt["started_at"])
+    keys = {"environment": environment_key, "instance_id": instance_id}
+    return failures_kept(store, Stage.ENVIRONMENT, environment_artifact_key(environment_key), keys)

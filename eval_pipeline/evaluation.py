@@ -4,20 +4,25 @@ A scored verdict (resolved, unresolved, patch_apply_failed, and the agent's
 own agent_error and agent_timeout) is final: it is stored under a key derived
 from the generation, environment, grading version and resources, and reused
 from then on. A verdict that could not score the patch (an infrastructure
-outcome, a grading error) is kept as an attempt under `attempts/` but never
-stored as final, so a retry or the next run of the same trial grades it again.
-Every attempt, final or not, is kept; a retry adds one and deletes none.
+outcome, a grading error) is kept in the attempt log but never stored as
+final, so a retry or the next run of the same trial grades it again. Every
+attempt, final or not, is kept; a retry adds one and deletes none.
+
+A final evaluation's key holds its patch's hash, known only once the
+generation exists. So that a campaign can tell its finished trials from one
+listing, each final evaluation also leaves a marker under `scored/`, named by
+what is known before anything runs (`scored_id`) and by the evaluation.
 """
 
 import time
 import traceback
 import uuid
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from contextlib import suppress
 from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
-from eval_pipeline.artifacts import ArtifactStore, StoredRecord, attempts_prefix
+from eval_pipeline.artifacts import ArtifactStore, StoredRecord
+from eval_pipeline.attempt_log import Attempt, Stage, keep, now
 from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.generation import COMPLETED, Generation
 from eval_pipeline.grading import GRADING_VERSION, Verdict, grade_task
@@ -26,9 +31,11 @@ from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.tasks import Task
 
+SCORED = "scored"
 
-@dataclass(frozen=True)
+
 class Evaluation(StoredRecord):
+    record_version: int = 2
     key: str
     attempt_id: str
     generation_key: str
@@ -48,23 +55,60 @@ class Evaluation(StoredRecord):
     duration_s: float
     harness_version: str
     grading_version: str
-    reused: bool = False
 
     @property
     def outcome_type(self) -> Outcome:
         return Outcome(self.outcome)
 
 
-def evaluation_key(generation: Generation, environment_key: str, sandbox: SandboxBackend, test_timeout_s: float) -> str:
-    identity = {
+def _evaluation_identity(
+    generation_key: str, environment_key: str, resources: dict[str, Any], test_timeout_s: float
+) -> dict[str, Any]:
+    """What determines a trial's evaluation, less its patch: all known before anything runs."""
+    return {
         "version": GRADING_VERSION,
-        "generation": generation.key,
-        "patch": generation.patch_sha256,
+        "generation": generation_key,
         "environment": environment_key,
-        "resources": sandbox.resources_record(),
+        "resources": resources,
         "test_timeout_s": test_timeout_s,
     }
-    return f"evaluation/{stable_hash(identity)}.json"
+
+
+def final_evaluation_key(
+    generation_key: str, patch_sha256: str, environment_key: str, resources: dict[str, Any], test_timeout_s: float
+) -> str:
+    """Where the final evaluation of this generation's patch, graded so, is stored."""
+    identity = _evaluation_identity(generation_key, environment_key, resources, test_timeout_s)
+    return f"evaluation/{stable_hash({**identity, 'patch': patch_sha256})}.json"
+
+
+def scored_id(generation_key: str, environment_key: str, resources: dict[str, Any], test_timeout_s: float) -> str:
+    """The hash that names a trial's scored marker: computable before the trial runs."""
+    return stable_hash(_evaluation_identity(generation_key, environment_key, resources, test_timeout_s))
+
+
+def scored_marker_key(trial_scored_id: str, evaluation_key: str) -> str:
+    """The marker that names both the trial and its final evaluation, so one listing of `scored/` tells both."""
+    return f"{SCORED}/{trial_scored_id}-{evaluation_key.removeprefix('evaluation/')}"
+
+
+def parse_scored_marker(marker_key: str) -> tuple[str, str]:
+    """A marker's (scored id, evaluation key)."""
+    trial_scored_id, _, evaluation_name = marker_key.removeprefix(f"{SCORED}/").partition("-")
+    return trial_scored_id, f"evaluation/{evaluation_name}"
+
+
+def evaluation_key(generation: Generation, environment_key: str, sandbox: SandboxBackend, test_timeout_s: float) -> str:
+    return final_evaluation_key(
+        generation.key, generation.patch_sha256, environment_key, sandbox.resources_record(), test_timeout_s
+    )
+
+
+def mark_scored(store: ArtifactStore, trial_scored_id: str, evaluation_key: str) -> None:
+    """Leave the marker of a stored final evaluation. Best effort: without it, a scan reads the trial's
+    generation to find its evaluation, and leaves the marker then."""
+    with suppress(InfrastructureError):
+        store.put(scored_marker_key(trial_scored_id, evaluation_key), {"evaluation_key": evaluation_key})
 
 
 def _judge(
@@ -99,9 +143,9 @@ def evaluate(
     """The final evaluation of a generation, grading it only when none is stored."""
     key = evaluation_key(generation, environment.key, sandbox, test_timeout_s)
     if (stored := store.get(key)) is not None:
-        return Evaluation.from_payload(stored, reused=True)
+        return Evaluation.from_payload(stored, key=key, reused=True)
 
-    started_at = datetime.now(UTC).isoformat()
+    started_at = now()
     clock = time.monotonic()
     verdict = _judge(instance, spec, generation, environment, sandbox, test_timeout_s)
     evaluation = Evaluation(
@@ -125,10 +169,24 @@ def evaluate(
         harness_version=HARNESS_VERSION,
         grading_version=GRADING_VERSION,
     )
+    attempt = Attempt(
+        stage=Stage.EVALUATION,
+        outcome=evaluation.outcome,
+        started_at=started_at,
+        duration_s=evaluation.duration_s,
+        detail=evaluation.detail,
+        keys={"artifact": key, "generation": generation.key, "attempt_id": evaluation.attempt_id},
+        record=evaluation.payload(),
+    )
     try:
-        store.put(f"{attempts_prefix(key)}/{evaluation.attempt_id}.json", evaluation.payload())
+        keep(store, key, attempt)
     except InfrastructureError as error:  # the verdict is lost with the store: an infrastructure outcome
-        return replace(evaluation, outcome=error.outcome.value, detail=f"{error}\nthe verdict was {verdict.outcome}")
-    if verdict.outcome.is_scored and not store.put(key, evaluation.payload()):
-        return Evaluation.from_payload(store.get(key) or evaluation.payload(), reused=True)
+        detail = f"{error}\nthe verdict was {verdict.outcome}"
+        return evaluation.model_copy(update={"outcome": error.outcome.value, "detail": detail})
+    if not verdict.outcome.is_scored:
+        return evaluation
+    stored_first = store.put(key, evaluation.payload())
+    mark_scored(store, scored_id(generation.key, environment.key, evaluation.resources, test_timeout_s), key)
+    if not stored_first:  # a concurrent run stored it first: theirs is the record
+        return Evaluation.from_payload(store.get(key) or evaluation.payload(), key=key, reused=True)
     return evaluation

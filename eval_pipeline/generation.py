@@ -7,20 +7,18 @@ evaluation is re-run.
 
 The agent's own failures (it raised, or ran over its time) are stored as the
 generation, final like any other. An infrastructure failure under the agent
-stores nothing final: it is kept as an attempt under `attempts/` and raised,
-so the step is retried.
+stores nothing final: it is kept in the attempt log and raised, so the step
+is retried.
 """
 
 import time
 import traceback
-import uuid
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.agents import Agent, AgentOutput, AgentTask, AgentTimeout, agent_task
-from eval_pipeline.artifacts import ArtifactStore, StoredRecord, attempts_prefix
+from eval_pipeline.artifacts import ArtifactStore, StoredRecord
+from eval_pipeline.attempt_log import Stage, failures_kept, now
 from eval_pipeline.hashing import sha256_text, stable_hash
 from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.patches import WorkspaceDiffError, workspace_diff
@@ -33,10 +31,10 @@ GENERATION_VERSION = "1"
 COMPLETED = "completed"
 
 
-@dataclass(frozen=True)
 class Generation(StoredRecord):
     """A stored generation: the patch, how it was made, and what it cost."""
 
+    record_version: int = 2
     key: str
     instance_id: str
     agent_config: dict[str, Any]
@@ -54,15 +52,22 @@ class Generation(StoredRecord):
     duration_s: float
     harness_version: str
     generation_version: str
-    reused: bool = False
+
+
+def task_generation_key(
+    content_hash: str, agent_config: dict[str, Any], seed: int, agent_timeout_s: float | None
+) -> str:
+    """The generation's key from what determines it: the task's content, the agent, the seed, and the task's
+    own limit on the agent (it can change what the agent produces)."""
+    identity = {"version": GENERATION_VERSION, "instance": content_hash, "agent": agent_config, "seed": seed}
+    if agent_timeout_s is not None:
+        identity["agent_timeout_s"] = agent_timeout_s
+    return f"generation/{stable_hash(identity)}.json"
 
 
 def generation_key(instance: Task, agent: Agent, seed: int, timeout_multiplier: float = 1.0) -> str:
-    identity = {"version": GENERATION_VERSION, "instance": instance.content_hash, "agent": agent.config, "seed": seed}
     agent_timeout_s = agent_task(instance, seed, timeout_multiplier).timeout_s
-    if agent_timeout_s is not None:  # the task's own limit on the agent can change what it produces
-        identity["agent_timeout_s"] = agent_timeout_s
-    return f"generation/{stable_hash(identity)}.json"
+    return task_generation_key(instance.content_hash, agent.config, seed, agent_timeout_s)
 
 
 def _solve(agent: Agent, task: AgentTask, workspace: Workspace) -> tuple[AgentOutput | None, str, str]:
@@ -96,42 +101,24 @@ def generate(
     """
     key = generation_key(instance, agent, seed, timeout_multiplier)
     if (stored := store.get(key)) is not None:
-        return Generation.from_payload(stored, reused=True)
+        return Generation.from_payload(stored, key=key, reused=True)
 
     task = agent_task(instance, seed, timeout_multiplier)
-    started_at = datetime.now(UTC).isoformat()
+    started_at = now()
     clock = time.monotonic()
-    generation = Generation(
-        key=key,
-        instance_id=instance.instance_id,
-        agent_config=agent.config,
-        agent_config_hash=agent.config_hash,
-        seed=task.seed,
-        status="",
-        error="",
-        patch="",
-        patch_sha256=sha256_text(""),
-        trajectory=[],
-        input_tokens=0,
-        output_tokens=0,
-        cost_usd=0.0,
-        started_at=started_at,
-        duration_s=0.0,
-        harness_version=HARNESS_VERSION,
-        generation_version=GENERATION_VERSION,
-    )
-    try:
+    with failures_kept(store, Stage.GENERATION, key, {"artifact": key}):
         with sandbox.workspace(environment, label=f"gen-{task.seed}") as workspace:
             output, status, error = _solve(agent, task, workspace)
             try:
                 patch = workspace_diff(workspace, instance.base_commit)
             except WorkspaceDiffError as failure:  # the agent left a workspace that makes no patch
                 patch, status, error = "", Outcome.AGENT_ERROR.value, f"{error}\n{failure}".strip()
-    except InfrastructureError as failure:
-        _keep_failed_attempt(store, generation, failure, time.monotonic() - clock)
-        raise
-    generation = replace(
-        generation,
+    generation = Generation(
+        key=key,
+        instance_id=instance.instance_id,
+        agent_config=agent.config,
+        agent_config_hash=agent.config_hash,
+        seed=task.seed,
         status=status,
         error=error,
         patch=patch,
@@ -140,29 +127,11 @@ def generate(
         input_tokens=output.input_tokens if output else 0,
         output_tokens=output.output_tokens if output else 0,
         cost_usd=output.cost_usd if output else 0.0,
+        started_at=started_at,
         duration_s=round(time.monotonic() - clock, 3),
+        harness_version=HARNESS_VERSION,
+        generation_version=GENERATION_VERSION,
     )
     if not store.put(key, generation.payload()):  # a concurrent run stored it first: theirs is the record
-        return Generation.from_payload(store.get(key) or generation.payload(), reused=True)
+        return Generation.from_payload(store.get(key) or generation.payload(), key=key, reused=True)
     return generation
-
-
-def _keep_failed_attempt(
-    store: ArtifactStore, generation: Generation, failure: InfrastructureError, duration_s: float
-) -> None:
-    """Record an attempt that the infrastructure cut short, unless the store itself is what failed."""
-    attempt = replace(
-        generation, status=failure.outcome.value, error=str(failure)[-4000:], duration_s=round(duration_s, 3)
-    )
-    try:
-        store.put(f"{attempts_prefix(generation.key)}/{uuid.uuid4().hex}.json", attempt.payload())
-    except InfrastructureError:
-        pass  # the raised failure already says what happened; there is nowhere to keep it
-
-
-def failed_attempts(store: ArtifactStore, key: str) -> list[Generation]:
-    """The generation attempts for `key` that the infrastructure cut short, oldest first."""
-    attempts = [
-        Generation.from_payload(p, reused=True) for k in store.keys(attempts_prefix(key)) if (p := store.get(k))
-    ]
-    return sorted(attempts, key=lambda attempt: attempt.started_at)

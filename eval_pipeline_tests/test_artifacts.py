@@ -8,7 +8,16 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from eval_pipeline.artifacts import ArtifactStore, LocalArtifactStore, S3ArtifactStore, open_artifact_store
+from eval_pipeline.artifacts import (
+    UNVERSIONED,
+    ArtifactStore,
+    LocalArtifactStore,
+    RecordError,
+    S3ArtifactStore,
+    open_artifact_store,
+)
+from eval_pipeline.attempt_log import Attempt
+from eval_pipeline.generation import Generation
 from eval_pipeline.outcomes import StorageError
 
 
@@ -119,3 +128,54 @@ def test_an_unreachable_s3_server_is_a_storage_error_naming_the_store():
     for operation in (lambda: store.get("g/a.json"), lambda: store.put("g/a.json", {}), lambda: store.keys("g")):
         with pytest.raises(StorageError, match="s3://eval-pipeline-test/p/"):
             operation()
+
+
+def _stored_generation(**changes) -> dict:
+    """A generation's payload as an older or newer harness might have stored it."""
+    payload = {
+        "key": "generation/g.json",
+        "instance_id": "i",
+        "agent_config": {"agent": "null"},
+        "agent_config_hash": "h",
+        "seed": 0,
+        "status": "completed",
+        "error": "",
+        "patch": "",
+        "patch_sha256": "s",
+        "trajectory": [],
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cost_usd": 0.0,
+        "started_at": "2026-01-01T00:00:00+00:00",
+        "duration_s": 1.0,
+        "harness_version": "1",
+        "generation_version": "1",
+    }
+    return {name: value for name, value in {**payload, **changes}.items() if value is not None}
+
+
+def test_a_record_from_a_newer_harness_loads_without_its_unknown_fields():
+    generation = Generation.from_payload(_stored_generation(record_version=9, rationale="new"), key="g", reused=True)
+    assert generation.reused and generation.record_version == 9
+    assert "rationale" not in generation.payload() and "reused" not in generation.payload()
+
+
+def test_a_record_from_before_versions_is_version_one_and_new_records_carry_theirs():
+    assert Generation.from_payload(_stored_generation(), key="g", reused=False).record_version == UNVERSIONED
+    payload = _stored_generation(record_version=2)
+    assert Generation.from_payload(payload, key="g", reused=False).payload() == payload
+
+
+def test_a_record_missing_a_defaulted_field_loads():
+    attempt = Attempt.from_payload(
+        {"stage": "environment", "outcome": "engine_error", "started_at": "t"}, key="a", reused=True
+    )
+    assert (attempt.duration_s, attempt.detail, attempt.keys, attempt.record) == (None, "", {}, None)
+
+
+def test_a_record_missing_a_required_field_names_the_artifact_and_the_field():
+    with pytest.raises(RecordError, match=r"generation/old\.json.*'patch_sha256'.*required") as raised:
+        Generation.from_payload(_stored_generation(patch_sha256=None), key="generation/old.json", reused=True)
+    assert not isinstance(raised.value, TypeError)
+    with pytest.raises(RecordError, match="'seed'"):
+        Generation.from_payload(_stored_generation(seed="zero"), key="generation/bad.json", reused=True)

@@ -7,9 +7,10 @@ import pytest
 
 from eval_pipeline.agents import Agent, AgentOutput, FlakyAgent, make_agent
 from eval_pipeline.artifacts import attempts_prefix
+from eval_pipeline.attempt_log import attempts
 from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.evaluation import evaluate
-from eval_pipeline.generation import failed_attempts, generate, generation_key
+from eval_pipeline.generation import generate, generation_key
 from eval_pipeline.outcomes import Outcome, SandboxLost
 
 
@@ -106,9 +107,9 @@ def test_a_sandbox_failure_under_the_agent_is_not_the_agents_failure(instance, e
         with pytest.raises(SandboxLost):
             generate(instance, EngineLostAgent(), 0, environment, shared_sandbox, store)
     assert store.get(key) is None, "nothing final stored: the step is retried"
-    attempts = failed_attempts(store, key)
-    assert [a.status for a in attempts] == ["sandbox_lost", "sandbox_lost"], "every attempt is kept"
-    assert "disappeared" in attempts[0].error
+    kept = attempts(store, key)
+    assert [(a.stage, a.outcome) for a in kept] == [("generation", "sandbox_lost")] * 2, "every attempt is kept"
+    assert "disappeared" in kept[0].detail
 
 
 def test_scored_evaluations_are_final_and_reused(instance, environment, shared_sandbox, store, demo_benchmark):

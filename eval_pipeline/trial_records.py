@@ -1,0 +1,250 @@
+"""One trial's records, read from the artifact store alone: its results row, its kept attempts, its stage records.
+
+The results warehouse (results.py) and the per-trial folders (trial_folder.py)
+read trials through here, so both say the same about every trial. A trial is
+scored only by its final evaluation; one with none shows the outcome of its
+last kept attempt (its evaluation's, else its generation's, else its
+environment's), or `missing`.
+"""
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from eval_pipeline import HARNESS_VERSION
+from eval_pipeline.artifacts import ArtifactStore
+from eval_pipeline.attempt_log import Attempt, AttemptLog, Stage
+from eval_pipeline.campaign import Campaign
+from eval_pipeline.evaluation import Evaluation
+from eval_pipeline.generation import Generation
+from eval_pipeline.outcomes import Outcome
+from eval_pipeline.portfolio import Portfolio
+from eval_pipeline.sandbox import SandboxBackend
+from eval_pipeline.tasks import Task
+from eval_pipeline.trials import TrialIdentity, trial_identities
+
+MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    campaign: str
+    slice: str
+    instance_id: str
+    repo: str
+    trial: str
+    variant: str
+    seed: int
+    agent: str
+    agent_config_hash: str
+    outcome: str
+    outcome_kind: str | None
+    scored: bool
+    resolved: bool
+    attempts: int
+    generation_key: str | None
+    evaluation_key: str | None
+    patch_sha256: str | None
+    generation_duration_s: float | None
+    evaluation_duration_s: float | None
+    peak_memory_mb: float | None
+    oom_killed: bool
+    test_infrastructure_changes: int  # files of test infrastructure the patch changed (undone before grading)
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    harness_version: str
+    dataset_version: str
+    sandbox_backend: str
+    sandbox_mode: str
+    environment_image: str | None
+    memory_floor_mb: int
+    memory_ceiling_mb: int
+    cpu_floor: float
+    cpu_ceiling: float
+    resource_multiplier: float | None
+    effective_memory_ceiling_mb: int | None
+    pids_limit: int
+    enforced_limits: str
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One kept attempt at a trial's stage (an environment's attempts count for each of its trials)."""
+
+    campaign: str
+    instance_id: str
+    trial: str
+    stage: str  # environment, generation or evaluation
+    outcome: str
+    outcome_kind: str
+    final: bool  # the attempt whose artifact is the stage's stored result
+    started_at: str
+    duration_s: float | None
+    detail: str
+
+
+def _unfinished_outcome(outcome: str) -> Outcome:
+    """A kept attempt's outcome for a trial with no final evaluation.
+
+    A scored verdict that has no final artifact could not be stored: the trial
+    is not scored, and its outcome says so.
+    """
+    return Outcome.STORAGE_ERROR if Outcome(outcome).is_scored else Outcome(outcome)
+
+
+def _peak_memory_mb(evaluation: Evaluation | None) -> float | None:
+    """The largest peak any grading step measured; None where none was measured."""
+    peaks = [step["peak_memory_mb"] for step in evaluation.steps if step.get("peak_memory_mb")] if evaluation else []
+    return max(peaks, default=None)
+
+
+def _test_infrastructure_changes(evaluation: Evaluation | None) -> int:
+    """How many test-infrastructure files (conftest.py, tests, pytest settings) the graded patch changed."""
+    steps = evaluation.steps if evaluation else []
+    return sum(len(step.get("undone", [])) for step in steps if step.get("step") == "restore_test_files")
+
+
+@dataclass(frozen=True)
+class TrialRecords:
+    """What the store holds for one trial: its results row, its kept attempts, and its stage records
+    (the final evaluation, else its last evaluation attempt's record)."""
+
+    identity: TrialIdentity
+    result: TrialResult
+    attempts: list[AttemptRecord]
+    generation: Generation | None
+    evaluation: Evaluation | None
+
+
+def _attempt_record(identity: TrialIdentity, attempt: Attempt, final: bool) -> AttemptRecord:
+    kind = Outcome(attempt.outcome).kind.value if attempt.outcome in set(Outcome) else ""  # `completed` has none
+    return AttemptRecord(
+        identity.campaign,
+        identity.instance_id,
+        identity.trial,
+        attempt.stage.value,
+        attempt.outcome,
+        kind,
+        final,
+        attempt.started_at,
+        attempt.duration_s,
+        attempt.detail[-2000:],
+    )
+
+
+def _stored_generation_attempt(generation: Generation) -> Attempt:
+    """The stored generation as its stage's final attempt."""
+    return Attempt(
+        stage=Stage.GENERATION,
+        outcome=generation.status,
+        started_at=generation.started_at,
+        duration_s=generation.duration_s,
+        detail=generation.error,
+        keys={"artifact": generation.key},
+    )
+
+
+def _outcome(final: Evaluation | None, evaluations: list[Attempt], earlier: list[Attempt]) -> Outcome | None:
+    """A scored trial's final outcome, else its last kept attempt's: evaluation's, generation's, environment's."""
+    if final is not None:
+        return Outcome(final.outcome)
+    if evaluations:
+        return _unfinished_outcome(evaluations[-1].outcome)
+    return Outcome(earlier[-1].outcome) if earlier else None
+
+
+def read_trial(
+    identity: TrialIdentity,
+    task: Task,
+    portfolio: Portfolio,
+    sandbox: SandboxBackend,
+    store: ArtifactStore,
+    log: AttemptLog,
+) -> TrialRecords:
+    """The trial's results row, every attempt kept at its stages, and its stage records, from the store alone."""
+    stored_generation = store.get(identity.generation_key)
+    generation = (
+        Generation.from_payload(stored_generation, key=identity.generation_key, reused=True)
+        if stored_generation
+        else None
+    )
+    generation_failures = log.attempts(identity.generation_key)
+    environment_attempts = log.environment_attempts(identity.environment_key)
+    eval_key = identity.evaluation_key(generation.patch_sha256) if generation else None
+    evaluations = log.attempts(eval_key) if eval_key else []
+    stored_final = store.get(eval_key) if eval_key else None
+    final = Evaluation.from_payload(stored_final, key=eval_key, reused=True) if stored_final and eval_key else None
+    evaluation = final or (
+        Evaluation.from_payload(evaluations[-1].record, key=eval_key, reused=True)
+        if evaluations and evaluations[-1].record and eval_key
+        else None
+    )
+    outcome = _outcome(final, evaluations, generation_failures or environment_attempts)
+    final_attempt_id = final.attempt_id if final else None
+    attempts = [
+        *(_attempt_record(identity, a, False) for a in environment_attempts + generation_failures),
+        *([_attempt_record(identity, _stored_generation_attempt(generation), True)] if generation else []),
+        *(_attempt_record(identity, a, a.keys.get("attempt_id") == final_attempt_id) for a in evaluations),
+    ]
+    limits = sandbox.limits
+    result = TrialResult(
+        campaign=identity.campaign,
+        slice=identity.slice,
+        instance_id=identity.instance_id,
+        repo=task.repo,
+        trial=identity.trial,
+        variant=identity.variant,
+        seed=identity.seed,
+        agent=identity.agent,
+        agent_config_hash=identity.agent_config_hash,
+        outcome=outcome.value if outcome else MISSING,
+        outcome_kind=outcome.kind.value if outcome else None,
+        scored=final is not None,
+        resolved=bool(final is not None and outcome and outcome.is_resolved),
+        attempts=len(evaluations) + len(generation_failures),
+        generation_key=identity.generation_key if generation else None,
+        evaluation_key=eval_key if evaluation else None,
+        patch_sha256=generation.patch_sha256 if generation else None,
+        generation_duration_s=generation.duration_s if generation else None,
+        evaluation_duration_s=evaluation.duration_s if evaluation else None,
+        peak_memory_mb=_peak_memory_mb(evaluation),
+        oom_killed=bool(evaluation and any(step.get("oom_killed") for step in evaluation.steps)),
+        test_infrastructure_changes=_test_infrastructure_changes(evaluation),
+        input_tokens=generation.input_tokens if generation else 0,
+        output_tokens=generation.output_tokens if generation else 0,
+        cost_usd=generation.cost_usd if generation else 0.0,
+        harness_version=evaluation.harness_version if evaluation else HARNESS_VERSION,
+        dataset_version=portfolio.version,
+        sandbox_backend=sandbox.name,
+        sandbox_mode=sandbox.settings.mode,
+        environment_image=evaluation.environment.get("image_id") if evaluation else None,
+        memory_floor_mb=limits.memory_floor_mb,
+        memory_ceiling_mb=limits.memory_ceiling_mb,
+        cpu_floor=limits.cpu_floor,
+        cpu_ceiling=limits.cpu_ceiling,
+        resource_multiplier=limits.multiplier,
+        effective_memory_ceiling_mb=limits.effective_memory_ceiling_mb,
+        pids_limit=limits.pids,
+        enforced_limits=json.dumps(sandbox.enforced_limits(), sort_keys=True),
+    )
+    return TrialRecords(identity, result, attempts, generation, evaluation)
+
+
+def read_trials(
+    campaign: Campaign,
+    portfolio: Portfolio,
+    sandbox_for: Callable[[Task], SandboxBackend],
+    store: ArtifactStore,
+    instance_id: str | None = None,
+) -> list[TrialRecords]:
+    """Every planned trial's records (or only `instance_id`'s), by instance then trial; the attempt log is
+    listed once per stage, not once per trial."""
+    log = AttemptLog(store)
+    sandboxes: dict[str, SandboxBackend] = {}
+    records = []
+    for identity in trial_identities(campaign, portfolio, sandbox_for, instance_id):
+        task = portfolio.instance(identity.instance_id)
+        sandbox = sandboxes.setdefault(identity.instance_id, sandbox_for(task))
+        records.append(read_trial(identity, task, portfolio, sandbox, store, log))
+    return records

@@ -1,0 +1,218 @@
+"""Trial identities, the pending scan, the attempt log and per-trial folders, on demo rows."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from eval_pipeline.agents import agent_task, make_agent
+from eval_pipeline.artifacts import attempts_prefix
+from eval_pipeline.attempt_log import AttemptLog, attempts, environment_artifact_key
+from eval_pipeline.campaign import parse_campaign
+from eval_pipeline.environments import environment_attempt
+from eval_pipeline.evaluation import evaluate
+from eval_pipeline.generation import GENERATION_VERSION, generate
+from eval_pipeline.grading import GRADING_VERSION
+from eval_pipeline.hashing import stable_hash
+from eval_pipeline.outcomes import ImageBuildFailed
+from eval_pipeline.portfolio import Portfolio
+from eval_pipeline.results import collect_warehouse
+from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR, load_terminal_tasks
+from eval_pipeline.trial_folder import FILES, export_trials
+from eval_pipeline.trials import pending_trials, trial_identities, trial_identity
+from eval_pipeline_tests.counting_store import CountingStore
+
+CAMPAIGN_FIELDS = {
+    "name": "ids",
+    "benchmark": {"kind": "demo"},
+    "variants": [{"name": "oracle", "agent": "oracle"}, {"name": "none", "agent": "null"}],
+    "seeds": 2,
+}
+CAMPAIGN = parse_campaign(CAMPAIGN_FIELDS, "test")
+
+
+@pytest.fixture(scope="module")
+def portfolio(demo_benchmark, tmp_path_factory) -> Portfolio:
+    terminal = load_terminal_tasks(DEMO_TASKS_DIR, tmp_path_factory.mktemp("task_mirrors"))
+    return Portfolio({"code-issues": demo_benchmark, "terminal": terminal})
+
+
+@pytest.fixture
+def identities(portfolio, shared_sandbox):
+    return trial_identities(CAMPAIGN, portfolio, lambda task: shared_sandbox)
+
+
+@pytest.fixture
+def counting_store(tmp_path) -> CountingStore:
+    return CountingStore(tmp_path / "artifacts")
+
+
+def run_trial(identity, portfolio, sandbox, store):
+    """Generate and evaluate one trial as the campaign's assets do."""
+    task = portfolio.instance(identity.instance_id)
+    spec = portfolio.environment_for(task)
+    environment = sandbox.prepare(task, spec, portfolio.source_for(task))
+    agent = CAMPAIGN.trial(identity.trial).variant.make_agent()
+    generation = generate(task, agent, identity.seed, environment, sandbox, store, CAMPAIGN.timeout_multiplier)
+    return generation, evaluate(task, spec, generation, environment, sandbox, store, CAMPAIGN.test_timeout_for(task))
+
+
+def first_code_issue(identities):
+    """The first trial of a code issue: quicker to run than a terminal task."""
+    return next(i for i in identities if i.slice == "code-issues")
+
+
+def old_generation_key(task, agent, seed, timeout_multiplier):
+    """The generation key as the harness computed it before trial identities."""
+    identity = {"version": GENERATION_VERSION, "instance": task.content_hash, "agent": agent.config, "seed": seed}
+    agent_timeout_s = agent_task(task, seed, timeout_multiplier).timeout_s
+    if agent_timeout_s is not None:
+        identity["agent_timeout_s"] = agent_timeout_s
+    return f"generation/{stable_hash(identity)}.json"
+
+
+def old_evaluation_key(generation, environment_key, sandbox, test_timeout_s):
+    """The evaluation key as the harness computed it before trial identities: stored artifacts depend on it."""
+    identity = {
+        "version": GRADING_VERSION,
+        "generation": generation.key,
+        "patch": generation.patch_sha256,
+        "environment": environment_key,
+        "resources": sandbox.resources_record(),
+        "test_timeout_s": test_timeout_s,
+    }
+    return f"evaluation/{stable_hash(identity)}.json"
+
+
+def test_every_planned_trial_has_one_identity(identities, portfolio, shared_sandbox):
+    assert len(identities) == len(portfolio.instances) * len(CAMPAIGN.trials)
+    assert len({(i.instance_id, i.trial) for i in identities}) == len(identities)
+    assert {i.slice for i in identities} == {"code-issues", "terminal"}
+    terminal = next(i for i in identities if i.slice == "terminal")
+    assert terminal.test_timeout_s == portfolio.instance(terminal.instance_id).verifier_timeout_s
+    one = trial_identity(CAMPAIGN, portfolio, lambda task: shared_sandbox, terminal.instance_id, "none-s1")
+    assert one in identities and (one.instance_id, one.variant, one.seed) == (terminal.instance_id, "none", 1)
+    with pytest.raises(KeyError, match="no-such-trial"):
+        trial_identity(CAMPAIGN, portfolio, lambda task: shared_sandbox, terminal.instance_id, "no-such-trial")
+
+
+@pytest.mark.parametrize("slice_name", ["code-issues", "terminal"])
+def test_identity_keys_are_the_keys_stored_artifacts_have(identities, portfolio, shared_sandbox, store, slice_name):
+    identity = next(i for i in identities if i.slice == slice_name and i.variant == "none")
+    generation, evaluation = run_trial(identity, portfolio, shared_sandbox, store)
+    assert identity.generation_key == generation.key
+    task = portfolio.instance(identity.instance_id)
+    assert generation.key == old_generation_key(task, make_agent("null"), identity.seed, CAMPAIGN.timeout_multiplier)
+    assert identity.agent_config_hash == make_agent("null").config_hash == generation.agent_config_hash
+    assert identity.evaluation_key(generation.patch_sha256) == evaluation.key
+    assert evaluation.key == old_evaluation_key(
+        generation, identity.environment_key, shared_sandbox, identity.test_timeout_s
+    )
+    assert store.get(evaluation.key) is not None and evaluation.outcome_type.is_scored
+
+
+def test_the_pending_scan_lists_the_store_and_reads_no_finished_trial(
+    identities, portfolio, shared_sandbox, counting_store
+):
+    instance_id = first_code_issue(identities).instance_id
+    finished = [i for i in identities if i.instance_id == instance_id]
+    for identity in finished:
+        run_trial(identity, portfolio, shared_sandbox, counting_store)
+    counting_store.reset()
+    pending = pending_trials(identities, counting_store)
+    assert pending == [i for i in identities if i.instance_id != instance_id]
+    assert counting_store.gets == 0, "finished trials are found by listing, not read"
+    assert counting_store.listings == 3, "scored/, evaluation/, and generation/ for the trials still pending"
+
+
+def test_a_store_written_before_markers_is_scanned_through_generations_and_marked(
+    identities, portfolio, shared_sandbox, counting_store
+):
+    identity = first_code_issue(identities)
+    run_trial(identity, portfolio, shared_sandbox, counting_store)
+    for marker in (counting_store.root / "scored").rglob("*.json"):
+        marker.unlink()
+    assert identity not in pending_trials(identities, counting_store), "found through its generation"
+    counting_store.reset()
+    assert identity not in pending_trials(identities, counting_store)
+    assert counting_store.gets == 0, "the first scan left the marker"
+
+
+def test_a_trial_whose_final_evaluation_was_quarantined_is_pending_again(identities, portfolio, shared_sandbox, store):
+    identity = first_code_issue(identities)
+    _, evaluation = run_trial(identity, portfolio, shared_sandbox, store)
+    (store.root / evaluation.key).write_text("truncated")
+    assert store.get(evaluation.key) is None, "moved to quarantine"
+    assert identity in pending_trials(identities, store)
+
+
+def test_trials_never_run_failed_to_build_or_not_scored_are_pending(portfolio, shared_sandbox, store):
+    impatient = parse_campaign({**CAMPAIGN_FIELDS, "timeouts": {"tests_s": 0.5}}, "test")
+    identities = trial_identities(impatient, portfolio, lambda task: shared_sandbox)
+    identity = next(i for i in identities if i.slice == "code-issues" and i.variant == "oracle")
+    with pytest.raises(ImageBuildFailed), environment_attempt(store, identity.instance_id, identity.environment_key):
+        raise ImageBuildFailed("no such base image")
+    task = portfolio.instance(identity.instance_id)
+    spec = portfolio.environment_for(task)
+    environment = shared_sandbox.prepare(task, spec, portfolio.source_for(task))
+    generation = generate(task, make_agent("oracle"), identity.seed, environment, shared_sandbox, store)
+    slow = replace(spec, test_cmd="sleep 30; " + spec.test_cmd)
+    evaluation = evaluate(task, slow, generation, environment, shared_sandbox, store, identity.test_timeout_s)
+    assert evaluation.outcome == "test_timeout" and evaluation.key == identity.evaluation_key(generation.patch_sha256)
+    assert pending_trials(identities, store) == identities
+
+
+def test_the_attempt_log_reads_attempts_kept_before_it_existed(identities, store):
+    """Stores written by earlier harnesses keep whole Generation records and environment dicts as attempts."""
+    identity = identities[0]
+    legacy_generation = {"key": identity.generation_key, "status": "sandbox_lost", "error": "pod gone"}
+    store.put(f"{attempts_prefix(identity.generation_key)}/a.json", {**legacy_generation, "started_at": "2"})
+    environment = {"instance_id": "i", "environment_key": identity.environment_key, "outcome": "engine_error"}
+    log = AttemptLog(store)
+    with pytest.raises(ImageBuildFailed), environment_attempt(store, "i", identity.environment_key):
+        raise ImageBuildFailed("base image gone")
+    store.put(
+        f"{attempts_prefix(environment_artifact_key(identity.environment_key))}/old.json",
+        {**environment, "detail": "x", "started_at": "0"},
+    )
+    kept = attempts(store, identity.generation_key)
+    assert [(a.stage, a.outcome, a.detail, a.record_version) for a in kept] == [
+        ("generation", "sandbox_lost", "pod gone", 1)
+    ]
+    environment_attempts = AttemptLog(store).environment_attempts(identity.environment_key)
+    assert [a.outcome for a in environment_attempts] == ["engine_error", "image_build_failed"], "oldest first"
+    assert environment_attempts[1].keys == {"environment": identity.environment_key, "instance_id": "i"}
+    assert log.environment_attempts(identity.environment_key) == [], "a log reads what was listed when it opened"
+
+
+def test_results_and_folders_come_from_the_store_alone(identities, portfolio, shared_sandbox, store, tmp_path):
+    code_issue = first_code_issue(identities)
+    instance_id = code_issue.instance_id
+    for identity in identities:
+        if identity.instance_id == instance_id:
+            run_trial(identity, portfolio, shared_sandbox, store)
+    warehouse = collect_warehouse(CAMPAIGN, portfolio, lambda task: shared_sandbox, store)
+    rows = {(row.instance_id, row.trial): row for row in warehouse.trials}
+    assert len(rows) == len(identities)
+    assert rows[(instance_id, "oracle-s0")].resolved and rows[(instance_id, "none-s0")].outcome == "unresolved"
+    assert not any(row.scored for (other, _), row in rows.items() if other != instance_id)
+
+    folders = export_trials(CAMPAIGN, portfolio, lambda task: shared_sandbox, store, tmp_path / "trials", instance_id)
+    assert [f.relative_to(tmp_path / "trials").parts for f in folders] == [
+        ("code-issues", instance_id, variant, f"seed-{seed}") for variant in ("oracle", "none") for seed in (0, 1)
+    ]
+    oracle = folders[0]
+    assert sorted(path.name for path in oracle.iterdir()) == sorted(FILES)
+    assert portfolio.instance(instance_id).problem_statement in (oracle / "instruction.md").read_text()
+    assert (oracle / "patch.diff").read_text().startswith("diff --git")
+    assert "run_tests" in (oracle / "test_output.txt").read_text()
+    outcome = json.loads((oracle / "outcome.json").read_text())
+    assert (outcome["outcome"], outcome["kind"], outcome["scored"]) == ("resolved", "agent", True)
+    assert outcome["durations_s"]["evaluation"] > 0 and outcome["resources"]["requested"]["memory_ceiling_mb"] == 1024
+    lineage = json.loads((oracle / "lineage.json").read_text())
+    assert lineage["environment_key"] == code_issue.environment_key
+    assert lineage["artifacts"]["generation"] == code_issue.generation_key
+    assert lineage["grading_version"] == GRADING_VERSION and lineage["agent_config"] == make_agent("oracle").config
+    kept = [json.loads(line) for line in (oracle / "attempts.jsonl").read_text().splitlines()]
+    assert [(a["stage"], a["final"]) for a in kept] == [("generation", True), ("evaluation", True)]
+    assert (oracle / "patch.diff").read_text() == store.get(lineage["artifacts"]["generation"])["patch"]
