@@ -132,6 +132,29 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    """Write each trial's folder (instruction, patch, test output, outcome, lineage, attempts) from the store."""
+    from eval_pipeline.dataset_sources import load_portfolio
+    from eval_pipeline.defs.resources import EvalPipelineResource
+    from eval_pipeline.trial_folder import export_trials
+
+    campaign = _load(args.campaign)
+    resource = EvalPipelineResource.for_deployment(Paths.from_env(), Deployment.from_env())
+    portfolio = load_portfolio(campaign.slices, resource.paths).excluding(campaign.exclude)
+    if args.instance and args.instance not in {task.instance_id for task in portfolio.instances}:
+        raise UsageError(f"--instance {args.instance!r} is not an instance of campaign {campaign.name}")
+    folders = export_trials(
+        campaign,
+        portfolio,
+        lambda task: resource.sandbox(campaign, task),
+        resource.artifact_store(),
+        Path(args.to),
+        args.instance,
+    )
+    print(f"{len(folders)} trial folder(s) under {args.to}")
+    return 0
+
+
 def _janitor(args: argparse.Namespace) -> int:
     if args.kubernetes:
         return _kubernetes_janitor(args)
@@ -230,6 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     calibrate.add_argument("--json", action="store_true", help="print the calibration as JSON")
     calibrate.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="as for run")
     calibrate.set_defaults(handler=_calibrate)
+    export = commands.add_parser(
+        "export", help="write a folder per trial (instruction, patch, test output, outcome, lineage, attempts)"
+    )
+    export.add_argument("--campaign", default="demo", help="a built-in campaign name or a campaign YAML path")
+    export.add_argument("--to", required=True, help="the directory to write the folders under")
+    export.add_argument("--instance", help="only this instance's trials")
+    export.set_defaults(handler=_export)
     janitor = commands.add_parser(
         "janitor", help="remove leaked containers (and old images) from the container engine, or leaked pods"
     )

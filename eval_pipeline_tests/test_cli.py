@@ -49,6 +49,7 @@ def test_demo_portfolio_end_to_end_then_resume_regrades_only_the_unscored(campai
     assert {row[0] for row in oracle_terminal} <= {"build-index", "slow-report", "shuffle-deck"}
     assert_release_gates(campaign_env, summary)
     unscored_attempts = assert_warehouse(home, summary)
+    assert_trial_folders(campaign_env, home / "export")
 
     second = eval_pipeline_cli(campaign_env, "run", "--campaign", "demo", "--json")
     assert second.returncode == 0, second.stderr[-3000:]
@@ -72,6 +73,18 @@ def assert_quiet(stderr: str) -> None:
 
 def headline(numbers: dict) -> tuple:
     return numbers["resolved_rate"], numbers["n"], numbers["ci_low"], numbers["ci_high"]
+
+
+def assert_trial_folders(env: dict[str, str], dest: Path) -> None:
+    """A person can browse one trial: what the agent was asked, what it wrote, how it was graded, and why."""
+    exported = eval_pipeline_cli(env, "export", "--campaign", "demo", "--to", str(dest), "--instance", "build-index")
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    folder = dest / "terminal" / "build-index" / "oracle" / "seed-0"
+    assert sorted(path.name for path in dest.glob("terminal/build-index/*/seed-*")) == ["seed-0", "seed-1"] * 3
+    assert {path.name for path in folder.iterdir()} >= {"instruction.md", "patch.diff", "outcome.json", "lineage.json"}
+    assert json.loads((folder / "outcome.json").read_text())["outcome"] == "oom_killed"
+    attempts = (folder / "attempts.jsonl").read_text().splitlines()
+    assert len(attempts) >= 2, "every attempt of the retried evaluation is there"
 
 
 def assert_warehouse(home: Path, summary: dict) -> int:

@@ -105,9 +105,7 @@ def build_definitions(campaigns: list[Campaign], paths: Paths | None = None) -> 
     artifact store, step output storage and executor that the deployment's variables choose."""
     deployment = Deployment.from_env()
     resources = {
-        "eval_pipeline": EvalPipelineResource(
-            data_dir=str((paths or Paths.from_env()).data_dir), artifacts=deployment.artifacts or ""
-        ),
+        "eval_pipeline": EvalPipelineResource.for_deployment(paths or Paths.from_env(), deployment),
         **_io_managers(deployment),
     }
     return Definitions.merge(

@@ -7,7 +7,7 @@ from dagster import ConfigurableResource
 from eval_pipeline.artifacts import ArtifactStore, S3ArtifactStore, open_artifact_store
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.sandbox import SandboxBackend, make_sandbox
-from eval_pipeline.settings import Paths
+from eval_pipeline.settings import Deployment, Paths
 from eval_pipeline.tasks import Task
 
 
@@ -20,6 +20,10 @@ class EvalPipelineResource(ConfigurableResource):
 
     data_dir: str
     artifacts: str = ""
+
+    @classmethod
+    def for_deployment(cls, paths: Paths, deployment: Deployment) -> "EvalPipelineResource":
+        return cls(data_dir=str(paths.data_dir), artifacts=deployment.artifacts or "")
 
     @property
     def paths(self) -> Paths:
