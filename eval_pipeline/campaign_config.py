@@ -18,7 +18,6 @@ from eval_pipeline.config_validation import (
     FieldProblem,
     InputPath,
     Number,
-    PositiveCount,
     PositiveNumber,
 )
 from eval_pipeline.dataset_source_config import DatasetSource
@@ -80,11 +79,11 @@ class RetrySettings(ConfigModel):
 
 
 class NightlySettings(ConfigModel):
-    """`nightly:` a schedule that brings the whole campaign up to date (cron and time zone), N trials at a time."""
+    """`nightly:` a schedule that brings the whole campaign up to date (cron and time zone); how many of its
+    runs run at once is the Dagster instance's run queue's to decide."""
 
     cron: str = "0 2 * * *"
     timezone: str = "UTC"
-    workers: PositiveCount = 2
 
     @field_validator("cron")
     @classmethod

@@ -116,9 +116,12 @@ def assert_release_gates(env: dict[str, str], summary: dict) -> None:
         ("floor", "code-issues"),
         ("min_coverage", "terminal"),
     }
-    assert not (reports / "release_decision.json").exists(), "a failed gate blocks the release decision"
+    assert json.loads((reports / "release_decision.json").read_text())["promote"] is False, "a failed gate: no release"
     with DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
-        assert instance.get_latest_materialization_event(AssetKey(["demo", "release_decision"])) is None
+        released = instance.get_latest_materialization_event(AssetKey(["demo", "release_decision"]))
+        assert released.asset_materialization.metadata["promote"].value is False
+        release_run = instance.get_run_by_id(released.run_id)
+        assert release_run.status.value == "SUCCESS", "a failed gate is a result, not a failed run"
         check = AssetCheckKey(AssetKey(["demo", "report"]), "gate_prod")
         record = instance.event_log_storage.get_asset_check_execution_history(check, limit=1)[0]
         assert record.event.dagster_event.event_specific_data.metadata["decision"].value == prod

@@ -68,7 +68,7 @@ def outcome_failure(description: str, outcome: Outcome, metadata: dict[str, Any]
     The outcome travels in the failure's metadata, where the campaign's sensor reads it.
     """
     return Failure(
-        description=f"{description}: {outcome.value}",
+        description=f"{outcome.value} ({outcome.kind.value} outcome, not scored): {description}",
         metadata={**metadata, "outcome": outcome.value, "outcome_kind": outcome.kind.value},
         allow_retries=outcome.is_retried,
     )

@@ -34,13 +34,18 @@ class CampaignProgress:
     evaluated: frozenset[str]
 
     @classmethod
-    def read(cls, instance: DagsterInstance, campaign: Campaign) -> "CampaignProgress":
+    def read(
+        cls, instance: DagsterInstance, campaign: Campaign, unstored: Set[str] = frozenset()
+    ) -> "CampaignProgress":
+        """`unstored`: trial partitions whose scored evaluation the artifact store no longer holds, which count
+        as not evaluated whatever Dagster recorded."""
         partitions = CampaignPartitions.for_campaign(campaign)
+        evaluated = instance.get_materialized_partitions(AssetKey([campaign.name, "evaluation"]))
         return cls(
             tuple(instance.get_dynamic_partitions(partitions.instances.name)),
             tuple(instance.get_dynamic_partitions(partitions.trials.name)),
             frozenset(instance.get_materialized_partitions(AssetKey([campaign.name, "environment"]))),
-            frozenset(instance.get_materialized_partitions(AssetKey([campaign.name, "evaluation"]))),
+            frozenset(evaluated - unstored),
         )
 
     def missing_environments(self) -> list[str]:
@@ -92,9 +97,11 @@ class Cycle:
         return list(instance.get_runs(RunsFilter(tags={CYCLE_TAG: self.id})))
 
 
-def next_step(instance: DagsterInstance, cycle: Cycle, launched: Set[str] = frozenset()) -> Step:
+def next_step(
+    instance: DagsterInstance, cycle: Cycle, launched: Set[str] = frozenset(), unstored: Set[str] = frozenset()
+) -> Step:
     """The runs the cycle needs that it has not requested yet (in the instance, or `launched` by the caller
-    and not yet there).
+    and not yet there); `unstored` as for `CampaignProgress.read`.
 
     Assumes the cycle's prepare run succeeded (it registers the partitions).
     """
@@ -104,7 +111,7 @@ def next_step(instance: DagsterInstance, cycle: Cycle, launched: Set[str] = froz
     in_flight = bool(launched - {run.tags.get(REQUEST_TAG) for run in runs if run.status in FINISHED}) or any(
         run.status not in FINISHED for run in runs
     )
-    progress = CampaignProgress.read(instance, campaign)
+    progress = CampaignProgress.read(instance, campaign, unstored)
     wanted = [cycle.request("environments", key) for key in progress.missing_environments()]
     wanted += [cycle.request("trials", key) for key in progress.runnable_trials()]
     new = [request for request in wanted if request.run_key not in requested]

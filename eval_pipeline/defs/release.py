@@ -1,13 +1,16 @@
-"""A campaign's release gates as blocking asset checks on its report, and the release decision behind them.
+"""A campaign's release gates as asset checks on its report, and the release decision they add up to.
 
 The report carries each gate's decision (report.py evaluates the campaign's
 policies when it builds the report); each policy in the campaign's `gates:`
-becomes the check `gate_<environment>`, which reads that decision. The checks
-run in the `release` stage together with the `release_decision` asset; a gate
-that fails stops that asset from being materialized, and its check records the
-machine-readable decision (every violation with its rule, slice, value and
-limit), also written beside the report as `gate_<environment>.json`. A failed
-gate is a result the check reports, not an error of the run.
+becomes the check `gate_<environment>`, which reads that decision and records
+it (every violation with its rule, slice, value and limit), also written beside
+the report as `gate_<environment>.json`. The checks run in the `release` stage
+with the `release_decision` asset, which says whether to promote the candidate.
+
+A failed gate is a result, not a breakage: its check fails (labelled with the
+gate and the broken rules), and the release decision is materialized with
+`promote: false`; the run itself succeeds. The checks are therefore not
+blocking: blocking would fail the run, which reads as an error of the harness.
 """
 
 from pathlib import Path
@@ -33,7 +36,7 @@ from eval_pipeline.gates import GatePolicy
 from eval_pipeline.report import write_json
 from eval_pipeline.report_model import GateDecision, Report
 
-RELEASE_CODE_VERSION = "2"
+RELEASE_CODE_VERSION = "3"
 
 
 def write_decision(decision: GateDecision, directory: Path) -> Path:
@@ -55,7 +58,6 @@ def _gate_check(campaign: Campaign, policy: GatePolicy, report_key: AssetKey) ->
     @asset_check(
         asset=report_key,
         name=f"gate_{policy.environment}",
-        blocking=True,
         description=f"Release gate for {policy.environment}: may {policy.candidate} be promoted?",
     )
     def gate(report: Report, eval_pipeline: EvalPipelineResource) -> AssetCheckResult:
@@ -89,7 +91,7 @@ def build_release_definitions(campaign: Campaign) -> tuple[list[AssetChecksDefin
     def release_decision(
         context: AssetExecutionContext, report: Report, eval_pipeline: EvalPipelineResource
     ) -> Output[dict[str, Any]]:
-        """The candidate passed every gate: promote it to these environments. Blocked when any gate fails."""
+        """Whether the candidate passed every gate, so that it may be promoted to these environments."""
         decisions = [_decision(report, policy) for policy in campaign.gates]
         decision = {
             "promote": all(d.passed for d in decisions),

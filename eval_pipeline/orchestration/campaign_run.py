@@ -12,13 +12,16 @@ from typing import Any
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 
 from eval_pipeline.campaign import Campaign
+from eval_pipeline.dataset_sources import load_portfolio
 from eval_pipeline.defs.assets import ENVIRONMENT_POOL, MODEL_API_POOL
+from eval_pipeline.defs.partitions import trial_run_key
 from eval_pipeline.defs.progress import REQUEST_TAG, CampaignProgress, Cycle
+from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.orchestration.driver import CampaignRunError, FinishedRun, drive, failure_message, run_one
 from eval_pipeline.orchestration.launchers import Launcher
 from eval_pipeline.report_model import Report, load_report
-from eval_pipeline.sandbox import make_sandbox
-from eval_pipeline.settings import Paths
+from eval_pipeline.settings import Deployment, Paths
+from eval_pipeline.trials import pending_trials, trial_identities
 
 
 @dataclass
@@ -94,6 +97,15 @@ def _status(reused: bool | None) -> str:
     return "failed" if reused is None else "reused" if reused else "computed"
 
 
+def unstored_trials(campaign: Campaign, resource: EvalPipelineResource) -> set[str]:
+    """Trial partitions with no scored evaluation in the artifact store (the pending scan: a listing per
+    storage prefix, not a read per trial). Dagster's record of a partition is trusted only when the store still
+    holds what it recorded: a store emptied or moved has its trials run again (finding what remains)."""
+    portfolio = load_portfolio(campaign.slices, resource.paths).excluding(campaign.exclude)
+    identities = trial_identities(campaign, portfolio, lambda task: resource.sandbox(campaign, task))
+    return {str(trial_run_key(i.instance_id, i.trial)) for i in pending_trials(identities, resource.artifact_store())}
+
+
 def run_campaign(
     campaign: Campaign,
     instance: DagsterInstance,
@@ -108,7 +120,9 @@ def run_campaign(
     prepared = run_one(instance, launcher, cycle.request("prepare"))
     if prepared.status != DagsterRunStatus.SUCCESS:
         raise failure_message(instance, prepared, f"campaign {campaign.name}: preparing the dataset")
-    progress = CampaignProgress.read(instance, campaign)
+    resource = EvalPipelineResource.for_deployment(paths, Deployment.from_env())
+    unstored = unstored_trials(campaign, resource)
+    progress = CampaignProgress.read(instance, campaign, unstored)
     pending = progress.pending_trials()
     planned = len(progress.instances) * len(progress.trials)
     say(
@@ -118,15 +132,15 @@ def run_campaign(
     )
     run = CampaignRun()
     try:
-        drive(instance, cycle, launcher, _Teller(run, len(pending), say))
+        drive(instance, cycle, launcher, _Teller(run, len(pending), say), unstored)
     finally:  # pods are restarted on demand by the next run
-        make_sandbox(campaign.sandbox, paths.sandboxes, campaign.limits_for(None), campaign.name).release()
+        resource.sandbox(campaign).release()
     results = _latest(instance, cycle, "results")
     if results is None:
         raise CampaignRunError(f"campaign {campaign.name}: no results were built (see the runs of cycle {cycle.id})")
     if results.status != DagsterRunStatus.SUCCESS:
         raise failure_message(instance, results, f"campaign {campaign.name}: building results")
-    run.report = load_report(paths.reports / campaign.name / "report.json")
+    run.report = load_report(resource.fetch(paths.reports / campaign.name / "report.json"))
     return run
 
 

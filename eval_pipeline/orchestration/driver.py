@@ -6,7 +6,7 @@ The nightly sensor asks the same `next_step`; this module only adds launching, w
 
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,11 +102,18 @@ def run_all(
             tell(FinishedRun.read(instance, instance.get_run_by_id(run_id)))
 
 
-def drive(instance: DagsterInstance, cycle: Cycle, launcher: Launcher, tell: Callable[[FinishedRun], None]) -> None:
-    """Carry a prepared cycle through environments, trials, results and release."""
+def drive(
+    instance: DagsterInstance,
+    cycle: Cycle,
+    launcher: Launcher,
+    tell: Callable[[FinishedRun], None],
+    unstored: Set[str] = frozenset(),
+) -> None:
+    """Carry a prepared cycle through environments, trials, results and release (`unstored`: as for
+    `CampaignProgress.read`)."""
     launched: set[str] = set()
     while True:
-        step = next_step(instance, cycle, launched)
+        step = next_step(instance, cycle, launched, unstored)
         for request in step.requests[: launcher.capacity - launcher.in_flight()]:
             launcher.launch(request)
             launched.add(request_key(request))

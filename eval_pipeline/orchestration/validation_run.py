@@ -7,11 +7,11 @@ from dagster import DagsterInstance, DagsterRunStatus
 
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.defs.progress import CampaignProgress, Cycle
+from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.defs.stages import VALIDATION_REPORT_STAGE, VALIDATION_STAGE
 from eval_pipeline.orchestration.driver import CampaignRunError, FinishedRun, failure_message, run_all, run_one
 from eval_pipeline.orchestration.launchers import Launcher
-from eval_pipeline.sandbox import make_sandbox
-from eval_pipeline.settings import Paths
+from eval_pipeline.settings import Deployment, Paths
 from eval_pipeline.validation import VALIDATION_FILE, read_validation
 
 
@@ -53,7 +53,7 @@ def run_validation(
         requests = [cycle.request(VALIDATION_STAGE, instance_id) for instance_id in instances]
         run_all(instance, launcher, requests, tell, run_config)
     finally:  # pods are restarted on demand by the next run
-        make_sandbox(campaign.sandbox, paths.sandboxes, campaign.limits_for(None), campaign.name).release()
+        EvalPipelineResource.for_deployment(paths, Deployment.from_env()).sandbox(campaign).release()
     reported = run_one(instance, launcher, cycle.request(VALIDATION_REPORT_STAGE))
     if reported.status != DagsterRunStatus.SUCCESS:
         raise failure_message(instance, reported, f"campaign {campaign.name}: the validation report")
