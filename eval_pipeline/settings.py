@@ -85,12 +85,16 @@ class Deployment:
       its run worker) or ``k8s`` (a Kubernetes job per step, sized by its
       ``dagster-k8s/config`` tag).
     - ``EVAL_PIPELINE_MAX_CONCURRENT_RUNS``: the run queue's limit (default 8).
+    - ``KUBERNETES_SERVICE_HOST`` (set by Kubernetes in every pod): the code
+      location runs on a cluster, where each run is a pod sized by its job's
+      ``dagster-k8s/config`` tag; elsewhere that tag would be noise on every run.
     """
 
     postgres_url: str | None = None
     artifacts: str | None = None
     executor: str = "in_process"
     max_concurrent_runs: int = 8
+    on_kubernetes: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Deployment":
@@ -112,7 +116,7 @@ class Deployment:
         runs = environ.get("EVAL_PIPELINE_MAX_CONCURRENT_RUNS") or "8"
         if not runs.isdigit() or int(runs) < 1:
             raise DeploymentError(f"EVAL_PIPELINE_MAX_CONCURRENT_RUNS must be a positive integer, got {runs!r}")
-        return cls(postgres_url, artifacts, executor, int(runs))
+        return cls(postgres_url, artifacts, executor, int(runs), bool(environ.get("KUBERNETES_SERVICE_HOST")))
 
     @property
     def s3_bucket(self) -> str | None:

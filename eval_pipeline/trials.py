@@ -133,17 +133,30 @@ def _stored_final(identity: TrialIdentity, store: ArtifactStore, evaluations: se
     return True
 
 
-def pending_trials(identities: Iterable[TrialIdentity], store: ArtifactStore) -> list[TrialIdentity]:
+def _readable(keys: set[str], store: ArtifactStore) -> bool:
+    """Whether one of the evaluations reads back intact (the store quarantines one that does not)."""
+    return any(store.get(key) is not None for key in sorted(keys))
+
+
+def pending_trials(
+    identities: Iterable[TrialIdentity], store: ArtifactStore, verify: bool = False
+) -> list[TrialIdentity]:
     """The trials with no scored final evaluation stored, in the order given.
 
     Two listings (`scored/`, `evaluation/`) decide every trial whose evaluation
     left its marker; a trial without one (evaluated before markers existed, or
     not finished) costs a listing of `generation/` and one read if its
-    generation is stored.
+    generation is stored. With `verify`, each marked trial's evaluation is also
+    read once, so that a truncated or forged one (quarantined by the read) makes
+    its trial pending again: one read per trial, for a resume that must not
+    trust a damaged store.
     """
     identities = list(identities)
     evaluations = set(store.keys("evaluation"))
     markers = _markers(store)
-    unmarked = [i for i in identities if not markers.get(i.scored_id, set()) & evaluations]
+    marked = {i: markers.get(i.scored_id, set()) & evaluations for i in identities}
+    damaged = {i for i, found in marked.items() if found and verify and not _readable(found, store)}
+    unmarked = [i for i in identities if not marked[i]]
     generations = set(store.keys("generation")) if unmarked else set()
-    return [i for i in unmarked if i.generation_key not in generations or not _stored_final(i, store, evaluations)]
+    lost = {i for i in unmarked if i.generation_key not in generations or not _stored_final(i, store, evaluations)}
+    return [i for i in identities if i in damaged or i in lost]

@@ -36,6 +36,7 @@ def mirror(demo_benchmark):
     return demo_benchmark.source.mirror_dir
 
 
+@pytest.mark.slow
 def test_an_unseen_parquet_dataset_evaluates_through_configuration_alone(demo_benchmark, mirror, tmp_path):
     pandas.DataFrame(swebench_rows(demo_benchmark)[:3]).to_parquet(tmp_path / "verified.parquet")
     campaign = tmp_path / "mine.yaml"

@@ -26,6 +26,10 @@ variants:
 seeds: 1
 """
 PLANNED = 16
+# Two instances of the eight: what Ctrl-C must show needs only a few trials.
+SMALL = """exclude: {instances: [eval-pipeline-demo__calclib-2, eval-pipeline-demo__calclib-3, eval-pipeline-demo__calclib-4,
+  eval-pipeline-demo__textkit-2, eval-pipeline-demo__textkit-3, eval-pipeline-demo__textkit-4]}
+"""
 
 
 def start(env: dict[str, str], campaign: Path) -> subprocess.Popen:
@@ -132,13 +136,13 @@ def test_sigkill_mid_campaign_then_resume(tmp_path):
 
 def test_ctrl_c_stops_at_once_without_a_traceback_and_says_how_to_resume(tmp_path):
     campaign = tmp_path / "interrupted.yaml"
-    campaign.write_text(CAMPAIGN)
+    campaign.write_text(CAMPAIGN + SMALL)
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home")}
     env.pop("EVAL_PIPELINE_DATA_DIR", None)
     artifacts = tmp_path / "home" / "eval_pipeline" / "artifacts"
     running = start(env, campaign)
     deadline = time.monotonic() + 600
-    while len(stored(artifacts, "evaluation")) < 3:
+    while len(stored(artifacts, "evaluation")) < 1:
         assert running.poll() is None and time.monotonic() < deadline, "finished before it could be interrupted"
         time.sleep(0.05)
     workers = descendants(running.pid)
@@ -152,4 +156,4 @@ def test_ctrl_c_stops_at_once_without_a_traceback_and_says_how_to_resume(tmp_pat
     assert [pid for pid in workers if alive(pid)] == [], "no worker outlives the command"
 
     resumed = finish(start(env, campaign))
-    assert resumed["scored"] == resumed["planned"] == PLANNED
+    assert resumed["scored"] == resumed["planned"] == 4

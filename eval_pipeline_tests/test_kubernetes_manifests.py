@@ -192,9 +192,13 @@ def test_the_helm_values_configure_runs_storage_and_queues_and_their_pods_are_va
 
 
 def test_a_trial_runs_pod_gets_the_floor_as_request_and_the_ceiling_as_limit(monkeypatch, tmp_path):
-    """The trials job's `dagster-k8s/config` tag, turned into a run's Job by dagster-k8s itself."""
+    """The trials job's `dagster-k8s/config` tag, turned into a run's Job by dagster-k8s itself. Only on a
+    cluster: a local run carries no such tag."""
     monkeypatch.setenv("EVAL_PIPELINE_DATA_DIR", str(tmp_path))
     campaign = load_campaign("demo")
+    local = build_definitions([campaign]).resolve_job_def(stage_job_name(campaign, "trials"))
+    assert "dagster-k8s/config" not in local.tags
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")  # what Kubernetes sets in every pod
     defs = build_definitions([campaign])
     job = defs.resolve_job_def(stage_job_name(campaign, "trials"))
     tags = {key: value if isinstance(value, str) else json.dumps(value) for key, value in job.tags.items()}

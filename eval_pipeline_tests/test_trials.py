@@ -146,6 +146,19 @@ def test_a_trial_whose_final_evaluation_was_quarantined_is_pending_again(identit
     assert identity in pending_trials(identities, store)
 
 
+def test_a_verifying_scan_reads_each_finished_trial_once_and_finds_a_damaged_one(
+    identities, portfolio, shared_sandbox, counting_store
+):
+    identity = first_code_issue(identities)
+    _, evaluation = run_trial(identity, portfolio, shared_sandbox, counting_store)
+    counting_store.reset()
+    assert identity not in pending_trials(identities, counting_store, verify=True)
+    assert counting_store.gets == 1, "one read per finished trial"
+    (counting_store.root / evaluation.key).write_text("truncated")  # not yet read, so not yet quarantined
+    assert identity not in pending_trials(identities, counting_store), "listing alone cannot see the damage"
+    assert identity in pending_trials(identities, counting_store, verify=True)
+
+
 def test_trials_never_run_failed_to_build_or_not_scored_are_pending(portfolio, shared_sandbox, store):
     impatient = parse_campaign({**CAMPAIGN_FIELDS, "timeouts": {"tests_s": 0.5}}, "test")
     identities = trial_identities(impatient, portfolio, lambda task: shared_sandbox)

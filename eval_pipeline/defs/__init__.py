@@ -32,7 +32,7 @@ __all__ = [
 
 
 def _runs_on_kubernetes(campaign: Campaign, deployment: Deployment) -> bool:
-    return deployment.executor == "k8s" or campaign.sandbox.backend == "kubernetes"
+    return deployment.on_kubernetes or deployment.executor == "k8s" or campaign.sandbox.backend == "kubernetes"
 
 
 def campaign_definitions(campaign: Campaign, deployment: Deployment) -> Definitions:

@@ -98,12 +98,16 @@ def _status(reused: bool | None) -> str:
 
 
 def unstored_trials(campaign: Campaign, resource: EvalPipelineResource) -> set[str]:
-    """Trial partitions with no scored evaluation in the artifact store (the pending scan: a listing per
-    storage prefix, not a read per trial). Dagster's record of a partition is trusted only when the store still
-    holds what it recorded: a store emptied or moved has its trials run again (finding what remains)."""
+    """Trial partitions with no intact scored evaluation in the artifact store (the pending scan: a listing per
+    storage prefix and one read per finished trial). Dagster's record of a partition is trusted only when the
+    store still holds what it recorded intact: a trial whose evaluation was lost, truncated or forged runs
+    again, reusing its patch."""
     portfolio = load_portfolio(campaign.slices, resource.paths).excluding(campaign.exclude)
     identities = trial_identities(campaign, portfolio, lambda task: resource.sandbox(campaign, task))
-    return {str(trial_run_key(i.instance_id, i.trial)) for i in pending_trials(identities, resource.artifact_store())}
+    return {
+        str(trial_run_key(i.instance_id, i.trial))
+        for i in pending_trials(identities, resource.artifact_store(), verify=True)
+    }
 
 
 def run_campaign(
