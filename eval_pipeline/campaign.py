@@ -23,7 +23,7 @@ import yaml
 from pydantic import ValidationError
 
 from eval_pipeline.campaign_config import CampaignFile, NightlySettings, RetrySettings, Variant
-from eval_pipeline.config_validation import describe_errors
+from eval_pipeline.config_validation import describe_errors, problem_lines
 from eval_pipeline.dataset_source_config import DatasetSource
 from eval_pipeline.gates import GatePolicy, GatePolicyError, load_policy
 from eval_pipeline.hashing import stable_hash
@@ -121,9 +121,7 @@ class Campaign:
 
 def _fail(origin: str, problems: list[tuple[str, str]]) -> CampaignError:
     """One line per problem, each naming the file and the field's path in it."""
-    return CampaignError(
-        "\n".join(f"{origin}: field {path}: {why}" if path else f"{origin}: {why}" for path, why in problems)
-    )
+    return CampaignError(problem_lines(origin, problems))
 
 
 def _gates(config: CampaignFile, origin: str) -> tuple[GatePolicy, ...]:

@@ -165,6 +165,8 @@ def _describe(error: Mapping[str, Any], root: Any) -> tuple[str, str]:
     an unknown field's problem names the allowed ones."""
     annotation, path, parent = root, "", root
     for part in error["loc"]:
+        if part == "[key]":  # pydantic's marker for a mapping's key that is wrong: the path ends at the key
+            continue
         parent = annotation
         annotation, is_tag = _child(annotation, part)
         if not is_tag:
@@ -192,3 +194,8 @@ def _describe(error: Mapping[str, Any], root: Any) -> tuple[str, str]:
 def describe_errors(error: ValidationError, root: Any) -> list[tuple[str, str]]:
     """(field path, problem), one per problem of a validation of `root` (a model class or an annotated type)."""
     return list(dict.fromkeys(_describe(item, root) for item in error.errors(include_url=False)))
+
+
+def problem_lines(origin: str, problems: list[tuple[str, str]]) -> str:
+    """One line per problem, each naming the file (`origin`) and the field's path in it."""
+    return "\n".join(f"{origin}: field {path}: {why}" if path else f"{origin}: {why}" for path, why in problems)

@@ -28,7 +28,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from eval_pipeline.report_model import GateDecision, Report, VariantSummary, Violation, field_errors
+from eval_pipeline.config_validation import describe_errors, problem_lines
+from eval_pipeline.report_model import GateDecision, Report, VariantSummary, Violation
 
 ANY_SLICE = "*"
 # The metrics a regression is measured on relative to the baseline's value, and where a summary holds them.
@@ -70,7 +71,7 @@ def parse_policy(data: Any, origin: str) -> GatePolicy:
     try:
         return GatePolicy.model_validate(data)
     except ValidationError as error:
-        raise GatePolicyError(f"{origin}: {field_errors(error)}") from None
+        raise GatePolicyError(problem_lines(origin, describe_errors(error, GatePolicy))) from None
 
 
 def load_policy(path: Path) -> GatePolicy:

@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from eval_pipeline.config_validation import describe_errors, problem_lines
+
 REPORT_SCHEMA_VERSION = 1
 PORTFOLIO = "all"  # the label of the rows that summarise every slice together
 REPORT_FILES = {"markdown": "report.md", "html": "report.html", "json": "report.json"}
@@ -24,15 +26,6 @@ REPORT_FILES = {"markdown": "report.md", "html": "report.html", "json": "report.
 
 class ReportError(ValueError):
     """A report.json that cannot be used; the message names the file and, where one is wrong, the field."""
-
-
-def field_errors(error: ValidationError) -> str:
-    """A pydantic error as `field a.b: what is wrong` clauses: the dotted path a person finds in the file."""
-    clauses = []
-    for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"] if part != "[key]")
-        clauses.append(f"field {where}: {item['msg']}" if where else item["msg"])
-    return "; ".join(clauses)
 
 
 class _Model(BaseModel):
@@ -235,4 +228,4 @@ def load_report(path: Path) -> Report:
     try:
         return Report.model_validate(data)
     except ValidationError as error:
-        raise ReportError(f"report {path}: {field_errors(error)}") from None
+        raise ReportError(problem_lines(f"report {path}", describe_errors(error, Report))) from None

@@ -98,7 +98,7 @@ def test_a_slice_without_the_candidate_fails():
         ({"max_regression": {"latency": 1}}, "field max_regression.latency: Input should be 'resolved_rate', "),
         ({"max_hard_violations": 0.5}, "field max_hard_violations"),
         ({"min_coverage": True}, "field min_coverage: Input should be a valid number"),
-        ({"typo": 1}, "field typo: Extra inputs are not permitted"),
+        ({"typo": 1}, "field typo: unknown field; allowed: environment, candidate"),
     ],
 )
 def test_bad_policies_name_the_file_and_field(change, message):
