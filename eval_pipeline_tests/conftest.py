@@ -20,6 +20,21 @@ from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBack
 from eval_pipeline.sandbox.images import MANAGED_LABEL
 from eval_pipeline.sandbox.local import LocalSandbox
 
+# Test modules that share one server through a module-scoped fixture: their tests run on one worker, in order.
+SERVER_MODULES = {"test_dagster_dev", "test_production_dagster_dev"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`--dist loadgroup`), tests that use the container engine run on one worker, one after
+    another, as they did before the suite ran in parallel: they count the engine's containers, stop its
+    service, and check at the end that none was left behind. Tests sharing a server stay together too."""
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if "engine" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group("engine"))
+        elif module in SERVER_MODULES:
+            item.add_marker(pytest.mark.xdist_group(module))
+
 
 @pytest.fixture(scope="session")
 def demo_benchmark(tmp_path_factory: pytest.TempPathFactory) -> Benchmark:

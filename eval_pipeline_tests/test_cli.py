@@ -80,7 +80,7 @@ def assert_trial_folders(env: dict[str, str], dest: Path) -> None:
     exported = eval_pipeline_cli(env, "export", "--campaign", "demo", "--to", str(dest), "--instance", "build-index")
     assert exported.returncode == 0, exported.stderr[-3000:]
     folder = dest / "terminal" / "build-index" / "oracle" / "seed-0"
-    assert sorted(path.name for path in dest.glob("terminal/build-index/*/seed-*")) == ["seed-0", "seed-1"] * 3
+    assert sorted(path.name for path in dest.glob("terminal/build-index/*/seed-*")) == ["seed-0"] * 3 + ["seed-1"] * 3
     assert {path.name for path in folder.iterdir()} >= {"instruction.md", "patch.diff", "outcome.json", "lineage.json"}
     assert json.loads((folder / "outcome.json").read_text())["outcome"] == "oom_killed"
     attempts = (folder / "attempts.jsonl").read_text().splitlines()

@@ -7,7 +7,6 @@ packages, since nothing can be pulled there).
 import json
 import os
 import subprocess
-import threading
 import time
 import uuid
 from dataclasses import replace
@@ -171,28 +170,21 @@ def test_the_janitor_removes_leaked_containers(engine, container_sandbox, demo_b
 
 
 def count_containers_created(engine, campaign: str, action) -> dict[str, int]:
-    """Run `action` while counting, by role, the distinct containers the campaign creates meanwhile.
+    """Run `action`, then count, by role, the distinct containers the campaign created meanwhile.
 
-    Counted from the engine's live events; Podman's stream may repeat an event
-    or replay older ones, hence distinct ids and the start time.
+    Read from the engine's event log for the action's time span once it is over (a live stream can drop
+    events over a long quiet spell, such as image builds); Podman may repeat an event, hence distinct ids.
     """
-    seen: list[dict] = []
     started = int(time.time())
-    stream = engine.events(
-        decode=True, filters={"type": "container", "event": "create", "label": f"eval_pipeline.campaign={campaign}"}
+    action()
+    time.sleep(1)  # let the last events be logged
+    events = engine.events(
+        since=started,
+        until=int(time.time()) + 1,
+        decode=True,
+        filters={"type": "container", "event": "create", "label": f"eval_pipeline.campaign={campaign}"},
     )
-    listener = threading.Thread(target=lambda: seen.extend(stream), daemon=True)
-    listener.start()
-    try:
-        action()
-    finally:
-        time.sleep(1)  # let the last events arrive
-        stream.close()
-    roles = {
-        event["Actor"]["ID"]: event["Actor"]["Attributes"].get("eval_pipeline.role")
-        for event in seen
-        if event.get("time", 0) >= started
-    }
+    roles = {event["Actor"]["ID"]: event["Actor"]["Attributes"].get("eval_pipeline.role") for event in events}
     return {role: list(roles.values()).count(role) for role in set(roles.values())}
 
 
