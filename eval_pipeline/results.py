@@ -131,16 +131,6 @@ def collect_warehouse(
     return Warehouse(trials, attempts, instances, variants, lineage, rows)
 
 
-def collect_results(
-    campaign: Campaign,
-    portfolio: Portfolio,
-    sandbox_for: Callable[[Task], SandboxBackend],
-    store: ArtifactStore,
-) -> list[TrialResult]:
-    """The `trials` table alone: one result per planned (instance, trial)."""
-    return collect_warehouse(campaign, portfolio, sandbox_for, store).trials
-
-
 def write_warehouse(warehouse: Warehouse, path: Path) -> Path:
     """Write every table to a DuckDB file at a temporary path, then move it into place; return its path."""
     path.parent.mkdir(parents=True, exist_ok=True)

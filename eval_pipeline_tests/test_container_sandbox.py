@@ -189,11 +189,12 @@ def count_containers_created(engine, campaign: str, action) -> dict[str, int]:
 
 
 def demo_twin(tmp_path, backend: str) -> str:
-    """The built-in demo_containers campaign on `backend`, cut to two variants and one seed to keep CI short."""
+    """The built-in demo_containers campaign on `backend`, cut to the reference agent and one seed to keep CI
+    short (the null agent's verdicts are covered per backend by the gold/empty tests)."""
     campaign = yaml.safe_load((BUILTIN_DIR / "demo_containers.yaml").read_text())
     campaign["sandbox"]["backend"] = backend
     campaign["slices"]["terminal"]["path"] = str(DEMO_TASKS_DIR)
-    campaign["variants"] = [v for v in campaign["variants"] if v["name"] in ("oracle", "null")]
+    campaign["variants"] = [v for v in campaign["variants"] if v["name"] == "oracle"]
     campaign["seeds"] = 1
     path = tmp_path / f"demo_containers_{backend}.yaml"
     path.write_text(yaml.safe_dump(campaign))
@@ -226,10 +227,10 @@ def test_demo_campaign_in_containers_matches_local_with_one_pod_per_code_instanc
     created = count_containers_created(engine, "demo_containers", run_in_containers)
     summaries["local"] = json.loads(local.communicate(timeout=1200)[0])
     # Code instances: one long-lived pod each, no container per trial. Terminal tasks run as Harbor runs them:
-    # a container of their own per workspace (a generation's and an evaluation's for each of their 16 trials).
+    # a container of their own per workspace (a generation's and an evaluation's for each of their 8 trials).
     assert created["pod"] == 8, created
-    assert created["trial"] >= 2 * 16, created
-    assert (summaries["containers"]["scored"], summaries["containers"]["planned"]) == (28, 32)
+    assert created["trial"] >= 2 * 8, created
+    assert (summaries["containers"]["scored"], summaries["containers"]["planned"]) == (14, 16)
     code_issues = [summary["slices"]["code-issues"] for summary in summaries.values()]
     assert code_issues[0] == code_issues[1]
 

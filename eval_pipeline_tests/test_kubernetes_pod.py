@@ -111,9 +111,8 @@ def test_run_pods_sharing_an_environment_pod_claim_distinct_slots_in_it(engine, 
             blocked.start()
             time.sleep(3)
             assert waited == [], "both slots are held: the third trial waits"
-            freed = a.root
         blocked.join(60)
-        assert waited == [freed]
+        assert len(waited) == 1 and waited[0] in {a.root, b.root}, "it got the first slot freed (b's or a's)"
 
         # A run crashed an hour ago holding slot0; slot1 is held now.
         assert (
