@@ -6,7 +6,6 @@ trial_plan registers the trial partitions from the campaign file. Instance
 validation (validation[instance], validation_report) is in defs/validation.py.
 """
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,10 +15,7 @@ from dagster import (
     AssetKey,
     AssetsDefinition,
     Backoff,
-    DagsterEvent,
     DataVersion,
-    DynamicPartitionsDefinition,
-    Failure,
     Jitter,
     MetadataValue,
     MultiToSingleDimensionPartitionMapping,
@@ -32,7 +28,8 @@ from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.artifacts import ArtifactStore
 from eval_pipeline.campaign import Campaign, Trial
 from eval_pipeline.dataset_sources import load_portfolio, write_snapshot
-from eval_pipeline.defs.partitions import INSTANCE, TRIAL, CampaignPartitions
+from eval_pipeline.defs.failures import outcome_failure
+from eval_pipeline.defs.partitions import INSTANCE, TRIAL, CampaignPartitions, sync_partitions
 from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.environments import environment_attempt
 from eval_pipeline.evaluation import Evaluation, evaluate
@@ -41,7 +38,7 @@ from eval_pipeline.grading import GRADING_VERSION
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.html_report import write_html_report
 from eval_pipeline.markdown_report import render_markdown
-from eval_pipeline.outcomes import InfrastructureError, Outcome
+from eval_pipeline.outcomes import InfrastructureError
 from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.report import build_report, write_report
 from eval_pipeline.report_model import REPORT_SCHEMA_VERSION, Report
@@ -60,46 +57,6 @@ IMAGE_CODE_VERSION = "1"
 # Concurrency pools (limits per Dagster instance: dagster.yaml, or `dagster instance concurrency set`).
 ENVIRONMENT_POOL = "eval_pipeline_environments"  # image builds and environment pods started at once
 MODEL_API_POOL = "eval_pipeline_model_api"  # agents running at once, each calling a model API
-
-
-def outcome_failure(description: str, outcome: Outcome, metadata: dict[str, Any]) -> Failure:
-    """The step failure for an unscored outcome: retried by the step's policy only when it is infrastructure.
-
-    The outcome travels in the failure's metadata, where the campaign's sensor reads it.
-    """
-    return Failure(
-        description=f"{outcome.value} ({outcome.kind.value} outcome, not scored): {description}",
-        metadata={**metadata, "outcome": outcome.value, "outcome_kind": outcome.kind.value},
-        allow_retries=outcome.is_retried,
-    )
-
-
-def failure_outcomes(step_failures: Sequence[DagsterEvent]) -> list[Outcome]:
-    """The outcomes that `outcome_failure` recorded in a run's step failures (none for a crash)."""
-    outcomes = []
-    for event in step_failures:
-        user_data = event.step_failure_data.user_failure_data
-        if user_data and "outcome" in user_data.metadata:
-            outcomes.append(Outcome(user_data.metadata["outcome"].value))
-    return outcomes
-
-
-def _sync_partitions(
-    context: AssetExecutionContext, partitions: DynamicPartitionsDefinition, keys: list[str]
-) -> dict[str, int]:
-    """Make the registered partitions exactly `keys`: add new ones, retire the rest.
-
-    A retired partition leaves the partition set, but its materializations stay
-    in the event log, so its history is not lost.
-    """
-    known = set(context.instance.get_dynamic_partitions(partitions.name))
-    new = [key for key in keys if key not in known]
-    retired = sorted(known - set(keys))
-    if new:
-        context.instance.add_dynamic_partitions(partitions.name, new)
-    for key in retired:
-        context.instance.delete_dynamic_partition(partitions.name, key)
-    return {"new_partitions": len(new), "retired_partitions": len(retired)}
 
 
 def lineage_metadata(portfolio: Portfolio, sandbox: SandboxBackend) -> dict[str, Any]:
@@ -186,7 +143,7 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             portfolio,
             data_version=DataVersion(portfolio.version),
             metadata={
-                **_sync_partitions(context, partitions.instances, [i.instance_id for i in portfolio.instances]),
+                **sync_partitions(context, partitions.instances, [i.instance_id for i in portfolio.instances]),
                 "instances": len(portfolio.instances),
                 "slices": MetadataValue.json({name: len(b.instances) for name, b in portfolio.slices.items()}),
                 "quarantined": len(portfolio.quarantined),
@@ -205,7 +162,7 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         return Output(
             keys,
             data_version=DataVersion(campaign.plan_version),
-            metadata={"trials": len(keys), **_sync_partitions(context, partitions.trials, keys)},
+            metadata={"trials": len(keys), **sync_partitions(context, partitions.trials, keys)},
         )
 
     def environment_step(

@@ -16,6 +16,7 @@ sensor that retries infrastructure failures. Dagster launches every run; nothing
 
 from dagster import (
     AssetKey,
+    DagsterRunStatus,
     DefaultScheduleStatus,
     DefaultSensorStatus,
     JobDefinition,
@@ -34,7 +35,7 @@ from dagster import (
 )
 
 from eval_pipeline.campaign import Campaign
-from eval_pipeline.defs.assets import failure_outcomes
+from eval_pipeline.defs.failures import failure_outcomes
 from eval_pipeline.defs.partitions import INSTANCE, TRIAL, trial_run_key
 from eval_pipeline.defs.progress import Cycle, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, TRIGGER_TAG
@@ -78,7 +79,7 @@ def campaign_sensor(campaign: Campaign, jobs: dict[str, JobDefinition]) -> Senso
     )
     def advance_nightly_cycle(context: SensorEvaluationContext) -> SensorResult | SkipReason:
         started = context.instance.get_runs(RunsFilter(job_name=prepare_job.name, tags={TRIGGER_TAG: NIGHTLY}), limit=1)
-        if not started or started[0].status.value != "SUCCESS":
+        if not started or started[0].status != DagsterRunStatus.SUCCESS:
             return SkipReason("no nightly cycle has prepared its dataset yet")
         cycle = Cycle(campaign, started[0].tags[CYCLE_TAG], NIGHTLY)
         step = next_step(context.instance, cycle)

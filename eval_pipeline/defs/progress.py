@@ -4,8 +4,8 @@ A pass (a *cycle*: one `eval-pipeline run`, or one night) prepares the dataset,
 then builds every environment not yet materialized, runs every trial partition
 not yet evaluated whose environment is ready, and, once nothing of the cycle is
 in flight, builds results and report, then the release decision. Each run the
-cycle requests carries its id (CYCLE_TAG) and a run key naming its stage and
-partition, so a partition is requested at most once per cycle: one that failed
+cycle requests carries its id (CYCLE_TAG) and its request (REQUEST_TAG: cycle,
+stage and partition), so a partition is requested at most once per cycle: one that failed
 waits for the next cycle or for the infrastructure-retry sensor, and never
 loops. The CLI driver and the nightly sensor both ask `next_step`; they differ
 only in how they launch the runs it requests.

@@ -12,7 +12,7 @@ from typing import Any
 
 from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest
 
-from eval_pipeline.defs.assets import failure_outcomes
+from eval_pipeline.defs.failures import failure_outcomes
 from eval_pipeline.defs.progress import Cycle, next_step
 from eval_pipeline.defs.stages import STAGE_TAG
 from eval_pipeline.orchestration.launchers import POLL_S, Launcher, request_key
