@@ -29,10 +29,13 @@ seeds: 1
 CAMPAIGN = VARIANTS + "exclude: {instances: [eval-pipeline-demo__calclib-4, eval-pipeline-demo__textkit-4]}\n"
 PLANNED = 12
 # Two instances: what Ctrl-C must show needs only a few trials.
-SMALL = VARIANTS + """exclude: {instances: [eval-pipeline-demo__calclib-2, eval-pipeline-demo__calclib-3,
+SMALL = (
+    VARIANTS
+    + """exclude: {instances: [eval-pipeline-demo__calclib-2, eval-pipeline-demo__calclib-3,
   eval-pipeline-demo__calclib-4, eval-pipeline-demo__textkit-2, eval-pipeline-demo__textkit-3,
   eval-pipeline-demo__textkit-4]}
 """
+)
 
 
 def start(env: dict[str, str], campaign: Path) -> subprocess.Popen:

@@ -94,7 +94,8 @@ class _Teller:
 
 
 def _status(reused: bool | None) -> str:
-    return "failed" if reused is None else "reused" if reused else "computed"
+    """How a step ended: computed, reused from the store, or not stored (its outcome is not scored)."""
+    return "not stored" if reused is None else "reused" if reused else "computed"
 
 
 def unstored_trials(campaign: Campaign, resource: EvalPipelineResource) -> set[str]:
