@@ -9,12 +9,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from eval_pipeline.settings import Deployment, DeploymentError, Paths, dagster_home
 
 if TYPE_CHECKING:
+    from dagster import DagsterInstance
+
     from eval_pipeline.campaign import Campaign
+    from eval_pipeline.defs.progress import Cycle
+    from eval_pipeline.orchestration.launchers import Launcher
 
 
 class UsageError(ValueError):
@@ -40,7 +44,9 @@ def _say(line: str) -> None:
 
 
 @contextmanager
-def _campaign_session(args: argparse.Namespace, campaign: "Campaign") -> Iterator[tuple[Any, Any, Any]]:
+def _campaign_session(
+    args: argparse.Namespace, campaign: "Campaign"
+) -> Iterator[tuple["DagsterInstance", "Launcher", "Cycle"]]:
     """The Dagster instance, a launcher and a new cycle for a command over `campaign`."""
     from dagster import DagsterInstance
 

@@ -27,6 +27,7 @@ from dagster import AssetKey, DagsterInstance, RunsFilter
 from eval_pipeline.campaign import load_campaign
 from eval_pipeline.dataset_sources import load_portfolio
 from eval_pipeline.generation import generation_key
+from eval_pipeline.orchestration.launchers import partition_tags
 from eval_pipeline.settings import Paths
 from eval_pipeline_tests.conftest import eval_pipeline_cli
 
@@ -208,20 +209,12 @@ def test_backfill_fails_one_partition_on_a_fault_and_reexecution_runs_only_that_
         assert len(generations) == 3, "nothing that finished was generated again"
 
 
-def partition_tags(instance_id: str, trial: str) -> dict[str, str]:
-    return {
-        "dagster/partition": f"{instance_id}|{trial}",
-        "dagster/partition/instance": instance_id,
-        "dagster/partition/trial": trial,
-    }
-
-
 def test_a_sigkilled_run_worker_is_launched_again_and_its_trial_completes(dagster_dev):
     server, home, _, worker_pids = dagster_dev
     server.run_job("e2e__prepare_job")
     server.run_job("e2e__environments_job", {"dagster/partition": INSTANCES[0]})
 
-    crashed = server.launch_run("e2e__trials_job", partition_tags(INSTANCES[0], "doomed-s0"))
+    crashed = server.launch_run("e2e__trials_job", partition_tags(f"{INSTANCES[0]}|doomed-s0"))
     server.wait(RUN_STATUS, lambda _: worker_pids.exists() and worker_pids.read_text().strip(), id=crashed)
     os.kill(int(worker_pids.read_text().split()[0]), signal.SIGKILL)  # the agent's parent: the run worker
     server.wait(RUN_STATUS, lambda d: d["runOrError"]["status"] == "FAILURE", id=crashed)

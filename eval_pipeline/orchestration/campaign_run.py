@@ -41,7 +41,6 @@ class StageCounts:
 class CampaignRun:
     report: Report | None = None
     environments_prepared: int = 0
-    environments_failed: int = 0
     generation: StageCounts = field(default_factory=StageCounts)
     evaluation: StageCounts = field(default_factory=StageCounts)
 
@@ -81,7 +80,6 @@ class _Teller:
                 self.run.environments_prepared += 1
                 self.say(f"environment ready: {finished.partition}")
             else:
-                self.run.environments_failed += 1
                 self.say(f"environment failed: {finished.partition}: {finished.failure}; its trials are skipped")
         elif finished.stage == "trials":
             self.told += 1

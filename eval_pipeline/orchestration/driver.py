@@ -6,12 +6,14 @@ The nightly sensor asks the same `next_step`; this module only adds launching, w
 
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
-from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest
+from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest
 
+from eval_pipeline.campaign import Campaign
 from eval_pipeline.defs.failures import failure_outcomes
 from eval_pipeline.defs.progress import Cycle, next_step
 from eval_pipeline.defs.stages import STAGE_TAG
@@ -24,7 +26,7 @@ class CampaignRunError(RuntimeError):
     """A stage that every trial depends on failed; the message carries the underlying error."""
 
 
-def new_cycle(campaign: Any) -> Cycle:
+def new_cycle(campaign: Campaign) -> Cycle:
     return Cycle(campaign, f"{CLI_TRIGGER}-{uuid.uuid4().hex[:12]}", CLI_TRIGGER)
 
 
@@ -110,21 +112,26 @@ def drive(
     unstored: Set[str] = frozenset(),
 ) -> None:
     """Carry a prepared cycle through environments, trials, results and release (`unstored`: as for
-    `CampaignProgress.read`)."""
+    `CampaignProgress.read`).
+
+    `next_step` reads the cycle's partitions and runs from the instance, so it is asked again only when the
+    requests it gave last have all been launched, not after every finished run (which would read the whole
+    cycle once per trial).
+    """
     launched: set[str] = set()
+    queue: deque[RunRequest] = deque()
     while True:
-        step = next_step(instance, cycle, launched, unstored)
-        for request in step.requests[: launcher.capacity - launcher.in_flight()]:
+        if not queue:
+            step = next_step(instance, cycle, launched, unstored)
+            if step.done:
+                return
+            queue.extend(step.requests)
+        while queue and launcher.in_flight() < launcher.capacity:
+            request = queue.popleft()
             launcher.launch(request)
             launched.add(request_key(request))
         finished = launcher.wait()
         for run_id in finished:
             tell(FinishedRun.read(instance, instance.get_run_by_id(run_id)))
-        if step.done and not finished and not launcher.in_flight():
-            return
-        if not step.requests and not finished and not launcher.in_flight():
+        if not queue and not finished and not launcher.in_flight():
             time.sleep(POLL_S)  # runs of the cycle in flight that another process launched (a run retry, say)
-
-
-def asset_key(campaign: Any, name: str) -> AssetKey:
-    return AssetKey([campaign.name, name])
