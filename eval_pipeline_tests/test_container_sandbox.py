@@ -7,6 +7,7 @@ packages, since nothing can be pulled there).
 import json
 import os
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import replace
@@ -170,21 +171,29 @@ def test_the_janitor_removes_leaked_containers(engine, container_sandbox, demo_b
 
 
 def count_containers_created(engine, campaign: str, action) -> dict[str, int]:
-    """Run `action`, then count, by role, the distinct containers the campaign created meanwhile.
+    """Run `action` while counting, by role, the distinct containers the campaign creates meanwhile.
 
-    Read from the engine's event log for the action's time span once it is over (a live stream can drop
-    events over a long quiet spell, such as image builds); Podman may repeat an event, hence distinct ids.
+    Podman's events are lossy both ways: a live stream can drop events over a long quiet spell (image builds),
+    and its event log can rotate during a long suite. So both are read, the stream while `action` runs and the
+    log for its time span afterwards, and their containers are merged (distinct ids: an event may repeat).
     """
+    filters = {"type": "container", "event": "create", "label": f"eval_pipeline.campaign={campaign}"}
     started = int(time.time())
-    action()
-    time.sleep(1)  # let the last events be logged
-    events = engine.events(
-        since=started,
-        until=int(time.time()) + 1,
-        decode=True,
-        filters={"type": "container", "event": "create", "label": f"eval_pipeline.campaign={campaign}"},
-    )
-    roles = {event["Actor"]["ID"]: event["Actor"]["Attributes"].get("eval_pipeline.role") for event in events}
+    seen: list[dict] = []
+    stream = engine.events(decode=True, filters=filters)
+    listener = threading.Thread(target=lambda: seen.extend(stream), daemon=True)
+    listener.start()
+    try:
+        action()
+    finally:
+        time.sleep(1)  # let the last events arrive
+        stream.close()
+    seen.extend(engine.events(since=started, until=int(time.time()) + 1, decode=True, filters=filters))
+    roles = {
+        event["Actor"]["ID"]: event["Actor"]["Attributes"].get("eval_pipeline.role")
+        for event in seen
+        if event.get("time", 0) >= started
+    }
     return {role: list(roles.values()).count(role) for role in set(roles.values())}
 
 
