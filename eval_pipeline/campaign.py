@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from eval_pipeline.campaign_config import CampaignFile, NightlySettings, RetrySettings, Variant
+from eval_pipeline.campaign_config import BatchSettings, CampaignFile, NightlySettings, RetrySettings, Variant
 from eval_pipeline.config_validation import describe_errors, problem_lines
 from eval_pipeline.dataset_source_config import DatasetSource
 from eval_pipeline.gates import GatePolicy, GatePolicyError, load_policy
@@ -33,6 +33,7 @@ from eval_pipeline.validation import ValidationFileError, read_quarantine
 
 __all__ = [
     "BUILTIN_DIR",
+    "BatchSettings",
     "DEFAULT_SLICE",
     "Campaign",
     "CampaignError",
@@ -77,6 +78,7 @@ class Campaign:
     test_timeout_s: float = 900.0
     timeout_multiplier: float = 1.0
     retries: RetrySettings = RetrySettings()
+    batches: BatchSettings = BatchSettings()
     nightly: NightlySettings | None = None
     description: str = ""
     baseline: str = ""  # the variant every other is compared with, paired by instance; the first by default
@@ -180,6 +182,7 @@ def parse_campaign(data: Any, origin: str, base_dir: Path | None = None) -> Camp
         test_timeout_s=float(config.timeouts.tests_s),
         timeout_multiplier=float(config.timeouts.multiplier),
         retries=config.retries,
+        batches=config.batches,
         nightly=config.nightly,
     )
 

@@ -18,6 +18,7 @@ from eval_pipeline.config_validation import (
     FieldProblem,
     InputPath,
     Number,
+    PositiveCount,
     PositiveNumber,
 )
 from eval_pipeline.dataset_source_config import DatasetSource
@@ -65,17 +66,30 @@ class Variant(ConfigModel):
 class RetrySettings(ConfigModel):
     """`retries:` how infrastructure outcomes are tried again; agent outcomes never are.
 
-    Within one run, a step that ended in an infrastructure outcome is retried
-    up to `max_retries` times, waiting `delay_s` before the first retry and
-    twice as long before each next one (with jitter). A partition whose run
-    exhausted them is requested again by the campaign's sensor, up to
-    `max_rerequests` times, so an outage longer than the backoff costs a later
-    run, not a trial.
+    Within one run, a trial (or an environment's step) that ended in an
+    infrastructure outcome is retried up to `max_retries` times, waiting
+    `delay_s` before the first retry and twice as long before each next one
+    (with jitter). A partition whose run exhausted them is requested again by
+    the campaign's sensor, up to `max_rerequests` times, so an outage longer
+    than the backoff costs a later run, not a trial.
     """
 
     max_retries: Count = 2
     delay_s: Number = 2.0
     max_rerequests: Count = 2
+
+
+class BatchSettings(ConfigModel):
+    """`batches:` how many trial partitions one Dagster run materializes (`size`), and how many of them it runs
+    at once (`concurrency`).
+
+    Dagster's cost per run (start, event log, step machinery) is paid once per batch, so a campaign of 16k
+    trials is about a thousand runs, not 16k. A batch is one instance's trials, so its trials share one
+    environment; each trial still ends on its own (materialized, or failed and backfillable alone).
+    """
+
+    size: PositiveCount = 16
+    concurrency: PositiveCount = 1
 
 
 class NightlySettings(ConfigModel):
@@ -132,6 +146,7 @@ class CampaignFile(ConfigModel):
     resources: ResourceLimits = ResourceLimits()
     timeouts: Timeouts = Timeouts()
     retries: RetrySettings = RetrySettings()
+    batches: BatchSettings = BatchSettings()
     nightly: NightlySettings | None = None
     exclude: Exclude = Exclude()
 

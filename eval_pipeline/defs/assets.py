@@ -6,14 +6,19 @@ trial_plan registers the trial partitions from the campaign file. Instance
 validation (validation[instance], validation_report) is in defs/validation.py.
 """
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from dagster import (
+    AssetDep,
     AssetExecutionContext,
     AssetIn,
     AssetKey,
+    AssetMaterialization,
     AssetsDefinition,
+    AssetSpec,
+    BackfillPolicy,
     Backoff,
     DataVersion,
     Jitter,
@@ -22,18 +27,18 @@ from dagster import (
     Output,
     RetryPolicy,
     asset,
+    multi_asset,
 )
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.artifacts import ArtifactStore
-from eval_pipeline.campaign import Campaign, Trial
+from eval_pipeline.campaign import Campaign
 from eval_pipeline.dataset_sources import load_portfolio, write_snapshot
-from eval_pipeline.defs.failures import outcome_failure
-from eval_pipeline.defs.partitions import INSTANCE, TRIAL, CampaignPartitions, sync_partitions
+from eval_pipeline.defs.failures import describe_outcome, outcome_failure
+from eval_pipeline.defs.partitions import INSTANCE, CampaignPartitions, sync_partitions
 from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.environments import environment_attempt
-from eval_pipeline.evaluation import Evaluation, evaluate
-from eval_pipeline.generation import GENERATION_VERSION, Generation, generate
+from eval_pipeline.generation import GENERATION_VERSION
 from eval_pipeline.grading import GRADING_VERSION
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.html_report import write_html_report
@@ -47,6 +52,7 @@ from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBack
 from eval_pipeline.sandbox.local import ENVIRONMENT_LAYOUT_VERSION
 from eval_pipeline.sandbox.pod_manifest import pod_resources
 from eval_pipeline.tasks import Task
+from eval_pipeline.trial_batch import TrialResult, TrialSetup, TrialWork, run_batch
 from eval_pipeline.validation import VALIDATION_FILE, read_validation
 
 # Code versions of the assets whose logic has no version of its own in the core.
@@ -56,7 +62,9 @@ RESULTS_CODE_VERSION = "4"
 IMAGE_CODE_VERSION = "1"
 # Concurrency pools (limits per Dagster instance: dagster.yaml, or `dagster instance concurrency set`).
 ENVIRONMENT_POOL = "eval_pipeline_environments"  # image builds and environment pods started at once
-MODEL_API_POOL = "eval_pipeline_model_api"  # agents running at once, each calling a model API
+MODEL_API_POOL = "eval_pipeline_model_api"  # trial batches running at once, their agents calling a model API
+# Where Output(data_version=...) records the data version; a materialization logged by the step sets it itself.
+DATA_VERSION_TAG = "dagster/data_version"
 
 
 def lineage_metadata(portfolio: Portfolio, sandbox: SandboxBackend) -> dict[str, Any]:
@@ -72,19 +80,58 @@ def lineage_metadata(portfolio: Portfolio, sandbox: SandboxBackend) -> dict[str,
 def _trial_lineage(
     portfolio: Portfolio,
     sandbox: SandboxBackend,
-    trial: Trial,
-    agent_config_hash: str,
-    environment: EnvironmentHandle,
+    result: TrialResult,
+    environments: dict[str, EnvironmentHandle],
 ) -> dict[str, Any]:
+    instance_id, trial = result.work.instance.instance_id, result.work.trial
+    environment = environments[instance_id]
     return {
         **lineage_metadata(portfolio, sandbox),
-        "slice": portfolio.slice_of(environment.instance_id),
+        "slice": portfolio.slice_of(instance_id),
         "environment": MetadataValue.json({"key": environment.key, **environment.details}),
         "variant": trial.variant.name,
         "agent": trial.variant.agent,
-        "agent_config_hash": agent_config_hash,
+        "agent_config_hash": trial.variant.make_agent().config_hash,
         "seed": trial.seed,
     }
+
+
+def _trial_materializations(
+    generation_key: AssetKey, evaluation_key: AssetKey, result: TrialResult, lineage: dict[str, Any]
+) -> Iterator[AssetMaterialization]:
+    """A trial's generation once it is stored, and its evaluation once it is scored, each with its lineage."""
+    partition, generation, evaluation = result.work.partition, result.generation, result.evaluation
+    if generation is None:
+        return
+    yield AssetMaterialization(
+        generation_key,
+        partition=partition,
+        tags={DATA_VERSION_TAG: generation.patch_sha256},
+        metadata={
+            **lineage,
+            "status": generation.status,
+            "reused": generation.reused,
+            "artifact": generation.key,
+            "patch_bytes": len(generation.patch),
+            "duration_s": generation.duration_s,
+        },
+    )
+    if evaluation is None or not result.outcome.is_scored:
+        return
+    yield AssetMaterialization(
+        evaluation_key,
+        partition=partition,
+        tags={DATA_VERSION_TAG: stable_hash([evaluation.key, evaluation.outcome])},
+        metadata={
+            **lineage,
+            "outcome": evaluation.outcome,
+            "reused": evaluation.reused,
+            "artifact": evaluation.key,
+            "attempt_id": evaluation.attempt_id,
+            "generation_artifact": generation.key,
+            "tries": result.tries,
+        },
+    )
 
 
 EnvironmentWork = Literal["build", "prepare"]
@@ -114,10 +161,6 @@ def kubernetes_step_tags(limits: ResourceLimits) -> dict[str, Any]:
 def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) -> list[AssetsDefinition]:
     prefix = [campaign.name]
     snapshot_in = AssetIn(key=AssetKey([*prefix, "dataset_snapshot"]))  # loaded as `portfolio`
-    environment_in = AssetIn(
-        key=AssetKey([*prefix, "environment"]),
-        partition_mapping=MultiToSingleDimensionPartitionMapping(partition_dimension_name=INSTANCE),
-    )
     common = {"key_prefix": prefix, "group_name": campaign.name}
     retry_policy = RetryPolicy(
         max_retries=campaign.retries.max_retries,
@@ -125,10 +168,6 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         backoff=Backoff.EXPONENTIAL,
         jitter=Jitter.PLUS_MINUS,
     )
-
-    def partition_of(context: AssetExecutionContext, portfolio: Portfolio) -> tuple[Task, Trial]:
-        keys = context.partition_key.keys_by_dimension
-        return portfolio.instance(keys[INSTANCE]), campaign.trial(keys[TRIAL])
 
     @asset(**common, code_version=SNAPSHOT_CODE_VERSION)
     def dataset_snapshot(context: AssetExecutionContext, eval_pipeline: EvalPipelineResource) -> Output[Portfolio]:
@@ -174,7 +213,9 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             return sandbox, prepare_environment(sandbox, portfolio, eval_pipeline.artifact_store(), instance, work)
         except InfrastructureError as error:
             raise outcome_failure(
-                f"{instance.instance_id}: {error}", error.outcome, lineage_metadata(portfolio, sandbox)
+                f"{instance.instance_id}: {describe_outcome(error.outcome, str(error))}",
+                {instance.instance_id: error.outcome},
+                lineage_metadata(portfolio, sandbox),
             ) from error
 
     @asset(
@@ -218,107 +259,71 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             metadata={**lineage_metadata(portfolio, sandbox), "environment_key": handle.key},
         )
 
-    @asset(
-        **common,
-        partitions_def=partitions.trial_runs,
-        ins={"portfolio": snapshot_in, "environment": environment_in},
-        deps=[AssetKey([*prefix, "trial_plan"])],
-        code_version=GENERATION_VERSION,
-        retry_policy=retry_policy,
+    environment_dep = AssetDep(
+        AssetKey([*prefix, "environment"]),
+        partition_mapping=MultiToSingleDimensionPartitionMapping(partition_dimension_name=INSTANCE),
+    )
+    generation_key, evaluation_key = AssetKey([*prefix, "generation"]), AssetKey([*prefix, "evaluation"])
+    trial_spec = {"partitions_def": partitions.trial_runs, "group_name": campaign.name, "skippable": True}
+
+    @multi_asset(
+        name=f"{campaign.name}__trials",
+        specs=[
+            AssetSpec(
+                generation_key,
+                deps=[environment_dep, snapshot_in.key, AssetKey([*prefix, "trial_plan"])],
+                code_version=GENERATION_VERSION,
+                description="The agent's patch for one (instance, trial); stored once, never regenerated.",
+                **trial_spec,
+            ),
+            AssetSpec(
+                evaluation_key,
+                deps=[generation_key, environment_dep, snapshot_in.key],
+                code_version=GRADING_VERSION,
+                description="The graded outcome of the stored generation.",
+                **trial_spec,
+            ),
+        ],
+        ins={"portfolio": snapshot_in, "environment": AssetIn(key=environment_dep.asset_key)},
+        backfill_policy=BackfillPolicy.multi_run(max_partitions_per_run=campaign.batches.size),
         pool=MODEL_API_POOL,
         op_tags=kubernetes_step_tags(campaign.resources),
     )
-    def generation(
+    def trials(
         context: AssetExecutionContext,
         portfolio: Portfolio,
-        environment: EnvironmentHandle,
+        environment: Any,  # one EnvironmentHandle, or a dict of them by instance when the range has several
         eval_pipeline: EvalPipelineResource,
-    ) -> Output[Generation]:
-        """The agent's patch for one (instance, trial); stored once, never regenerated.
+    ) -> Iterator[AssetMaterialization]:
+        """A batch of trial partitions (a partition range), `batches.concurrency` at a time: each partition's
+        generation and evaluation are materialized as its trial ends.
 
-        An infrastructure failure under the agent fails the step (retried with backoff), and the
-        agent's own failure is stored like any patch: its evaluation records it.
+        A trial whose infrastructure failed is retried with backoff within the run (trial_batch.py); an
+        agent's own failure is stored like any patch and scored. A trial that still ends unscored is left
+        unmaterialized and fails the step once the batch is done, so exactly those partitions are failed.
         """
-        instance, trial = partition_of(context, portfolio)
-        sandbox = eval_pipeline.sandbox(campaign, instance)
-        agent = trial.variant.make_agent()
-        try:
-            result = generate(
-                instance,
-                agent,
-                trial.seed,
-                environment,
-                sandbox,
-                eval_pipeline.artifact_store(),
-                campaign.timeout_multiplier,
-            )
-        except InfrastructureError as error:
-            lineage = _trial_lineage(portfolio, sandbox, trial, agent.config_hash, environment)
-            raise outcome_failure(
-                f"{instance.instance_id} {trial.key}: generation: {error}", error.outcome, lineage
-            ) from error
-        return Output(
-            result,
-            data_version=DataVersion(result.patch_sha256),
-            metadata={
-                **_trial_lineage(portfolio, sandbox, trial, result.agent_config_hash, environment),
-                "status": result.status,
-                "reused": result.reused,
-                "artifact": result.key,
-                "patch_bytes": len(result.patch),
-                "duration_s": result.duration_s,
-            },
-        )
-
-    @asset(
-        **common,
-        partitions_def=partitions.trial_runs,
-        ins={
-            "portfolio": snapshot_in,
-            "environment": environment_in,
-            "generation": AssetIn(key=AssetKey([*prefix, "generation"])),
-        },
-        code_version=GRADING_VERSION,
-        retry_policy=retry_policy,
-        op_tags=kubernetes_step_tags(campaign.resources),
-    )
-    def evaluation(
-        context: AssetExecutionContext,
-        portfolio: Portfolio,
-        environment: EnvironmentHandle,
-        generation: Generation,
-        eval_pipeline: EvalPipelineResource,
-    ) -> Output[Evaluation]:
-        """The graded outcome of the stored generation.
-
-        An unscored outcome fails the partition, so that "backfill failed partitions" re-runs exactly
-        those; an infrastructure outcome is first retried in the run, with backoff.
-        """
-        instance, trial = partition_of(context, portfolio)
-        sandbox = eval_pipeline.sandbox(campaign, instance)
-        result = evaluate(
-            instance,
-            portfolio.environment_for(instance),
-            generation,
-            environment,
-            sandbox,
+        keys = [key.split("|", 1) for key in context.partition_keys]
+        works = [TrialWork(f"{i}|{t}", portfolio.instance(i), campaign.trial(t)) for i, t in keys]
+        if isinstance(environment, EnvironmentHandle):  # a range of one instance is loaded as its one handle
+            environment = {works[0].instance.instance_id: environment}
+        setup = TrialSetup(
+            campaign,
+            portfolio,
             eval_pipeline.artifact_store(),
-            campaign.test_timeout_for(instance),
+            lambda task: eval_pipeline.sandbox(campaign, task),
+            environment,
         )
-        metadata = {
-            **_trial_lineage(portfolio, sandbox, trial, result.agent_config_hash, environment),
-            "outcome": result.outcome,
-            "reused": result.reused,
-            "artifact": result.key,
-            "attempt_id": result.attempt_id,
-            "generation_artifact": generation.key,
-        }
-        if not result.outcome_type.is_scored:
-            description = f"{instance.instance_id} {trial.key}: {result.detail[-2000:]}"
-            raise outcome_failure(description, result.outcome_type, metadata)
-        return Output(result, data_version=DataVersion(stable_hash([result.key, result.outcome])), metadata=metadata)
+        unscored = {}
+        for result in run_batch(setup, works, campaign.batches.concurrency):
+            lineage = _trial_lineage(portfolio, setup.sandbox_for(result.work.instance), result, environment)
+            yield from _trial_materializations(generation_key, evaluation_key, result, lineage)
+            if not result.outcome.is_scored:
+                unscored[result.work.partition] = result
+        if unscored:
+            lines = [f"{key}: {describe_outcome(r.outcome, r.detail[-2000:])}" for key, r in unscored.items()]
+            raise outcome_failure("\n".join(lines), {key: r.outcome for key, r in unscored.items()}, {})
 
-    @asset(**common, ins={"portfolio": snapshot_in}, deps=[evaluation], code_version=RESULTS_CODE_VERSION)
+    @asset(**common, ins={"portfolio": snapshot_in}, deps=[evaluation_key], code_version=RESULTS_CODE_VERSION)
     def results(
         context: AssetExecutionContext, portfolio: Portfolio, eval_pipeline: EvalPipelineResource
     ) -> Output[str]:
@@ -382,4 +387,4 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             },
         )
 
-    return [dataset_snapshot, trial_plan, environment_image, environment, generation, evaluation, results, report]
+    return [dataset_snapshot, trial_plan, environment_image, environment, trials, results, report]

@@ -8,11 +8,13 @@ sensor that retries infrastructure failures. Dagster launches every run; nothing
   yet evaluated, then results and report, then the release decision), each
   partition at most once per cycle. Finished trials are never run again.
 - `<campaign>__infrastructure_retries` watches failed trial runs. When a run
-  failed because a step ended in an infrastructure outcome after its in-run
-  retries (a long engine outage, say), it requests the partition again, at most
+  left trial partitions failed on an infrastructure outcome after their in-run
+  retries (a long engine outage, say), it requests each of them again, at most
   `retries.max_rerequests` times per partition; agent outcomes and grading
   errors are never re-requested.
 """
+
+from collections.abc import Iterator
 
 from dagster import (
     AssetKey,
@@ -36,7 +38,6 @@ from dagster import (
 
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.defs.failures import failure_outcomes
-from eval_pipeline.defs.partitions import INSTANCE, TRIAL, trial_run_key
 from eval_pipeline.defs.progress import Cycle, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, TRIGGER_TAG
 
@@ -100,25 +101,28 @@ def infrastructure_retry_sensor(campaign: Campaign, trials_job: JobDefinition) -
         request_job=trials_job,
         minimum_interval_seconds=SENSOR_INTERVAL_S,
         default_status=DefaultSensorStatus.RUNNING,
-        description="Request a trial partition again when its run failed on an infrastructure outcome.",
+        description="Request a trial partition again when its run left it failed on an infrastructure outcome.",
     )
-    def retry_infrastructure_failures(context: RunFailureSensorContext) -> RunRequest | SkipReason:
+    def retry_infrastructure_failures(context: RunFailureSensorContext) -> Iterator[RunRequest | SkipReason]:
         run = context.dagster_run
-        tags = run.tags
-        partition = (tags.get(f"dagster/partition/{INSTANCE}"), tags.get(f"dagster/partition/{TRIAL}"))
-        ours = run.job_name == trials_job.name or bool((run.asset_selection or set()) & trial_assets)
-        if not ours or None in partition:
-            return SkipReason(f"run {run.run_id} is not a trial run of {campaign.name}")
+        if run.job_name != trials_job.name and not (run.asset_selection or set()) & trial_assets:
+            yield SkipReason(f"run {run.run_id} is not a trial run of {campaign.name}")
+            return
         outcomes = failure_outcomes(context.get_step_failure_events())
-        if not outcomes or not all(outcome.is_retried for outcome in outcomes):
-            return SkipReason(f"run {run.run_id} failed on {[o.value for o in outcomes]}: not infrastructure")
-        previous = int(tags.get(REREQUEST_TAG, 0))
-        if previous >= campaign.retries.max_rerequests:
-            return SkipReason(f"{partition}: requested again {previous} times already, the most allowed")
-        return RunRequest(
-            run_key=f"{run.run_id}-rerequest",
-            partition_key=trial_run_key(*partition),
-            tags={REREQUEST_TAG: str(previous + 1), TRIGGER_TAG: "infrastructure_retry"},
-        )
+        retried = [key for key, outcome in outcomes.items() if outcome.is_retried]
+        previous = int(run.tags.get(REREQUEST_TAG, 0))
+        if not retried:
+            yield SkipReason(
+                f"run {run.run_id} failed on {sorted({o.value for o in outcomes.values()})}: not infrastructure"
+            )
+        elif previous >= campaign.retries.max_rerequests:
+            yield SkipReason(f"{retried}: requested again {previous} times already, the most allowed")
+        else:
+            for key in retried:
+                yield RunRequest(
+                    run_key=f"{run.run_id}-rerequest-{key}",
+                    partition_key=key,
+                    tags={REREQUEST_TAG: str(previous + 1), TRIGGER_TAG: "infrastructure_retry"},
+                )
 
     return retry_infrastructure_failures

@@ -1,35 +1,41 @@
 """Unscored outcomes as step failures, and back: how an outcome travels through Dagster's run records.
 
-An evaluation that cannot be scored fails its step (so "backfill failed partitions" re-runs exactly those); the
-step's retry policy retries it only when it is infrastructure. The outcome rides in the failure's metadata,
-where the retry sensor and the CLI read it back.
+A step whose partitions did not all end in a scored outcome fails after
+materializing the ones that did, so that exactly the others are failed
+partitions ("backfill failed partitions" re-runs those alone). The outcome of
+each failed partition rides in the failure's metadata, where the retry sensor
+and the CLI read it back.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dagster import DagsterEvent, Failure
+from dagster import DagsterEvent, Failure, MetadataValue
 
 from eval_pipeline.outcomes import Outcome
 
 
-def outcome_failure(description: str, outcome: Outcome, metadata: dict[str, Any]) -> Failure:
-    """The step failure for an unscored outcome: retried by the step's policy only when it is infrastructure.
+def outcome_failure(description: str, outcomes: Mapping[str, Outcome], metadata: Mapping[str, Any]) -> Failure:
+    """The step failure for partitions that ended in unscored `outcomes` (partition key -> outcome).
 
-    The outcome travels in the failure's metadata, where the campaign's sensor reads it.
+    A step retry policy (environments have one) retries it only when every outcome is infrastructure.
     """
     return Failure(
-        description=f"{outcome.value} ({outcome.kind.value} outcome, not scored): {description}",
-        metadata={**metadata, "outcome": outcome.value, "outcome_kind": outcome.kind.value},
-        allow_retries=outcome.is_retried,
+        description=description,
+        metadata={**metadata, "outcomes": MetadataValue.json({key: o.value for key, o in outcomes.items()})},
+        allow_retries=all(outcome.is_retried for outcome in outcomes.values()),
     )
 
 
-def failure_outcomes(step_failures: Sequence[DagsterEvent]) -> list[Outcome]:
-    """The outcomes that `outcome_failure` recorded in a run's step failures (none for a crash)."""
-    outcomes = []
+def describe_outcome(outcome: Outcome, detail: str) -> str:
+    return f"{outcome.value} ({outcome.kind.value} outcome, not scored): {detail}"
+
+
+def failure_outcomes(step_failures: Sequence[DagsterEvent]) -> dict[str, Outcome]:
+    """The outcomes, by partition, that `outcome_failure` recorded in a run's step failures (none for a crash)."""
+    outcomes = {}
     for event in step_failures:
         user_data = event.step_failure_data.user_failure_data
-        if user_data and "outcome" in user_data.metadata:
-            outcomes.append(Outcome(user_data.metadata["outcome"].value))
+        if user_data and "outcomes" in user_data.metadata:
+            outcomes |= {key: Outcome(value) for key, value in user_data.metadata["outcomes"].value.items()}
     return outcomes

@@ -1,5 +1,7 @@
-"""A campaign's partitions: instances (from the dataset) crossed with trials (from the campaign)."""
+"""A campaign's partitions: instances (from the dataset) crossed with trials (from the campaign), and the
+batches of trial partitions that one run materializes."""
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dagster import AssetExecutionContext, DynamicPartitionsDefinition, MultiPartitionKey, MultiPartitionsDefinition
@@ -24,6 +26,61 @@ class CampaignPartitions:
 
 def trial_run_key(instance_id: str, trial_key: str) -> MultiPartitionKey:
     return MultiPartitionKey({INSTANCE: instance_id, TRIAL: trial_key})
+
+
+# How Dagster names the partition range a run targets (as its backfills do for a BackfillPolicy.multi_run asset).
+RANGE_START_TAG, RANGE_END_TAG = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+
+
+@dataclass(frozen=True)
+class TrialBatch:
+    """Trial partitions of one instance, consecutive in the registered trial order: what one run of the trials
+    stage materializes. To Dagster it is the partition range (instance, first) .. (instance, last), a
+    rectangle of the two dimensions one instance high, so the batch's trials share one environment."""
+
+    instance_id: str
+    trials: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        first, last = self.trials[0], self.trials[-1]
+        return f"{self.instance_id}|{first}" + (f"..{last}" if last != first else "")
+
+    def partitions(self) -> list[str]:
+        return [str(trial_run_key(self.instance_id, trial)) for trial in self.trials]
+
+    def range_tags(self) -> dict[str, str]:
+        return {RANGE_START_TAG: self.partitions()[0], RANGE_END_TAG: self.partitions()[-1]}
+
+    @classmethod
+    def from_tags(cls, tags: Mapping[str, str], trial_order: Sequence[str]) -> "TrialBatch | None":
+        """The batch a run of one instance's trial range targets (None for a run of no such range)."""
+        if RANGE_START_TAG not in tags:
+            return None
+        (instance_id, first), (_, last) = (tags[tag].split("|", 1) for tag in (RANGE_START_TAG, RANGE_END_TAG))
+        if first not in trial_order or last not in trial_order:  # trials retired since
+            return cls(instance_id, tuple(dict.fromkeys((first, last))))
+        return cls(instance_id, tuple(trial_order[trial_order.index(first) : trial_order.index(last) + 1]))
+
+
+def trial_batches(partitions: Iterable[str], trial_order: Sequence[str], size: int) -> list[TrialBatch]:
+    """`partitions` (trial partition keys) as batches of at most `size` trials of one instance, consecutive in
+    `trial_order` (the registered order, which is Dagster's), instance by instance in first-seen order."""
+    position = {trial: index for index, trial in enumerate(trial_order)}
+    by_instance: dict[str, list[int]] = {}
+    for key in partitions:
+        instance_id, trial = key.split("|", 1)
+        by_instance.setdefault(instance_id, []).append(position[trial])
+    batches = []
+    for instance_id, indices in by_instance.items():
+        run: list[int] = []
+        for index in sorted(indices):
+            if run and (index != run[-1] + 1 or len(run) == size):
+                batches.append(TrialBatch(instance_id, tuple(trial_order[i] for i in run)))
+                run = []
+            run.append(index)
+        batches.append(TrialBatch(instance_id, tuple(trial_order[i] for i in run)))
+    return batches
 
 
 def sync_partitions(

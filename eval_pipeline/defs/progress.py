@@ -1,23 +1,24 @@
 """What a pass over a campaign needs next, read from the Dagster instance alone.
 
 A pass (a *cycle*: one `eval-pipeline run`, or one night) prepares the dataset,
-then builds every environment not yet materialized, runs every trial partition
-not yet evaluated whose environment is ready, and, once nothing of the cycle is
-in flight, builds results and report, then the release decision. Each run the
-cycle requests carries its id (CYCLE_TAG) and its request (REQUEST_TAG: cycle,
-stage and partition), so a partition is requested at most once per cycle: one that failed
-waits for the next cycle or for the infrastructure-retry sensor, and never
-loops. The CLI driver and the nightly sensor both ask `next_step`; they differ
+then builds every environment not yet materialized, runs the trial partitions
+not yet evaluated in batches (one instance's trials per run) as soon as their
+environment is ready, and, once nothing of the cycle is in flight, builds
+results and report, then the release decision. Each run the cycle requests
+carries its id (CYCLE_TAG) and its request (REQUEST_TAG: cycle, stage and
+partition or batch), so a partition is requested at most once per cycle: one
+that failed waits for the next cycle or for the infrastructure-retry sensor,
+and never loops. The CLI driver and the nightly sensor both ask `next_step`; they differ
 only in how they launch the runs it requests.
 """
 
-from collections.abc import Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 
 from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, RunsFilter
 
 from eval_pipeline.campaign import Campaign
-from eval_pipeline.defs.partitions import CampaignPartitions, trial_run_key
+from eval_pipeline.defs.partitions import CampaignPartitions, TrialBatch, trial_batches, trial_run_key
 from eval_pipeline.defs.stages import CYCLE_TAG, RELEASE_STAGE, TRIGGER_TAG, stage_job_name
 
 REQUEST_TAG = "eval_pipeline/request"  # the request a run answers: its cycle, stage and partition
@@ -52,13 +53,15 @@ class CampaignProgress:
         return [i for i in self.instances if i not in self.environments_ready]
 
     def pending_trials(self) -> list[str]:
-        """Trial partitions not evaluated, ordered so that neighbours hit different instances' environments."""
-        keys = (str(trial_run_key(i, t)) for t in self.trials for i in self.instances)
+        """Trial partitions not evaluated, instance by instance."""
+        keys = (str(trial_run_key(i, t)) for i in self.instances for t in self.trials)
         return [key for key in keys if key not in self.evaluated]
 
-    def runnable_trials(self) -> list[str]:
-        """Pending trials whose environment is ready (one that failed is left for the next cycle)."""
-        return [key for key in self.pending_trials() if key.split("|", 1)[0] in self.environments_ready]
+    def runnable_batches(self, size: int, requested: Set[str] = frozenset()) -> list[TrialBatch]:
+        """Pending trials whose environment is ready (one that failed is left for the next cycle), less those
+        `requested` already, in batches of at most `size`."""
+        runnable = (key for key in self.pending_trials() if key.split("|", 1)[0] in self.environments_ready)
+        return trial_batches((key for key in runnable if key not in requested), self.trials, size)
 
 
 @dataclass
@@ -82,39 +85,61 @@ class Cycle:
     trigger: str
 
     def request(self, stage: str, partition_key: str | None = None) -> RunRequest:
+        return self._request(stage, partition_key or "", partition_key)
+
+    def request_trials(self, batch: TrialBatch) -> RunRequest:
+        """The run of a batch of trial partitions: a partition range, as a BackfillPolicy.multi_run backfill
+        launches it."""
+        return self._request("trials", batch.name, range_tags=batch.range_tags())
+
+    def _request(
+        self, stage: str, target: str, partition_key: str | None = None, range_tags: Mapping[str, str] | None = None
+    ) -> RunRequest:
+        key = f"{self.id}:{stage}:{target}"
         return RunRequest(
-            run_key=f"{self.id}:{stage}:{partition_key or ''}",
+            run_key=key,
             job_name=stage_job_name(self.campaign, stage),
             partition_key=partition_key,
-            tags={
-                CYCLE_TAG: self.id,
-                TRIGGER_TAG: self.trigger,
-                REQUEST_TAG: f"{self.id}:{stage}:{partition_key or ''}",
-            },
+            tags={**(range_tags or {}), CYCLE_TAG: self.id, TRIGGER_TAG: self.trigger, REQUEST_TAG: key},
         )
 
     def runs(self, instance: DagsterInstance) -> list[DagsterRun]:
         return list(instance.get_runs(RunsFilter(tags={CYCLE_TAG: self.id})))
 
 
+def requested_trials(tags: Iterable[Mapping[str, str]], trial_order: tuple[str, ...]) -> set[str]:
+    """The trial partitions that runs (or requests) with these tags target."""
+    batches = (TrialBatch.from_tags(run_tags, trial_order) for run_tags in tags)
+    return {key for batch in batches if batch for key in batch.partitions()}
+
+
 def next_step(
-    instance: DagsterInstance, cycle: Cycle, launched: Set[str] = frozenset(), unstored: Set[str] = frozenset()
+    instance: DagsterInstance,
+    cycle: Cycle,
+    launched: Iterable[RunRequest] = (),
+    unstored: Set[str] = frozenset(),
 ) -> Step:
     """The runs the cycle needs that it has not requested yet (in the instance, or `launched` by the caller
     and not yet there); `unstored` as for `CampaignProgress.read`.
 
+    Trial batches whose environment is ready come first, then environments still missing: the first trials
+    start as soon as their own environment is ready, while the others are prepared.
     Assumes the cycle's prepare run succeeded (it registers the partitions).
     """
     runs, campaign = cycle.runs(instance), cycle.campaign
-    requested = {run.tags.get(REQUEST_TAG) for run in runs} | launched
+    launched = list(launched)
+    tags = [run.tags for run in runs] + [request.tags for request in launched]
+    requested = {run_tags.get(REQUEST_TAG) for run_tags in tags}
     succeeded = {run.tags.get(REQUEST_TAG) for run in runs if run.status == DagsterRunStatus.SUCCESS}
-    in_flight = bool(launched - {run.tags.get(REQUEST_TAG) for run in runs if run.status in FINISHED}) or any(
-        run.status not in FINISHED for run in runs
+    finished = {run.tags.get(REQUEST_TAG) for run in runs if run.status in FINISHED}
+    in_flight = any(run.status not in FINISHED for run in runs) or any(
+        request.tags[REQUEST_TAG] not in finished for request in launched
     )
     progress = CampaignProgress.read(instance, campaign, unstored)
-    wanted = [cycle.request("environments", key) for key in progress.missing_environments()]
-    wanted += [cycle.request("trials", key) for key in progress.runnable_trials()]
-    new = [request for request in wanted if request.run_key not in requested]
+    batches = progress.runnable_batches(campaign.batches.size, requested_trials(tags, progress.trials))
+    new = [cycle.request_trials(batch) for batch in batches]
+    new += [cycle.request("environments", key) for key in progress.missing_environments()]
+    new = [request for request in new if request.run_key not in requested]
     if new or in_flight:
         return Step(new, waiting=in_flight)
     results = cycle.request("results")

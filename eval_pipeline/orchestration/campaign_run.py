@@ -82,13 +82,24 @@ class _Teller:
             else:
                 self.say(f"environment failed: {finished.partition}: {finished.failure}; its trials are skipped")
         elif finished.stage == "trials":
-            self.told += 1
-            for name, counts in (("generation", self.run.generation), ("evaluation", self.run.evaluation)):
-                counts.add(finished.reused(name))
-            instance_id, trial = finished.partition.split("|", 1)
-            outcome = finished.metadata["evaluation"]["outcome"] if finished.success else finished.failure
-            steps = ", ".join(f"{n} {_status(finished.reused(n))}" for n in ("generation", "evaluation"))
-            self.say(f"[{self.told}/{self.trials}] {instance_id} {trial}: {outcome} ({steps})")
+            partitions = finished.trial_partitions()
+            if not partitions:  # the run ended before any of its trials did (a crash, a cancel)
+                self.say(f"trials {finished.partition}: {finished.failure}")
+            for partition in partitions:
+                self._tell_trial(finished, partition)
+
+    def _tell_trial(self, finished: FinishedRun, partition: str) -> None:
+        self.told += 1
+        reused = {name: finished.reused(name, partition) for name in ("generation", "evaluation")}
+        self.run.generation.add(reused["generation"])
+        self.run.evaluation.add(reused["evaluation"])
+        instance_id, trial = partition.split("|", 1)
+        if partition in finished.outcomes:
+            outcome = f"{finished.outcomes[partition].value} (run {finished.run.run_id})"
+        else:
+            outcome = finished.metadata[("evaluation", partition)]["outcome"]
+        steps = ", ".join(f"{name} {_status(value)}" for name, value in reused.items())
+        self.say(f"[{self.told}/{self.trials}] {instance_id} {trial}: {outcome} ({steps})")
 
 
 def _status(reused: bool | None) -> str:

@@ -15,9 +15,10 @@ from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunSta
 
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.defs.failures import failure_outcomes
-from eval_pipeline.defs.progress import Cycle, next_step
-from eval_pipeline.defs.stages import STAGE_TAG
-from eval_pipeline.orchestration.launchers import POLL_S, Launcher, request_key
+from eval_pipeline.defs.progress import REQUEST_TAG, Cycle, next_step
+from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
+from eval_pipeline.orchestration.launchers import POLL_S, Launcher
+from eval_pipeline.outcomes import Outcome
 
 CLI_TRIGGER = "cli"
 
@@ -43,39 +44,47 @@ def failure_message(instance: DagsterInstance, run: DagsterRun, what: str) -> Ca
 
 @dataclass(frozen=True)
 class FinishedRun:
-    """What one run did, as the instance recorded it."""
+    """What one run did, as the instance recorded it: per partition, what it materialized and, for a failed run,
+    the unscored outcomes its partitions ended on."""
 
     run: DagsterRun
     stage: str
-    partition: str
-    metadata: Mapping[str, Mapping[str, Any]]  # asset name -> its materialization's metadata values
+    partition: str  # the run's partition, or its batch of trial partitions
+    metadata: Mapping[tuple[str, str], Mapping[str, Any]]  # (asset name, partition) -> its materialization's
+    outcomes: Mapping[str, Outcome]  # partition -> the unscored outcome it failed on
     failure: str  # for a failed run: the outcomes its steps failed on (else how it ended), and the run to look up
 
     @property
     def success(self) -> bool:
         return self.run.status == DagsterRunStatus.SUCCESS
 
-    def reused(self, asset: str) -> bool | None:
-        """Whether the asset's materialization reused a stored artifact; None when it was not materialized."""
-        return self.metadata[asset]["reused"] if asset in self.metadata else None
+    def reused(self, asset: str, partition: str | None = None) -> bool | None:
+        """Whether the asset's materialization (of `partition`) reused a stored artifact; None when it was not
+        materialized."""
+        found = self.metadata.get((asset, partition or self.partition))
+        return None if found is None else found["reused"]
+
+    def trial_partitions(self) -> list[str]:
+        """The trial partitions the run ended: materialized, or failed on an outcome."""
+        keys = {partition for (asset, partition) in self.metadata if asset in ("generation", "evaluation")}
+        return sorted(keys | set(self.outcomes))
 
     @classmethod
     def read(cls, instance: DagsterInstance, run: DagsterRun) -> "FinishedRun":
-        materializations = [
-            entry.asset_materialization
-            for entry in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
-        ]
         metadata = {
-            m.asset_key.path[-1]: {name: value.value for name, value in m.metadata.items()}
-            for m in materializations
-            if m
+            (m.asset_key.path[-1], m.partition or ""): {name: value.value for name, value in m.metadata.items()}
+            for entry in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+            if (m := entry.asset_materialization)
         }
-        failure = ""
+        outcomes, failure = {}, ""
         if run.status != DagsterRunStatus.SUCCESS:
             failures = [e.dagster_event for e in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE)]
-            failed_on = [o.value for o in failure_outcomes(failures)] or [run.status.value.lower()]
+            outcomes = failure_outcomes(failures)
+            failed_on = sorted({o.value for o in outcomes.values()}) or [run.status.value.lower()]
             failure = f"{', '.join(failed_on)} (run {run.run_id})"
-        return cls(run, run.tags.get(STAGE_TAG, ""), run.tags.get("dagster/partition", ""), metadata, failure)
+        stage = run.tags.get(STAGE_TAG, "")
+        request = run.tags.get(REQUEST_TAG, "").removeprefix(f"{run.tags.get(CYCLE_TAG)}:{stage}:")
+        return cls(run, stage, request or run.tags.get("dagster/partition", ""), metadata, outcomes, failure)
 
 
 def run_one(
@@ -115,23 +124,25 @@ def drive(
     `CampaignProgress.read`).
 
     `next_step` reads the cycle's partitions and runs from the instance, so it is asked again only when the
-    requests it gave last have all been launched, not after every finished run (which would read the whole
-    cycle once per trial).
+    requests it gave last have all been launched or an environment has become ready (its trials can start),
+    not after every finished run.
     """
-    launched: set[str] = set()
+    launched: list[RunRequest] = []
     queue: deque[RunRequest] = deque()
+    ask = True
     while True:
-        if not queue:
+        if ask or not queue:
             step = next_step(instance, cycle, launched, unstored)
             if step.done:
                 return
-            queue.extend(step.requests)
+            queue, ask = deque(step.requests), False
         while queue and launcher.in_flight() < launcher.capacity:
             request = queue.popleft()
             launcher.launch(request)
-            launched.add(request_key(request))
-        finished = launcher.wait()
-        for run_id in finished:
-            tell(FinishedRun.read(instance, instance.get_run_by_id(run_id)))
+            launched.append(request)
+        finished = [FinishedRun.read(instance, instance.get_run_by_id(run_id)) for run_id in launcher.wait()]
+        for run in finished:
+            tell(run)
+            ask = ask or (run.stage == "environments" and run.success)
         if not queue and not finished and not launcher.in_flight():
             time.sleep(POLL_S)  # runs of the cycle in flight that another process launched (a run retry, say)

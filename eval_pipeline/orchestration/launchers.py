@@ -31,7 +31,7 @@ from dagster import BetaWarning, DagsterInstance, Definitions, RunRequest
 
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.defs import build_definitions
-from eval_pipeline.defs.progress import FINISHED, REQUEST_TAG
+from eval_pipeline.defs.progress import FINISHED
 from eval_pipeline.settings import Paths
 
 # In-process runs log to the instance (the UI shows everything); the console shows only what breaks Dagster itself.
@@ -228,10 +228,6 @@ class ServerLauncher:
         if abort and self._running:
             self._query(TERMINATE_RUNS, ids=sorted(self._running))
             self._running.clear()
-
-
-def request_key(request: RunRequest) -> str:
-    return request.tags[REQUEST_TAG]
 
 
 @contextmanager

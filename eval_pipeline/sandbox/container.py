@@ -27,6 +27,7 @@ import os
 import re
 import tarfile
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -170,15 +171,28 @@ class ContainerWorkspace(ExecWorkspace):
             return member.read() if member else None
 
 
+_clients: dict[tuple[int, str], docker.DockerClient] = {}
+_clients_lock = threading.Lock()
+
+
+def engine_client() -> docker.DockerClient:
+    """This process's client of the engine at DOCKER_HOST, made once: a client per step cost a third of a pod
+    campaign's wall (each one reads the environment, opens a connection pool and asks the engine its version).
+    Keyed by pid too, so a forked worker does not share its parent's connections."""
+    key = (os.getpid(), os.environ.get("DOCKER_HOST", ""))
+    with _clients_lock:
+        if key not in _clients:
+            with engine_errors("connecting to the container engine"):
+                _clients[key] = docker.from_env(timeout=CLIENT_TIMEOUT_S)
+        return _clients[key]
+
+
 class ContainerSandbox(SandboxBackend):
     name = "container"
 
     @property
     def client(self) -> docker.DockerClient:
-        if not hasattr(self, "_client"):
-            with engine_errors("connecting to the container engine"):
-                self._client = docker.from_env(timeout=CLIENT_TIMEOUT_S)
-        return self._client
+        return engine_client()
 
     def _labels(self, **extra: str) -> dict[str, str]:
         return {MANAGED_LABEL: "true", "eval_pipeline.campaign": self.campaign, **extra}
