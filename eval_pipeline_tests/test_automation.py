@@ -7,7 +7,6 @@ import pytest
 from dagster import (
     AssetKey,
     DagsterEventType,
-    RunRequest,
     SkipReason,
     build_run_status_sensor_context,
     build_schedule_context,
@@ -104,6 +103,10 @@ def run_trial(defs, campaign, instance, instance_id: str, tags=None):
     )
 
 
+def evaluation_attempts(tmp_path) -> int:
+    return sum(1 for path in (tmp_path / "data" / "artifacts" / "attempts").rglob("*.json") if "evaluation" in path.read_text())
+
+
 def test_the_sensor_requests_an_infrastructure_failure_again_up_to_its_bound(tmp_path, dagster_instance):
     campaign = campaign_of(timeouts={"tests_s": 0.05}, retries={"max_retries": 1, "delay_s": 0, "max_rerequests": 1})
     defs = build_definitions([campaign], Paths(tmp_path / "data"))
@@ -111,16 +114,14 @@ def test_the_sensor_requests_an_infrastructure_failure_again_up_to_its_bound(tmp
 
     failed = run_trial(defs, campaign, dagster_instance, INSTANCE_ID)
     assert not failed.success
-    retried = failed.filter_events(lambda event: event.event_type == DagsterEventType.STEP_UP_FOR_RETRY)
-    assert len(retried) == 1, "the step's own retry policy tried once more within the run"
-    request = sensor(sensor_context(dagster_instance, failed.run_id, sensor.name))
-    assert isinstance(request, RunRequest)
-    assert request.partition_key == trial_run_key(INSTANCE_ID, "oracle-s0")
-    assert request.tags[REREQUEST_TAG] == "1"
+    assert evaluation_attempts(tmp_path) == 2, "the trial was tried once more within the run, and both are kept"
+    requests = list(sensor(sensor_context(dagster_instance, failed.run_id, sensor.name)))
+    assert [request.partition_key for request in requests] == [trial_run_key(INSTANCE_ID, "oracle-s0")]
+    assert requests[0].tags[REREQUEST_TAG] == "1"
 
-    again = run_trial(defs, campaign, dagster_instance, INSTANCE_ID, tags=request.tags)
+    again = run_trial(defs, campaign, dagster_instance, INSTANCE_ID, tags=requests[0].tags)
     assert not again.success
-    verdict = sensor(sensor_context(dagster_instance, again.run_id, sensor.name))
+    (verdict,) = sensor(sensor_context(dagster_instance, again.run_id, sensor.name))
     assert isinstance(verdict, SkipReason) and "the most allowed" in verdict.skip_message
 
 
@@ -138,9 +139,7 @@ def test_the_sensor_never_requests_a_grading_error_again(tmp_path, dagster_insta
     defs = build_definitions([campaign], Paths(tmp_path / "data"))
     failed = run_trial(defs, campaign, dagster_instance, "bad-reward")
     assert not failed.success
-    assert not failed.filter_events(lambda event: event.event_type == DagsterEventType.STEP_UP_FOR_RETRY), (
-        "a grading error is not retried within the run"
-    )
+    assert evaluation_attempts(tmp_path) == 1, "a grading error is not retried within the run"
     sensor = defs.resolve_sensor_def("small__infrastructure_retries")
-    verdict = sensor(sensor_context(dagster_instance, failed.run_id, sensor.name))
+    (verdict,) = sensor(sensor_context(dagster_instance, failed.run_id, sensor.name))
     assert isinstance(verdict, SkipReason) and "grading_error" in verdict.skip_message

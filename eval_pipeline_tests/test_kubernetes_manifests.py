@@ -217,7 +217,7 @@ def test_a_trial_runs_pod_gets_the_floor_as_request_and_the_ceiling_as_limit(mon
         "requests": {"memory": f"{campaign.resources.memory_floor_mb}Mi", "cpu": "500m"},
         "limits": {"memory": f"{campaign.resources.memory_ceiling_mb}Mi", "cpu": "1000m"},
     }
-    steps = {node.name: node.tags for node in job.nodes if node.name.endswith(("generation", "evaluation"))}
+    steps = {node.name: node.tags for node in job.nodes if node.name.endswith("trials")}
     assert steps and all(
         json.loads(t["dagster-k8s/config"]) == json.loads(tags["dagster-k8s/config"]) for t in steps.values()
     )

@@ -6,12 +6,14 @@ import pytest
 from dagster import AssetKey, instance_for_test
 
 from eval_pipeline.campaign import parse_campaign
-from eval_pipeline.defs.progress import REQUEST_TAG
+from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, CampaignPartitions
+from eval_pipeline.defs.progress import REQUEST_TAG, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline.orchestration.campaign_run import run_campaign
-from eval_pipeline.orchestration.driver import new_cycle
+from eval_pipeline.orchestration.driver import new_cycle, run_one
 from eval_pipeline.orchestration.launchers import WorkerPoolLauncher
 from eval_pipeline.settings import Paths
+from eval_pipeline_tests.conftest import write_terminal_task
 
 KEPT = ["eval-pipeline-demo__calclib-1", "eval-pipeline-demo__textkit-1"]
 
@@ -44,7 +46,7 @@ def test_a_cycle_runs_what_is_missing_and_the_next_only_what_the_store_lost(camp
     paths = Paths(tmp_path / "data")
     with instance_for_test() as instance:
         first, stages = drive_once(campaign, instance, paths)
-        assert stages == ["environments"] * 2 + ["prepare", "results"] + ["trials"] * 4
+        assert stages == ["environments"] * 2 + ["prepare", "results"] + ["trials"] * 2, "a batch per instance"
         assert first.report.variants["oracle"].resolved_rate == 1.0 and first.report.scored == 4
         assert (first.generation.computed, first.evaluation.computed) == (4, 4)
 
@@ -54,8 +56,50 @@ def test_a_cycle_runs_what_is_missing_and_the_next_only_what_the_store_lost(camp
         shutil.rmtree(paths.artifacts / "evaluation")  # the store lost every final evaluation
         shutil.rmtree(paths.artifacts / "scored")
         regraded, stages = drive_once(campaign, instance, paths)
-        assert stages == ["prepare", "results"] + ["trials"] * 4, "Dagster's record alone is not trusted"
+        assert stages == ["prepare", "results"] + ["trials"] * 2, "Dagster's record alone is not trusted"
         assert (regraded.generation.reused, regraded.evaluation.computed) == (4, 4), "patches are never lost"
         rates = [{name: (v.resolved_rate, v.n) for name, v in run.report.variants.items()} for run in (first, regraded)]
         assert rates[0] == rates[1]
         assert len(instance.get_materialized_partitions(AssetKey(["driven", "evaluation"]))) == 4
+
+
+def test_a_trial_that_fails_in_a_batch_fails_alone_and_only_it_runs_again(tmp_path, monkeypatch):
+    """One run materializes a batch of 4 trials; the 2 whose grading fails are Dagster's failed partitions, the
+    others are materialized, and the next cycle runs exactly the 2 again, as one batch."""
+    monkeypatch.delenv("EVAL_PIPELINE_ARTIFACTS", raising=False)
+    write_terminal_task(
+        tmp_path / "tasks",
+        "half",
+        'if [ -f done ]; then echo 1; else echo "not a number"; fi > "$EVAL_REWARD_FILE"\n',
+        solve_sh="touch done\n",
+    )
+    campaign = parse_campaign(
+        {
+            "name": "batched",
+            "benchmark": {"kind": "terminal", "path": str(tmp_path / "tasks")},
+            "variants": [{"name": "oracle", "agent": "oracle"}, {"name": "null", "agent": "null"}],
+            "seeds": 2,
+        },
+        "test",
+    )
+    paths = Paths(tmp_path / "data")
+    evaluation = AssetKey(["batched", "evaluation"])
+    with instance_for_test() as instance:
+        run, _ = drive_once(campaign, instance, paths)
+        assert (run.evaluation.computed, run.evaluation.failed) == (2, 2)
+        trial_runs = [run for run in instance.get_runs() if run.tags.get(STAGE_TAG) == "trials"]
+        assert len(trial_runs) == 1 and trial_runs[0].tags[RANGE_START_TAG] == "half|oracle-s0"
+        keys = [f"half|{trial}" for trial in ("oracle-s0", "oracle-s1", "null-s0", "null-s1")]
+        partitions = CampaignPartitions.for_campaign(campaign).trial_runs
+        status = instance.get_status_by_partition(evaluation, keys, partitions)
+        assert {key: status[key].value for key in keys} == {
+            "half|oracle-s0": "MATERIALIZED",
+            "half|oracle-s1": "MATERIALIZED",
+            "half|null-s0": "FAILED",
+            "half|null-s1": "FAILED",
+        }
+
+        cycle = new_cycle(campaign)
+        run_one(instance, WorkerPoolLauncher(campaign, paths, instance, 1), cycle.request("prepare"))
+        (again,) = next_step(instance, cycle).requests
+        assert (again.tags[RANGE_START_TAG], again.tags[RANGE_END_TAG]) == ("half|null-s0", "half|null-s1")

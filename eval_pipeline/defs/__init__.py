@@ -39,7 +39,7 @@ def campaign_definitions(campaign: Campaign, deployment: Deployment) -> Definiti
     partitions = CampaignPartitions.for_campaign(campaign)
     # On Kubernetes a trial run is one pod (in-process executor): size it like a trial step. Elsewhere the tag
     # would only be noise on every run.
-    trial_tags = kubernetes_step_tags(campaign.resources) if _runs_on_kubernetes(campaign, deployment) else {}
+    trial_tags = kubernetes_step_tags(campaign) if _runs_on_kubernetes(campaign, deployment) else {}
     jobs = {
         stage: define_asset_job(
             stage_job_name(campaign, stage),

@@ -48,7 +48,7 @@ from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.report import build_report, write_report
 from eval_pipeline.report_model import REPORT_SCHEMA_VERSION, Report
 from eval_pipeline.results import collect_warehouse, read_results_table, read_validation_table, write_warehouse
-from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend
+from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.sandbox.local import ENVIRONMENT_LAYOUT_VERSION
 from eval_pipeline.sandbox.pod_manifest import pod_resources
 from eval_pipeline.tasks import Task
@@ -152,10 +152,11 @@ def prepare_environment(
 K8S_CONFIG_TAG = "dagster-k8s/config"
 
 
-def kubernetes_step_tags(limits: ResourceLimits) -> dict[str, Any]:
-    """Tags that size a trial step's pod on Kubernetes (k8s_job_executor or K8sRunLauncher):
-    its request is the task's floor and its limit the ceiling, as for an environment pod."""
-    return {K8S_CONFIG_TAG: {"container_config": {"resources": pod_resources(limits)}}}
+def kubernetes_step_tags(campaign: Campaign) -> dict[str, Any]:
+    """Tags that size a trials step's pod on Kubernetes (k8s_job_executor or K8sRunLauncher): its request is
+    the floors and its limit the ceilings of the trials it runs at once, as for an environment pod."""
+    resources = pod_resources(campaign.resources, campaign.batches.concurrency)
+    return {K8S_CONFIG_TAG: {"container_config": {"resources": resources}}}
 
 
 def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) -> list[AssetsDefinition]:
@@ -287,7 +288,7 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         ins={"portfolio": snapshot_in, "environment": AssetIn(key=environment_dep.asset_key)},
         backfill_policy=BackfillPolicy.multi_run(max_partitions_per_run=campaign.batches.size),
         pool=MODEL_API_POOL,
-        op_tags=kubernetes_step_tags(campaign.resources),
+        op_tags=kubernetes_step_tags(campaign),
     )
     def trials(
         context: AssetExecutionContext,

@@ -1,0 +1,89 @@
+"""Batches of trials: how pending partitions become runs, and how a batch retries and runs its trials."""
+
+import threading
+from dataclasses import dataclass, field
+
+from eval_pipeline.campaign import RetrySettings, parse_campaign
+from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, TrialBatch, trial_batches
+from eval_pipeline.outcomes import Outcome
+from eval_pipeline.trial_batch import TrialResult, TrialWork, backoff_s, run_batch, run_with_retries
+
+ORDER = ("a-s0", "a-s1", "a-s2", "b-s0", "b-s1")
+
+
+def test_pending_partitions_become_batches_of_one_instance_consecutive_in_dagsters_order():
+    pending = ["x|b-s0", "y|a-s0", "x|a-s0", "x|a-s1", "x|b-s1", "x|a-s2"]
+    batches = trial_batches(pending, ORDER, size=2)
+    assert [(b.instance_id, b.trials) for b in batches] == [
+        ("x", ("a-s0", "a-s1")),
+        ("x", ("a-s2", "b-s0")),
+        ("x", ("b-s1",)),
+        ("y", ("a-s0",)),
+    ]
+    gap = trial_batches(["x|a-s0", "x|a-s2"], ORDER, size=16)
+    assert [b.trials for b in gap] == [("a-s0",), ("a-s2",)], "a range never covers a trial it was not asked for"
+
+
+def test_a_batch_is_a_dagster_partition_range_and_reads_back_from_its_run_tags():
+    batch = TrialBatch("x", ("a-s1", "a-s2", "b-s0"))
+    tags = batch.range_tags()
+    assert (tags[RANGE_START_TAG], tags[RANGE_END_TAG]) == ("x|a-s1", "x|b-s0")
+    assert TrialBatch.from_tags(tags, ORDER) == batch
+    assert batch.partitions() == ["x|a-s1", "x|a-s2", "x|b-s0"]
+    assert TrialBatch.from_tags({}, ORDER) is None
+
+
+@dataclass
+class ScriptedSetup:
+    """Stands in for TrialSetup: each trial ends on the outcomes scripted for it, one per attempt."""
+
+    script: dict[str, list[Outcome]]
+    retries: RetrySettings = RetrySettings(max_retries=2, delay_s=1.0)
+    calls: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    together: threading.Barrier | None = None  # trials that must be running at the same time to get through
+
+    @property
+    def campaign(self):
+        return self
+
+    def run_once(self, work: TrialWork) -> TrialResult:
+        if self.together:
+            self.together.wait()
+        with self.lock:
+            self.calls.append(work.partition)
+            outcome = self.script[work.partition].pop(0)
+        return TrialResult(work, outcome, outcome.value, None, None, 1)
+
+
+def work(partition: str) -> TrialWork:
+    campaign = parse_campaign(
+        {"name": "c", "benchmark": {"kind": "demo"}, "variants": [{"name": "v", "agent": "null"}]}, "t"
+    )
+    return TrialWork(partition, None, campaign.trials[0])  # type: ignore[arg-type]
+
+
+def test_infrastructure_is_retried_with_growing_backoff_and_an_agent_outcome_is_final():
+    setup = ScriptedSetup(
+        {"i|lost": [Outcome.SANDBOX_LOST, Outcome.OOM_KILLED, Outcome.RESOLVED], "i|bad": [Outcome.UNRESOLVED]}
+    )
+    waits = []
+    result = run_with_retries(setup, work("i|lost"), sleep=waits.append)
+    assert (result.outcome, result.tries) == (Outcome.RESOLVED, 3)
+    assert len(waits) == 2 and 0.75 <= waits[0] <= 1.25 and 1.5 <= waits[1] <= 2.5
+    assert run_with_retries(setup, work("i|bad"), sleep=waits.append).tries == 1 and len(waits) == 2
+
+    exhausted = ScriptedSetup({"i|down": [Outcome.ENGINE_ERROR] * 3})
+    result = run_with_retries(exhausted, work("i|down"), sleep=lambda _: None)
+    assert (result.outcome, result.tries) == (Outcome.ENGINE_ERROR, 3), "max_retries 2: three attempts in all"
+    assert backoff_s(RetrySettings(delay_s=0.0), 3) == 0.0
+
+
+def test_a_batch_runs_every_trial_once_concurrently_and_ends_each_on_its_own():
+    script = {f"i|t{n}": [Outcome.RESOLVED if n % 2 else Outcome.GRADING_ERROR] for n in range(9)}
+    setup = ScriptedSetup(script, together=threading.Barrier(3, timeout=30))  # only 3 at once pass it
+    results = list(run_batch(setup, [work(key) for key in script], concurrency=3, sleep=lambda _: None))
+    assert sorted(r.work.partition for r in results) == sorted(script)
+    assert sorted(setup.calls) == sorted(script), "a harness outcome is not retried"
+    assert {r.work.partition: r.outcome for r in results}["i|t1"] == Outcome.RESOLVED
+    assert sum(r.outcome is Outcome.GRADING_ERROR for r in results) == 5
