@@ -129,7 +129,7 @@ def populate(store: LocalArtifactStore, identities: list[TrialIdentity]) -> None
             )
             keep(store, evaluation.key, attempt)
             store.put(evaluation.key, evaluation.payload())
-            mark_scored(store, identity.scored_id, evaluation.key)
+            mark_scored(store, identity.scored_id, evaluation.key, evaluation.payload())
         for identity in identities[:: SEEDS * 100]:
             attempt = Attempt(stage=Stage.ENVIRONMENT, outcome="image_build_failed", started_at="0", keys={})
             keep(store, environment_artifact_key(identity.environment_key), attempt)

@@ -10,6 +10,7 @@ outcome, retried), never a bare OSError.
 """
 
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Self
 
@@ -87,6 +88,16 @@ class ArtifactStore(ABC):
     @abstractmethod
     def keys(self, prefix: str) -> list[str]:
         """The keys under `prefix`, sorted."""
+
+    @abstractmethod
+    def fingerprints(self, prefix: str) -> dict[str, str]:
+        """The keys under `prefix`, each with the MD5 of its stored bytes (`fingerprint` of what was put): on S3
+        the listing's ETags, so that a scan can tell an intact artifact from a damaged one without reading it."""
+
+
+def fingerprint(payload: dict[str, Any]) -> str:
+    """The MD5 of the bytes `put` stores for `payload` (the envelope is canonical JSON, so it is reproducible)."""
+    return hashlib.md5(_envelope(payload).encode(), usedforsecurity=False).hexdigest()
 
 
 def _envelope(payload: dict[str, Any]) -> str:
@@ -175,6 +186,14 @@ class LocalArtifactStore(ArtifactStore):
             relative = Path(directory).relative_to(self.root).as_posix()
             found.extend(f"{relative}/{name}" for name in names if not name.startswith(".tmp-"))
         return sorted(found)
+
+    def fingerprints(self, prefix: str) -> dict[str, str]:
+        """Local files are read to hash them: a disk read, where S3 would answer from its listing."""
+        found = {}
+        for key in self.keys(prefix):
+            with suppress(FileNotFoundError):
+                found[key] = hashlib.md5(self._path(key).read_bytes(), usedforsecurity=False).hexdigest()
+        return found
 
 
 class S3ArtifactStore(ArtifactStore):
@@ -265,6 +284,14 @@ class S3ArtifactStore(ArtifactStore):
         with self._storage_errors(f"listing {prefix}"):
             pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base)
             return sorted(item["Key"].removeprefix(self.prefix) for page in pages for item in page.get("Contents", []))
+
+    def fingerprints(self, prefix: str) -> dict[str, str]:
+        """From the listing alone: an object written by one PUT (every artifact is) has its MD5 as its ETag."""
+        base = self.prefix + _checked(prefix).rstrip("/") + "/"
+        with self._storage_errors(f"listing {prefix}"):
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base)
+            items = (item for page in pages for item in page.get("Contents", []))
+            return {item["Key"].removeprefix(self.prefix): item["ETag"].strip('"') for item in items}
 
 
 def split_s3_location(location: str) -> tuple[str, str]:

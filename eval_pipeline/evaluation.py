@@ -21,7 +21,7 @@ from contextlib import suppress
 from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
-from eval_pipeline.artifacts import ArtifactStore, StoredRecord
+from eval_pipeline.artifacts import ArtifactStore, StoredRecord, fingerprint
 from eval_pipeline.attempt_log import Attempt, Stage, keep, now
 from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.generation import COMPLETED, Generation
@@ -87,15 +87,18 @@ def scored_id(generation_key: str, environment_key: str, resources: dict[str, An
     return stable_hash(_evaluation_identity(generation_key, environment_key, resources, test_timeout_s))
 
 
-def scored_marker_key(trial_scored_id: str, evaluation_key: str) -> str:
-    """The marker that names both the trial and its final evaluation, so one listing of `scored/` tells both."""
-    return f"{SCORED}/{trial_scored_id}-{evaluation_key.removeprefix('evaluation/')}"
+def scored_marker_key(trial_scored_id: str, evaluation_key: str, evaluation_fingerprint: str) -> str:
+    """The marker that names the trial, its final evaluation and the fingerprint of that evaluation's stored
+    bytes, so that one listing of `scored/` and one of `evaluation/` tell which trials are done, intact."""
+    return f"{SCORED}/{trial_scored_id}-{evaluation_key.removeprefix('evaluation/')}~{evaluation_fingerprint}"
 
 
-def parse_scored_marker(marker_key: str) -> tuple[str, str]:
-    """A marker's (scored id, evaluation key)."""
-    trial_scored_id, _, evaluation_name = marker_key.removeprefix(f"{SCORED}/").partition("-")
-    return trial_scored_id, f"evaluation/{evaluation_name}"
+def parse_scored_marker(marker_key: str) -> tuple[str, str, str]:
+    """A marker's (scored id, evaluation key, fingerprint); the fingerprint is empty in a marker left before
+    markers had one."""
+    trial_scored_id, _, rest = marker_key.removeprefix(f"{SCORED}/").partition("-")
+    evaluation_name, _, evaluation_fingerprint = rest.partition("~")
+    return trial_scored_id, f"evaluation/{evaluation_name}", evaluation_fingerprint
 
 
 def evaluation_key(generation: Generation, environment_key: str, sandbox: SandboxBackend, test_timeout_s: float) -> str:
@@ -104,11 +107,12 @@ def evaluation_key(generation: Generation, environment_key: str, sandbox: Sandbo
     )
 
 
-def mark_scored(store: ArtifactStore, trial_scored_id: str, evaluation_key: str) -> None:
-    """Leave the marker of a stored final evaluation. Best effort: without it, a scan reads the trial's
-    generation to find its evaluation, and leaves the marker then."""
+def mark_scored(store: ArtifactStore, trial_scored_id: str, evaluation_key: str, stored: dict[str, Any]) -> None:
+    """Leave the marker of a stored final evaluation (`stored`: its payload as stored). Best effort: without
+    it, a scan reads the trial's generation to find its evaluation, and leaves the marker then."""
+    marker = scored_marker_key(trial_scored_id, evaluation_key, fingerprint(stored))
     with suppress(InfrastructureError):
-        store.put(scored_marker_key(trial_scored_id, evaluation_key), {"evaluation_key": evaluation_key})
+        store.put(marker, {"evaluation_key": evaluation_key})
 
 
 def _judge(
@@ -185,8 +189,9 @@ def evaluate(
         return evaluation.model_copy(update={"outcome": error.outcome.value, "detail": detail})
     if not verdict.outcome.is_scored:
         return evaluation
-    stored_first = store.put(key, evaluation.payload())
-    mark_scored(store, scored_id(generation.key, environment.key, evaluation.resources, test_timeout_s), key)
-    if not stored_first:  # a concurrent run stored it first: theirs is the record
-        return Evaluation.from_payload(store.get(key) or evaluation.payload(), key=key, reused=True)
+    stored = evaluation.payload()
+    if not store.put(key, stored):  # a concurrent run stored it first: theirs is the record
+        stored = store.get(key) or stored
+        evaluation = Evaluation.from_payload(stored, key=key, reused=True)
+    mark_scored(store, scored_id(generation.key, environment.key, evaluation.resources, test_timeout_s), key, stored)
     return evaluation

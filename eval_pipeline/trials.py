@@ -14,7 +14,7 @@ marker whose evaluation was quarantined as corrupt does not count), whatever
 the number of trials.
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -112,30 +112,34 @@ def trial_identity(
     raise KeyError(f"campaign {campaign.name!r} has no trial {trial_key!r}")
 
 
-def _markers(store: ArtifactStore) -> dict[str, set[str]]:
-    """Each scored id's evaluation keys, from one listing of `scored/`."""
-    markers: dict[str, set[str]] = {}
+def _markers(store: ArtifactStore) -> dict[str, dict[str, str]]:
+    """Each scored id's evaluation keys with their fingerprints, from one listing of `scored/`."""
+    markers: dict[str, dict[str, str]] = {}
     for key in store.keys(SCORED):
-        trial_scored_id, evaluation_key = parse_scored_marker(key)
-        markers.setdefault(trial_scored_id, set()).add(evaluation_key)
+        trial_scored_id, evaluation_key, evaluation_fingerprint = parse_scored_marker(key)
+        markers.setdefault(trial_scored_id, {})[evaluation_key] = evaluation_fingerprint
     return markers
 
 
-def _stored_final(identity: TrialIdentity, store: ArtifactStore, evaluations: set[str]) -> bool:
-    """Whether an unmarked trial's final evaluation is stored, found through its generation (one read);
+def _stored_final(identity: TrialIdentity, store: ArtifactStore, evaluations: Mapping[str, str]) -> bool:
+    """Whether an unmarked trial's final evaluation is stored, found through its generation (reads of both);
     the marker is left for the next scan (best effort: a scan needs no write access)."""
     if (payload := store.get(identity.generation_key)) is None:
         return False
     generation = Generation.from_payload(payload, key=identity.generation_key, reused=True)
-    if (key := identity.evaluation_key(generation.patch_sha256)) not in evaluations:
+    key = identity.evaluation_key(generation.patch_sha256)
+    if key not in evaluations or (stored := store.get(key)) is None:
         return False
-    mark_scored(store, identity.scored_id, key)
+    mark_scored(store, identity.scored_id, key, stored)
     return True
 
 
-def _readable(keys: set[str], store: ArtifactStore) -> bool:
-    """Whether one of the evaluations reads back intact (the store quarantines one that does not)."""
-    return any(store.get(key) is not None for key in sorted(keys))
+def _intact(marked: Mapping[str, str], evaluations: Mapping[str, str], store: ArtifactStore) -> bool:
+    """Whether one of a trial's marked evaluations is stored as it was marked: its fingerprint in the listing
+    is the marker's (a marker left before fingerprints costs a read, which quarantines a damaged one)."""
+    return any(
+        evaluations[key] == marked_as if marked_as else store.get(key) is not None for key, marked_as in marked.items()
+    )
 
 
 def pending_trials(
@@ -145,17 +149,21 @@ def pending_trials(
 
     Two listings (`scored/`, `evaluation/`) decide every trial whose evaluation
     left its marker; a trial without one (evaluated before markers existed, or
-    not finished) costs a listing of `generation/` and one read if its
-    generation is stored. With `verify`, each marked trial's evaluation is also
-    read once, so that a truncated or forged one (quarantined by the read) makes
-    its trial pending again: one read per trial, for a resume that must not
-    trust a damaged store.
+    not finished) costs a listing of `generation/` and a read or two if its
+    generation is stored. With `verify`, each marked evaluation's fingerprint
+    in the listing must be the one its marker recorded, so that a truncated or
+    altered evaluation makes its trial pending again, for a resume that must
+    not trust a damaged store: on S3 the listing's ETags are the fingerprints
+    (no read per trial); a local store hashes its files.
     """
     identities = list(identities)
-    evaluations = set(store.keys("evaluation"))
+    evaluations = store.fingerprints("evaluation") if verify else dict.fromkeys(store.keys("evaluation"), "")
     markers = _markers(store)
-    marked = {i: markers.get(i.scored_id, set()) & evaluations for i in identities}
-    damaged = {i for i, found in marked.items() if found and verify and not _readable(found, store)}
+    marked = {
+        i: {key: marked_as for key, marked_as in markers.get(i.scored_id, {}).items() if key in evaluations}
+        for i in identities
+    }
+    damaged = {i for i, found in marked.items() if found and verify and not _intact(found, evaluations, store)}
     unmarked = [i for i in identities if not marked[i]]
     generations = set(store.keys("generation")) if unmarked else set()
     lost = {i for i in unmarked if i.generation_key not in generations or not _stored_final(i, store, evaluations)}

@@ -11,7 +11,8 @@ S3_PAGE = 1000
 
 
 class CountingStore(LocalArtifactStore):
-    """`gets` and `listings` as called; `requests` as S3 would count them (a listing is a request per page)."""
+    """`gets` and `listings` as called; `requests` as S3 would count them (a listing is a request per page; a
+    listing of fingerprints is one too, as S3 lists ETags, though this store reads its files to hash them)."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)

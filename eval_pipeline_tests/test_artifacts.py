@@ -14,6 +14,7 @@ from eval_pipeline.artifacts import (
     LocalArtifactStore,
     RecordError,
     S3ArtifactStore,
+    fingerprint,
     open_artifact_store,
 )
 from eval_pipeline.attempt_log import Attempt
@@ -46,6 +47,16 @@ def test_put_then_get(any_store):
     assert any_store.put("generation/a.json", {"patch": "x", "n": 1}) is True
     assert any_store.get("generation/a.json") == {"patch": "x", "n": 1}
     assert any_store.get("generation/missing.json") is None
+
+
+def test_a_listing_gives_each_artifacts_fingerprint_and_shows_an_altered_one(any_store):
+    payload = {"outcome": "unresolved", "n": 1}
+    any_store.put("evaluation/a.json", payload)
+    any_store.put("evaluation/b.json", {"outcome": "resolved"})
+    assert any_store.fingerprints("evaluation")["evaluation/a.json"] == fingerprint(payload)
+    overwrite(any_store, "evaluation/a.json", raw(any_store, "evaluation/a.json").replace("unresolved", "UNRESOLVED"))
+    assert any_store.fingerprints("evaluation")["evaluation/a.json"] != fingerprint(payload)
+    assert set(any_store.fingerprints("evaluation")) == {"evaluation/a.json", "evaluation/b.json"}
 
 
 def test_artifacts_are_immutable_first_writer_wins(any_store):

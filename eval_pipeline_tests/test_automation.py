@@ -104,7 +104,9 @@ def run_trial(defs, campaign, instance, instance_id: str, tags=None):
 
 
 def evaluation_attempts(tmp_path) -> int:
-    return sum(1 for path in (tmp_path / "data" / "artifacts" / "attempts").rglob("*.json") if "evaluation" in path.read_text())
+    return sum(
+        1 for path in (tmp_path / "data" / "artifacts" / "attempts").rglob("*.json") if "evaluation" in path.read_text()
+    )
 
 
 def test_the_sensor_requests_an_infrastructure_failure_again_up_to_its_bound(tmp_path, dagster_instance):

@@ -146,16 +146,19 @@ def test_a_trial_whose_final_evaluation_was_quarantined_is_pending_again(identit
     assert identity in pending_trials(identities, store)
 
 
-def test_a_verifying_scan_reads_each_finished_trial_once_and_finds_a_damaged_one(
+def test_a_verifying_scan_reads_no_finished_trial_and_finds_a_damaged_one(
     identities, portfolio, shared_sandbox, counting_store
 ):
     identity = first_code_issue(identities)
     _, evaluation = run_trial(identity, portfolio, shared_sandbox, counting_store)
     counting_store.reset()
     assert identity not in pending_trials(identities, counting_store, verify=True)
-    assert counting_store.gets == 1, "one read per finished trial"
-    (counting_store.root / evaluation.key).write_text("truncated")  # not yet read, so not yet quarantined
-    assert identity not in pending_trials(identities, counting_store), "listing alone cannot see the damage"
+    assert counting_store.gets == 0, "fingerprints come with the listing (S3's ETags), no read per trial"
+    path = counting_store.root / evaluation.key
+    path.write_text(path.read_text().replace("resolved", "RESOLVED", 1))  # as long as before, one byte changed
+    assert identity not in pending_trials(identities, counting_store), "a listing of keys alone cannot see it"
+    assert identity in pending_trials(identities, counting_store, verify=True)
+    path.write_text("truncated")
     assert identity in pending_trials(identities, counting_store, verify=True)
 
 

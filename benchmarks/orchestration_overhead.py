@@ -1,0 +1,136 @@
+"""What orchestration costs: `eval-pipeline run` against a plain loop doing the same trials, side by side.
+
+    python benchmarks/orchestration_overhead.py [--rows 3] [--seeds 24] [--workers 2] [--batch-size 16]
+
+The campaign: `rows` of the demo's SWE-bench-format code issues x `seeds` seeds of
+the null agent, on the local backend, with environments already built (a
+warm-up run of one other seed builds them). The plain loop: the same trials
+through the core alone (`generate`, then `evaluate`: fresh workspace, diff,
+fresh workspace, test patch, tests with a JUnit report), in `workers`
+processes, with no Dagster at all. Both start from empty artifact stores.
+
+Figures: wall seconds of each, their ratio, and for the campaign the seconds
+from the command's start to its first finished trial. The targets of issue 20:
+ratio at most 1.5 at 72 trials, at most 1.2 at 1k; first trial within 15 s.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import yaml
+
+from eval_pipeline.artifacts import LocalArtifactStore
+from eval_pipeline.campaign import load_campaign
+from eval_pipeline.dataset_sources import load_portfolio
+from eval_pipeline.evaluation import evaluate
+from eval_pipeline.generation import generate
+from eval_pipeline.sandbox import make_sandbox
+from eval_pipeline.settings import Paths
+
+
+def write_campaign(directory: Path, rows: int, seeds: list[int], batch_size: int) -> Path:
+    """The demo's code issues less all but `rows` of them, null agent, the given seeds."""
+    from eval_pipeline.demo_benchmark import build_demo_benchmark
+
+    ids = [task.instance_id for task in build_demo_benchmark(directory / "mirrors").instances]
+    path = directory / f"overhead-{len(seeds)}.yaml"
+    campaign = {
+        "name": "overhead",
+        "benchmark": {"kind": "demo"},
+        "variants": [{"name": "null", "agent": "null"}],
+        "seeds": seeds,
+        "exclude": {"instances": ids[rows:]},
+        "batches": {"size": batch_size},
+    }
+    path.write_text(yaml.safe_dump(campaign))
+    return path
+
+
+def run_cli(campaign: Path, home: Path, data: Path, workers: int) -> dict[str, float]:
+    """Wall seconds of `eval-pipeline run`, and seconds until its first finished trial."""
+    env = {**os.environ, "DAGSTER_HOME": str(home), "EVAL_PIPELINE_DATA_DIR": str(data)}
+    env.pop("EVAL_PIPELINE_DAGSTER_URL", None)
+    started = time.perf_counter()
+    first_trial = None
+    command = ["eval-pipeline", "run", "--campaign", str(campaign), "--workers", str(workers)]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if first_trial is None and line.startswith("[1/"):
+                first_trial = time.perf_counter() - started
+    if process.returncode != 0:
+        sys.exit(f"eval-pipeline run failed with exit code {process.returncode}")
+    return {"wall_s": round(time.perf_counter() - started, 2), "first_trial_s": round(first_trial or 0.0, 2)}
+
+
+_worker: dict = {}
+
+
+def _start_loop_worker(campaign_path: str, data: str) -> None:
+    campaign = load_campaign(campaign_path)
+    paths = Paths(Path(data))
+    portfolio = load_portfolio(campaign.slices, paths).excluding(campaign.exclude)
+    sandbox = make_sandbox(campaign.sandbox, paths.sandboxes, campaign.resources, campaign.name)
+    _worker.update(campaign=campaign, portfolio=portfolio, sandbox=sandbox, store=LocalArtifactStore(paths.artifacts))
+
+
+def _loop_trial(instance_id: str, seed: int) -> str:
+    campaign, portfolio, sandbox, store = (_worker[k] for k in ("campaign", "portfolio", "sandbox", "store"))
+    task = portfolio.instance(instance_id)
+    spec = portfolio.environment_for(task)
+    environment = sandbox.prepare(task, spec, portfolio.source_for(task))  # built: a lookup
+    generation = generate(task, campaign.variants[0].make_agent(), seed, environment, sandbox, store)
+    return evaluate(task, spec, generation, environment, sandbox, store, campaign.test_timeout_s).outcome
+
+
+def run_plain_loop(campaign_path: Path, data: Path, workers: int) -> dict[str, float]:
+    """The same trials through the core in `workers` processes; environments are prepared before the clock starts."""
+    campaign = load_campaign(str(campaign_path))
+    paths = Paths(data)
+    portfolio = load_portfolio(campaign.slices, paths).excluding(campaign.exclude)
+    sandbox = make_sandbox(campaign.sandbox, paths.sandboxes, campaign.resources, campaign.name)
+    for task in portfolio.instances:
+        sandbox.prepare(task, portfolio.environment_for(task), portfolio.source_for(task))
+    trials = [(task.instance_id, seed) for task in portfolio.instances for seed in campaign.seeds]
+    started = time.perf_counter()  # worker start-up counts, as the campaign's does
+    with ProcessPoolExecutor(workers, initializer=_start_loop_worker, initargs=(str(campaign_path), str(data))) as pool:
+        outcomes = list(pool.map(_loop_trial, *zip(*trials, strict=True)))
+    return {"wall_s": round(time.perf_counter() - started, 2), "trials": len(outcomes)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=24)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=16)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        seeds = list(range(100, 100 + args.seeds))
+        warmup = write_campaign(root, args.rows, [0], args.batch_size)
+        measured = write_campaign(root, args.rows, seeds, args.batch_size)
+        cold = run_cli(warmup, root / "home", root / "data", args.workers)
+        campaign = run_cli(measured, root / "home", root / "data", args.workers)
+        loop = run_plain_loop(measured, root / "loop-data", args.workers)
+    figures = {
+        "trials": args.rows * args.seeds,
+        "workers": args.workers,
+        "batch_size": args.batch_size,
+        "cold_start_first_trial_s": cold["first_trial_s"],
+        "campaign": campaign,
+        "plain_loop": loop,
+        "ratio": round(campaign["wall_s"] / loop["wall_s"], 2),
+    }
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
