@@ -58,17 +58,19 @@ class TrialSetup:
     sandbox_for: Callable[[Task], SandboxBackend]
     environments: Mapping[str, EnvironmentHandle]
 
-    def run_once(self, work: TrialWork) -> TrialResult:
-        """Generate (or reuse the stored patch), then grade (or reuse the stored verdict), once."""
+    def run_once(self, work: TrialWork, generation: Generation | None = None) -> TrialResult:
+        """Generate (or reuse the stored patch) unless `generation` is given, then grade (or reuse the stored
+        verdict), once."""
         instance, environment = work.instance, self.environments[work.instance.instance_id]
         sandbox = self.sandbox_for(instance)
-        agent = work.trial.variant.make_agent()
-        try:
-            generation = generate(
-                instance, agent, work.trial.seed, environment, sandbox, self.store, self.campaign.timeout_multiplier
-            )
-        except InfrastructureError as error:
-            return TrialResult(work, error.outcome, f"generation: {error}", None, None, 1)
+        if generation is None:
+            agent = work.trial.variant.make_agent()
+            try:
+                generation = generate(
+                    instance, agent, work.trial.seed, environment, sandbox, self.store, self.campaign.timeout_multiplier
+                )
+            except InfrastructureError as error:
+                return TrialResult(work, error.outcome, f"generation: {error}", None, None, 1)
         evaluation = evaluate(
             instance,
             self.portfolio.environment_for(instance),
@@ -88,16 +90,16 @@ def backoff_s(retries: RetrySettings, retry: int) -> float:
 
 
 def run_with_retries(setup: TrialSetup, work: TrialWork, sleep: Callable[[float], None] = time.sleep) -> TrialResult:
-    """Run a trial, again after an infrastructure outcome, up to the campaign's `retries.max_retries` times;
-    every attempt is in the attempt log, and an agent or harness outcome is final at once."""
+    """Run a trial, again after an infrastructure outcome, up to the campaign's `retries.max_retries` times:
+    from its grading when its generation was stored, so a patch is made once. Every attempt is in the attempt
+    log, and an agent or harness outcome is final at once."""
     retries = setup.campaign.retries
     result = setup.run_once(work)
     for retry in range(1, retries.max_retries + 1):
         if not result.outcome.is_retried:
             break
         sleep(backoff_s(retries, retry))
-        result = setup.run_once(work)
-        result = replace(result, tries=retry + 1)
+        result = replace(setup.run_once(work, result.generation), tries=retry + 1)
     return result
 
 

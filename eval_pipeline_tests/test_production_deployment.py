@@ -142,7 +142,7 @@ def test_a_campaign_runs_with_dagster_on_postgres_and_artifacts_on_s3(
         )
         (evaluated_partitions,) = cursor.fetchone()
     db.close()
-    assert statuses == {"SUCCESS": 1 + 2 + 4 + 1}, "prepare, 2 environments, 4 trials, results"
+    assert statuses == {"SUCCESS": 1 + 2 + 2 + 1}, "prepare, 2 environments, a batch of 2 trials each, results"
     assert evaluated_partitions == 4
     home = Path(campaign_env["DAGSTER_HOME"])
     assert not list(home.rglob("*.db")), "no SQLite storage beside PostgreSQL"

@@ -47,7 +47,7 @@ class ScriptedSetup:
     def campaign(self):
         return self
 
-    def run_once(self, work: TrialWork) -> TrialResult:
+    def run_once(self, work: TrialWork, generation=None) -> TrialResult:
         if self.together:
             self.together.wait()
         with self.lock:

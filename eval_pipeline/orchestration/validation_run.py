@@ -43,7 +43,7 @@ def run_validation(
         nonlocal told
         told += 1
         if finished.success:
-            result = finished.metadata["validation"]
+            result = finished.metadata[("validation", finished.partition)]
             said = f"{result['status']} (gold {result['gold_resolved']}, empty {result['empty_resolved']})"
         else:
             said = f"failed: {finished.failure}"
