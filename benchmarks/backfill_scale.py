@@ -1,0 +1,384 @@
+"""A backfill of every trial partition of a 16k-trial campaign through `dagster dev`: how fast its runs are
+queued, how Dagster cuts it into runs, and how fast a cancel stops it.
+
+    PYTHONPATH=$PWD python benchmarks/backfill_scale.py [--instances 500] [--seeds 32] [--batch-size 16]
+
+The campaign: `instances` synthetic SWE-bench rows (a JSONL file) x `seeds` seeds
+of the null agent, `batches.size` = `batch-size`, on a fresh DAGSTER_HOME with
+the repository's dagster.yaml (queued run coordinator, 8 runs at once). The
+prepare job registers the partitions; environments are never built, so every
+trial run fails fast once it starts: only queueing and cancelling are measured.
+
+Two backfills of all trial partitions (generation + evaluation), one after the
+other, launched through GraphQL's `launchPartitionBackfill` as the UI does:
+
+- The first is left to create every run. Figures: `launch_s` (the mutation
+  itself), `first_run_s` and `all_runs_s` (from the mutation until the first
+  and the last of its runs was created, from the runs' creation times),
+  `runs` against `partitions`, and how Dagster cut the partitions into runs
+  (`run_shapes`: runs by number of partitions, instances and trials each, and
+  whether a run carries range tags or a single `dagster/partition` tag). The
+  backfill counts as fully created when its requested subset covers its whole
+  target. It is then cancelled, which cancels its queued runs:
+  `cancel_queued_s` is the time until it is CANCELED.
+- The second is cancelled as soon as its first run exists, mid-submission:
+  the clean case of a cancel racing the daemon's submission. Figures:
+  `runs_after_cancel` (created after the cancel mutation), `last_run_after_cancel_s`
+  (from the cancel to the last run created), `canceled_s` (until its status is
+  CANCELED), and `runs` in all. Its runs are counted until no new one appears
+  for `--settle-s` seconds.
+
+Issue 20's targets: every run of a 16k-partition backfill queued within 2
+minutes (`all_runs_s` <= 120); a cancel stops new runs within 30 s
+(`last_run_after_cancel_s` <= 30). Runs created by the instance's run retries
+(tagged `dagster/parent_run_id`) are not counted.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import requests
+import yaml
+from dagster import DagsterInstance, RunRecord, RunsFilter
+from dagster._core.execution.backfill import BulkActionStatus  # not exported by dagster itself
+
+from eval_pipeline.campaign import load_campaign
+
+T = TypeVar("T")
+REPO = Path(__file__).resolve().parents[1]
+CAMPAIGN = "backfill_scale"
+BACKFILL_TAG, PARENT_RUN_TAG, PARTITION_TAG = "dagster/backfill", "dagster/parent_run_id", "dagster/partition"
+RANGE_START_TAG, RANGE_END_TAG = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+LAUNCH_RUN = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
+  __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }"""
+RUN_STATUS = """query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"""
+LAUNCH_BACKFILL = """mutation($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
+  __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }"""
+CANCEL_BACKFILL = """mutation($id: String!) { cancelPartitionBackfill(backfillId: $id) {
+  __typename ... on PythonError { message } } }"""
+DIFF = "diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-{old}\n+{new}\n"
+
+
+def write_rows(path: Path, instances: int) -> None:
+    """`instances` rows in SWE-bench's schema, all of one repository and version (never cloned)."""
+    with path.open("w") as rows:
+        for index in range(instances):
+            row = {
+                "instance_id": f"synthetic__calc-{index}",
+                "repo": "synthetic/calc",
+                "base_commit": f"{index:040x}",
+                "environment_setup_commit": f"{index:040x}",
+                "version": "1.0",
+                "created_at": "2026-11-23T00:00:00Z",
+                "problem_statement": f"add() is wrong for input {index}",
+                "hints_text": "",
+                "patch": DIFF.format(path="calc.py", old="return a - b", new="return a + b"),
+                "test_patch": DIFF.format(
+                    path="test_calc.py", old="pass", new=f"assert add({index}, 1) == {index + 1}"
+                ),
+                "FAIL_TO_PASS": json.dumps(["test_calc.py::test_add"]),
+                "PASS_TO_PASS": json.dumps([]),
+            }
+            rows.write(json.dumps(row) + "\n")
+
+
+def write_campaign(directory: Path, instances: int, seeds: int, batch_size: int) -> Path:
+    rows = directory / "rows.jsonl"
+    write_rows(rows, instances)
+    campaign = {
+        "name": CAMPAIGN,
+        "benchmark": {
+            "kind": "swebench",
+            "path": str(rows),
+            "environments": {"synthetic/calc@1.0": {"python": "3.11"}},  # SWE-bench has no spec for this repo
+        },
+        "variants": [{"name": "null", "agent": "null"}],
+        "seeds": seeds,
+        "batches": {"size": batch_size},
+        "retries": {"max_rerequests": 0},  # the retry sensor would add runs of its own as trials fail
+    }
+    path = directory / f"{CAMPAIGN}.yaml"
+    path.write_text(yaml.safe_dump(campaign))
+    return path
+
+
+def trial_partitions(campaign_path: Path, instances: int) -> list[str]:
+    """Every trial partition key, instance by instance in the dataset's order."""
+    trials = [trial.key for trial in load_campaign(str(campaign_path)).trials]
+    return [f"synthetic__calc-{index}|{trial}" for index in range(instances) for trial in trials]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class DagsterDev:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def query(self, text: str, **variables: Any) -> dict:
+        response = requests.post(f"{self.url}/graphql", json={"query": text, "variables": variables}, timeout=600)
+        response.raise_for_status()
+        body = response.json()
+        if "errors" in body:
+            raise RuntimeError(f"GraphQL errors: {body['errors']}")
+        return body["data"]
+
+    def run_job(self, job: str, timeout_s: float) -> str:
+        """Launch a run of `job` and wait for it to end: its final status."""
+        selector = {"repositoryLocationName": "eval_pipeline", "repositoryName": "__repository__", "jobName": job}
+        launched = self.query(LAUNCH_RUN, params={"selector": selector})["launchRun"]
+        if launched["__typename"] != "LaunchRunSuccess":
+            raise RuntimeError(f"launchRun: {launched}")
+        status = wait_for(
+            lambda: self.query(RUN_STATUS, id=launched["run"]["runId"])["runOrError"]["status"],
+            lambda status: status in ("SUCCESS", "FAILURE", "CANCELED"),
+            timeout_s,
+            f"run of {job}",
+        )
+        return status
+
+    def launch_backfill(self, assets: list[str], partitions: list[str]) -> str:
+        selection = [{"path": [CAMPAIGN, name]} for name in assets]
+        params = {"assetSelection": selection, "partitionNames": partitions, "title": "backfill_scale"}
+        launched = self.query(LAUNCH_BACKFILL, params=params)["launchPartitionBackfill"]
+        if launched["__typename"] != "LaunchBackfillSuccess":
+            raise RuntimeError(f"launchPartitionBackfill: {launched}")
+        return launched["backfillId"]
+
+    def cancel_backfill(self, backfill_id: str) -> None:
+        cancelled = self.query(CANCEL_BACKFILL, id=backfill_id)["cancelPartitionBackfill"]
+        if cancelled["__typename"] != "CancelBackfillSuccess":
+            raise RuntimeError(f"cancelPartitionBackfill: {cancelled}")
+
+
+def wait_for(probe: Callable[[], T], done: Callable[[T], bool], timeout_s: float, what: str, every_s: float = 1) -> T:
+    """Call `probe` every `every_s` seconds until `done` holds for its value."""
+    deadline = time.monotonic() + timeout_s
+    while not done(value := probe()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: still {value!r} after {timeout_s} s")
+        time.sleep(every_s)
+    return value
+
+
+@contextmanager
+def running_dagster_dev(env: dict[str, str], log: Path) -> Iterator[DagsterDev]:
+    """`dagster dev` (webserver and daemon) from the repository root with `env`; its process group is
+    killed when the block ends, however it ends."""
+    port = free_port()
+    with log.open("w") as log_file:
+        process = subprocess.Popen(
+            ["dagster", "dev", "-p", str(port), "-h", "127.0.0.1"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+            start_new_session=True,
+        )
+    server = DagsterDev(f"http://127.0.0.1:{port}")
+    try:
+        wait_for(lambda: serving(server, process), bool, 300, "dagster dev to serve")
+        yield server
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def serving(server: DagsterDev, process: subprocess.Popen) -> bool:
+    if process.poll() is not None:
+        raise RuntimeError(f"dagster dev exited with code {process.returncode}")
+    try:
+        return requests.get(f"{server.url}/server_info", timeout=5).ok
+    except requests.ConnectionError:
+        return False
+
+
+def backfill_runs(instance: DagsterInstance, backfill_id: str) -> list[RunRecord]:
+    """The backfill's own runs, in creation order (the run retries' runs left out)."""
+    records = instance.get_run_records(RunsFilter(tags={BACKFILL_TAG: backfill_id}))
+    return sorted((r for r in records if PARENT_RUN_TAG not in r.dagster_run.tags), key=lambda r: r.create_timestamp)
+
+
+def fully_requested(instance: DagsterInstance, backfill_id: str) -> bool:
+    backfill = instance.get_backfill(backfill_id)
+    data = backfill.asset_backfill_data if backfill else None
+    if data is None:
+        return False
+    requested = data.requested_subset.num_partitions_and_non_partitioned_assets
+    return requested >= data.target_subset.num_partitions_and_non_partitioned_assets
+
+
+def backfill_status(instance: DagsterInstance, backfill_id: str) -> BulkActionStatus:
+    backfill = instance.get_backfill(backfill_id)
+    assert backfill is not None, backfill_id
+    return backfill.status
+
+
+def run_shape(tags: dict[str, str]) -> str:
+    """How a run names its partitions, and how many instances x trials it covers."""
+    if RANGE_START_TAG in tags:
+        (first_instance, first_trial), (last_instance, last_trial) = (
+            tags[tag].split("|", 1) for tag in (RANGE_START_TAG, RANGE_END_TAG)
+        )
+        instances = "1 instance" if first_instance == last_instance else "instances"
+        trials = "1 trial" if first_trial == last_trial else "trials"
+        return f"range tags: {instances} x {trials}"
+    return "dagster/partition tag" if PARTITION_TAG in tags else "no partition tags"
+
+
+def partitions_per_run(tags: dict[str, str], order: dict[str, int], instance_count: int) -> int:
+    """The partitions of the rectangle a run's range spans, in the instances x trials grid."""
+    if RANGE_START_TAG not in tags:
+        return 1
+    start, end = (order[tags[tag]] for tag in (RANGE_START_TAG, RANGE_END_TAG))
+    trials = len(order) // instance_count
+    rows = end // trials - start // trials + 1
+    columns = abs(end % trials - start % trials) + 1
+    return rows * columns
+
+
+def measure_creation(
+    server: DagsterDev, instance: DagsterInstance, partitions: list[str], instances: int, timeout_s: float
+) -> tuple[str, dict[str, Any]]:
+    """Launch a backfill of every trial partition and wait until it has created every run."""
+    started = time.time()
+    backfill_id = server.launch_backfill(["generation", "evaluation"], partitions)
+    launch_s = time.time() - started
+    wait_for(lambda: fully_requested(instance, backfill_id), bool, timeout_s, "every run of the backfill created")
+    runs = backfill_runs(instance, backfill_id)
+    order = {key: index for index, key in enumerate(partitions)}
+    sizes = Counter(partitions_per_run(r.dagster_run.tags, order, instances) for r in runs)
+    figures = {
+        "partitions": len(partitions),
+        "runs": len(runs),
+        "launch_s": round(launch_s, 2),
+        "first_run_s": round(runs[0].create_timestamp.timestamp() - started, 2),
+        "all_runs_s": round(runs[-1].create_timestamp.timestamp() - started, 2),
+        "run_shapes": dict(Counter(run_shape(r.dagster_run.tags) for r in runs)),
+        "runs_by_partitions": {str(size): count for size, count in sorted(sizes.items())},
+        "example_run_tags": {
+            tag: value for tag, value in runs[0].dagster_run.tags.items() if "partition" in tag or tag == BACKFILL_TAG
+        },
+    }
+    return backfill_id, figures
+
+
+def cancel_and_wait(server: DagsterDev, instance: DagsterInstance, backfill_id: str, timeout_s: float) -> float:
+    """Cancel the backfill: seconds until its status is CANCELED."""
+    cancelled = time.time()
+    server.cancel_backfill(backfill_id)
+    canceled = BulkActionStatus.CANCELED
+    wait_for(lambda: backfill_status(instance, backfill_id), lambda s: s == canceled, timeout_s, "CANCELED", 0.5)
+    return round(time.time() - cancelled, 2)
+
+
+def measure_cancel(
+    server: DagsterDev, instance: DagsterInstance, partitions: list[str], settle_s: float, timeout_s: float
+) -> dict[str, Any]:
+    """Launch a backfill, cancel it as soon as its first run exists, and follow it until it is CANCELED and
+    no new run has appeared for `settle_s` seconds."""
+    backfill_id = server.launch_backfill(["generation", "evaluation"], partitions)
+    backfill_filter = RunsFilter(tags={BACKFILL_TAG: backfill_id})
+    wait_for(lambda: instance.get_runs_count(backfill_filter), bool, timeout_s, "the first run", 0.2)
+    cancelled = time.time()
+    server.cancel_backfill(backfill_id)
+    canceled_s = None
+    counts: list[tuple[float, int]] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        now, count = time.time(), instance.get_runs_count(backfill_filter)
+        if canceled_s is None and backfill_status(instance, backfill_id) == BulkActionStatus.CANCELED:
+            canceled_s = round(now - cancelled, 2)
+        if counts and count != counts[-1][1]:
+            counts.clear()
+        counts.append((now, count))
+        if canceled_s is not None and now - counts[0][0] >= settle_s:
+            break
+        time.sleep(0.5)
+    runs = backfill_runs(instance, backfill_id)
+    after = [r.create_timestamp.timestamp() - cancelled for r in runs if r.create_timestamp.timestamp() > cancelled]
+    return {
+        "runs": len(runs),
+        "runs_after_cancel": len(after),
+        "last_run_after_cancel_s": round(max(after, default=0.0), 2),
+        "canceled_s": canceled_s,
+        "settled": canceled_s is not None and time.monotonic() < deadline,
+    }
+
+
+def benchmark(root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    home = root / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    campaign = write_campaign(root, args.instances, args.seeds, args.batch_size)
+    partitions = trial_partitions(campaign, args.instances)
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "EVAL_PIPELINE_CAMPAIGNS": str(campaign),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    env.pop("EVAL_PIPELINE_DATA_DIR", None)
+    log = root / "dagster_dev.log"
+    try:
+        with running_dagster_dev(env, log) as server, DagsterInstance.from_config(str(home)) as instance:
+            started = time.time()
+            status = server.run_job(f"{CAMPAIGN}__prepare_job", args.timeout_s)
+            if status != "SUCCESS":
+                raise RuntimeError(f"the prepare job ended {status}")
+            prepare_s = round(time.time() - started, 2)
+            first_id, creation = measure_creation(server, instance, partitions, args.instances, args.timeout_s)
+            creation["cancel_queued_s"] = cancel_and_wait(server, instance, first_id, args.timeout_s)
+            cancel = measure_cancel(server, instance, partitions, args.settle_s, args.timeout_s)
+    except Exception:
+        print(log.read_text()[-5000:], file=sys.stderr)
+        raise
+    return {
+        "instances": args.instances,
+        "seeds": args.seeds,
+        "batch_size": args.batch_size,
+        "prepare_s": prepare_s,
+        "backfill": creation,
+        "cancelled_backfill": cancel,
+    }
+
+
+def main() -> None:
+    # A shell starts a background job with SIGINT ignored, and dagster dev (which inherits that) handles SIGTERM
+    # as SIGINT: raising KeyboardInterrupt on both lets an interrupted benchmark, and then dagster dev, stop.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--instances", type=int, default=500)
+    parser.add_argument("--seeds", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--settle-s", type=float, default=10.0)
+    parser.add_argument("--timeout-s", type=float, default=900.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        figures = benchmark(Path(scratch), args)
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
