@@ -84,8 +84,10 @@ class BatchSettings(ConfigModel):
     at once (`concurrency`).
 
     Dagster's cost per run (start, event log, step machinery) is paid once per batch, so a campaign of 16k
-    trials is about a thousand runs, not 16k. A batch is one instance's trials, so its trials share one
-    environment; each trial still ends on its own (materialized, or failed and backfillable alone).
+    trials is about a thousand runs, not 16k. The CLI and the nightly sensor batch one instance's trials, so
+    they share one environment; a backfill from the UI lets Dagster cut the ranges (along whichever
+    dimension has fewer keys: often one trial across consecutive instances). Either way each trial ends on
+    its own (materialized, or failed and backfillable alone).
     """
 
     size: PositiveCount = 16

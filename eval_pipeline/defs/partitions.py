@@ -35,8 +35,9 @@ RANGE_START_TAG, RANGE_END_TAG = "dagster/asset_partition_range_start", "dagster
 @dataclass(frozen=True)
 class TrialBatch:
     """Trial partitions of one instance, consecutive in the registered trial order: what one run of the trials
-    stage materializes. To Dagster it is the partition range (instance, first) .. (instance, last), a
-    rectangle of the two dimensions one instance high, so the batch's trials share one environment."""
+    stage that a cycle requests materializes. To Dagster it is the partition range (instance, first) ..
+    (instance, last), a rectangle of the two dimensions one instance high, so the batch's trials share one
+    environment. (A UI backfill's ranges are Dagster's to cut, and the trials step takes any rectangle.)"""
 
     instance_id: str
     trials: tuple[str, ...]
