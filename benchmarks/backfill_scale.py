@@ -5,9 +5,12 @@ queued, how Dagster cuts it into runs, and how fast a cancel stops it.
 
 The campaign: `instances` synthetic SWE-bench rows (a JSONL file) x `seeds` seeds
 of the null agent, `batches.size` = `batch-size`, on a fresh DAGSTER_HOME with
-the repository's dagster.yaml (queued run coordinator, 8 runs at once). The
-prepare job registers the partitions; environments are never built, so every
-trial run fails fast once it starts: only queueing and cancelling are measured.
+the repository's dagster.yaml, whose queued run coordinator dequeues at most
+`--run-queue` runs at once (default 0: runs stay queued, as if they executed on
+a cluster, so that the daemon does not share this machine's 2 cores with
+them). The prepare job registers the partitions (run in process, before
+`dagster dev` starts); environments are never built, so a trial run that
+starts fails fast: only queueing and cancelling are measured.
 
 Two backfills of all trial partitions (generation + evaluation), one after the
 other, launched through GraphQL's `launchPartitionBackfill` as the UI does:
@@ -37,7 +40,6 @@ minutes (`all_runs_s` <= 120); a cancel stops new runs within 30 s
 import argparse
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -56,15 +58,14 @@ from dagster import DagsterInstance, RunRecord, RunsFilter
 from dagster._core.execution.backfill import BulkActionStatus  # not exported by dagster itself
 
 from eval_pipeline.campaign import load_campaign
+from eval_pipeline.defs import build_definitions, stage_job_name
+from eval_pipeline.settings import Paths
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[1]
 CAMPAIGN = "backfill_scale"
 BACKFILL_TAG, PARENT_RUN_TAG, PARTITION_TAG = "dagster/backfill", "dagster/parent_run_id", "dagster/partition"
 RANGE_START_TAG, RANGE_END_TAG = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
-LAUNCH_RUN = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
-  __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }"""
-RUN_STATUS = """query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"""
 LAUNCH_BACKFILL = """mutation($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
   __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }"""
 CANCEL_BACKFILL = """mutation($id: String!) { cancelPartitionBackfill(backfillId: $id) {
@@ -138,20 +139,6 @@ class DagsterDev:
         if "errors" in body:
             raise RuntimeError(f"GraphQL errors: {body['errors']}")
         return body["data"]
-
-    def run_job(self, job: str, timeout_s: float) -> str:
-        """Launch a run of `job` and wait for it to end: its final status."""
-        selector = {"repositoryLocationName": "eval_pipeline", "repositoryName": "__repository__", "jobName": job}
-        launched = self.query(LAUNCH_RUN, params={"selector": selector})["launchRun"]
-        if launched["__typename"] != "LaunchRunSuccess":
-            raise RuntimeError(f"launchRun: {launched}")
-        status = wait_for(
-            lambda: self.query(RUN_STATUS, id=launched["run"]["runId"])["runOrError"]["status"],
-            lambda status: status in ("SUCCESS", "FAILURE", "CANCELED"),
-            timeout_s,
-            f"run of {job}",
-        )
-        return status
 
     def launch_backfill(self, assets: list[str], partitions: list[str]) -> str:
         selection = [{"path": [CAMPAIGN, name]} for name in assets]
@@ -326,12 +313,33 @@ def measure_cancel(
     }
 
 
+def write_instance_config(home: Path, run_queue: int) -> None:
+    """The repository's dagster.yaml, with at most `run_queue` runs dequeued at once (0: none, as when runs
+    execute on a cluster rather than on the daemon's own 2 cores; -1: no limit)."""
+    config = yaml.safe_load((REPO / "dagster.yaml").read_text())
+    config["run_coordinator"].setdefault("config", {})["max_concurrent_runs"] = run_queue
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+
+
+def prepare(campaign_path: Path, home: Path) -> float:
+    """Run the campaign's prepare job in this process (it registers the partitions); its seconds."""
+    campaign = load_campaign(str(campaign_path))
+    definitions = build_definitions([campaign], Paths(home / "eval_pipeline"))
+    started = time.time()
+    with DagsterInstance.from_config(str(home)) as instance:
+        job = definitions.resolve_job_def(stage_job_name(campaign, "prepare"))
+        if not job.execute_in_process(instance=instance, raise_on_error=False).success:
+            raise RuntimeError("the prepare job failed")
+    return round(time.time() - started, 2)
+
+
 def benchmark(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     home = root / "dagster_home"
     home.mkdir()
-    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    write_instance_config(home, args.run_queue)
     campaign = write_campaign(root, args.instances, args.seeds, args.batch_size)
     partitions = trial_partitions(campaign, args.instances)
+    prepare_s = prepare(campaign, home)
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
@@ -342,11 +350,6 @@ def benchmark(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     log = root / "dagster_dev.log"
     try:
         with running_dagster_dev(env, log) as server, DagsterInstance.from_config(str(home)) as instance:
-            started = time.time()
-            status = server.run_job(f"{CAMPAIGN}__prepare_job", args.timeout_s)
-            if status != "SUCCESS":
-                raise RuntimeError(f"the prepare job ended {status}")
-            prepare_s = round(time.time() - started, 2)
             first_id, creation = measure_creation(server, instance, partitions, args.instances, args.timeout_s)
             creation["cancel_queued_s"] = cancel_and_wait(server, instance, first_id, args.timeout_s)
             cancel = measure_cancel(server, instance, partitions, args.settle_s, args.timeout_s)
@@ -357,6 +360,7 @@ def benchmark(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         "instances": args.instances,
         "seeds": args.seeds,
         "batch_size": args.batch_size,
+        "run_queue": args.run_queue,
         "prepare_s": prepare_s,
         "backfill": creation,
         "cancelled_backfill": cancel,
@@ -374,6 +378,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--settle-s", type=float, default=10.0)
     parser.add_argument("--timeout-s", type=float, default=900.0)
+    parser.add_argument("--run-queue", type=int, default=0, help="runs dequeued at once (0: none; -1: no limit)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         figures = benchmark(Path(scratch), args)

@@ -6,11 +6,11 @@ import pytest
 from dagster import AssetKey, instance_for_test
 
 from eval_pipeline.campaign import parse_campaign
-from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, CampaignPartitions
+from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, CampaignPartitions, TrialBatch
 from eval_pipeline.defs.progress import REQUEST_TAG, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline.orchestration.campaign_run import run_campaign
-from eval_pipeline.orchestration.driver import new_cycle, run_one
+from eval_pipeline.orchestration.driver import CycleFeed, new_cycle, run_one
 from eval_pipeline.orchestration.launchers import WorkerPoolLauncher
 from eval_pipeline.settings import Paths
 from eval_pipeline_tests.conftest import write_terminal_task
@@ -103,3 +103,25 @@ def test_a_trial_that_fails_in_a_batch_fails_alone_and_only_it_runs_again(tmp_pa
         run_one(instance, WorkerPoolLauncher(campaign, paths, instance, 1), cycle.request("prepare"))
         (again,) = next_step(instance, cycle).requests
         assert (again.tags[RANGE_START_TAG], again.tags[RANGE_END_TAG]) == ("half|null-s0", "half|null-s1")
+
+
+def test_the_feed_gives_each_materialization_of_the_cycles_trials_once_and_none_of_another_cycles(
+    campaign, tmp_path, monkeypatch
+):
+    """What lets the CLI tell a trial when it ends, not when its batch does."""
+    monkeypatch.delenv("EVAL_PIPELINE_ARTIFACTS", raising=False)
+    paths = Paths(tmp_path / "data")
+    with instance_for_test() as instance:
+        launcher = WorkerPoolLauncher(campaign, paths, instance, 1)
+        cycle, other = new_cycle(campaign), new_cycle(campaign)
+        run_one(instance, launcher, cycle.request("prepare"))
+        run_one(instance, launcher, cycle.request("environments", KEPT[0]))
+        feed = CycleFeed(instance, cycle)
+        run_one(instance, launcher, other.request_trials(TrialBatch(KEPT[0], ("oracle-s0",))))
+        assert feed.new() == {}, "another cycle's trials are not this one's to tell"
+        run_one(instance, launcher, cycle.request_trials(TrialBatch(KEPT[0], ("oracle-s0", "null-s0"))))
+        told = feed.new()
+        assert {partition for _, partition in told} == {f"{KEPT[0]}|oracle-s0", f"{KEPT[0]}|null-s0"}
+        assert told[("evaluation", f"{KEPT[0]}|null-s0")]["outcome"] == "unresolved"
+        assert told[("generation", f"{KEPT[0]}|oracle-s0")]["reused"] is True, "the other cycle made the patch"
+        assert feed.new() == {}

@@ -17,7 +17,14 @@ from eval_pipeline.defs.assets import ENVIRONMENT_POOL, MODEL_API_POOL
 from eval_pipeline.defs.partitions import trial_run_key
 from eval_pipeline.defs.progress import REQUEST_TAG, CampaignProgress, Cycle
 from eval_pipeline.defs.resources import EvalPipelineResource
-from eval_pipeline.orchestration.driver import CampaignRunError, FinishedRun, drive, failure_message, run_one
+from eval_pipeline.orchestration.driver import (
+    CampaignRunError,
+    FinishedRun,
+    Materialized,
+    drive,
+    failure_message,
+    run_one,
+)
 from eval_pipeline.orchestration.launchers import Launcher
 from eval_pipeline.report_model import Report, load_report
 from eval_pipeline.settings import Deployment, Paths
@@ -69,10 +76,21 @@ def create_pools(instance: DagsterInstance) -> None:
 
 
 class _Teller:
-    """Counts what each finished run did and tells it in one line."""
+    """Counts what each trial and run did and tells it in one line: a trial as soon as its evaluation is
+    materialized, one that ended unscored (or whose run ended before telling) when its run has finished."""
 
     def __init__(self, run: CampaignRun, trials: int, say: Callable[[str], None]) -> None:
-        self.run, self.trials, self.say, self.told = run, trials, say, 0
+        self.run, self.trials, self.say = run, trials, say
+        self.told: set[str] = set()
+        self.generations: dict[str, bool] = {}  # partition -> whether its materialized generation was reused
+
+    def materialized(self, metadata: Materialized) -> None:
+        for (asset, partition), values in metadata.items():
+            if asset == "generation":
+                self.generations[partition] = values["reused"]
+        for (asset, partition), values in metadata.items():
+            if asset == "evaluation":
+                self._tell_trial(partition, values["outcome"], self.generations.get(partition), values["reused"])
 
     def __call__(self, finished: FinishedRun) -> None:
         if finished.stage == "environments":
@@ -86,20 +104,22 @@ class _Teller:
             if not partitions:  # the run ended before any of its trials did (a crash, a cancel)
                 self.say(f"trials {finished.partition}: {finished.failure}")
             for partition in partitions:
-                self._tell_trial(finished, partition)
+                if partition in finished.outcomes:
+                    outcome = f"{finished.outcomes[partition].value} (run {finished.run.run_id})"
+                else:
+                    outcome = finished.metadata[("evaluation", partition)]["outcome"]
+                reused = (finished.reused(name, partition) for name in ("generation", "evaluation"))
+                self._tell_trial(partition, outcome, *reused)
 
-    def _tell_trial(self, finished: FinishedRun, partition: str) -> None:
-        self.told += 1
-        reused = {name: finished.reused(name, partition) for name in ("generation", "evaluation")}
-        self.run.generation.add(reused["generation"])
-        self.run.evaluation.add(reused["evaluation"])
+    def _tell_trial(self, partition: str, outcome: str, generation: bool | None, evaluation: bool | None) -> None:
+        if partition in self.told:
+            return
+        self.told.add(partition)
+        self.run.generation.add(generation)
+        self.run.evaluation.add(evaluation)
         instance_id, trial = partition.split("|", 1)
-        if partition in finished.outcomes:
-            outcome = f"{finished.outcomes[partition].value} (run {finished.run.run_id})"
-        else:
-            outcome = finished.metadata[("evaluation", partition)]["outcome"]
-        steps = ", ".join(f"{name} {_status(value)}" for name, value in reused.items())
-        self.say(f"[{self.told}/{self.trials}] {instance_id} {trial}: {outcome} ({steps})")
+        steps = f"generation {_status(generation)}, evaluation {_status(evaluation)}"
+        self.say(f"[{len(self.told)}/{self.trials}] {instance_id} {trial}: {outcome} ({steps})")
 
 
 def _status(reused: bool | None) -> str:
@@ -146,7 +166,8 @@ def run_campaign(
     )
     run = CampaignRun()
     try:
-        drive(instance, cycle, launcher, _Teller(run, len(pending), say), unstored)
+        teller = _Teller(run, len(pending), say)
+        drive(instance, cycle, launcher, teller, unstored, teller.materialized)
     finally:  # pods are restarted on demand by the next run
         resource.sandbox(campaign).release()
     results = _latest(instance, cycle, "results")

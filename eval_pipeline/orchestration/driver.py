@@ -1,5 +1,6 @@
 """The CLI's driver: one cycle over a campaign, its runs requested by `progress.next_step` and launched by a
-`Launcher`, each finished run told in one line read from the instance.
+`Launcher`, each finished run read from the instance and told, and each trial told as soon as the instance
+records its evaluation (a run is a batch of trials, which may take long).
 
 The nightly sensor asks the same `next_step`; this module only adds launching, waiting and telling.
 """
@@ -11,7 +12,16 @@ from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
-from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    AssetRecordsFilter,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    RunRequest,
+)
 
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.defs.failures import failure_outcomes
@@ -42,6 +52,17 @@ def failure_message(instance: DagsterInstance, run: DagsterRun, what: str) -> Ca
     return CampaignRunError(f"{what} failed (Dagster run {run.run_id}): {'; '.join(messages) or run.status.value}")
 
 
+Materialized = Mapping[tuple[str, str], Mapping[str, Any]]  # (asset name, partition) -> its metadata values
+
+
+def _materialized(materializations: Iterable[AssetMaterialization | None]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (m.asset_key.path[-1], m.partition or ""): {name: value.value for name, value in m.metadata.items()}
+        for m in materializations
+        if m
+    }
+
+
 @dataclass(frozen=True)
 class FinishedRun:
     """What one run did, as the instance recorded it: per partition, what it materialized and, for a failed run,
@@ -50,7 +71,7 @@ class FinishedRun:
     run: DagsterRun
     stage: str
     partition: str  # the run's partition, or its batch of trial partitions
-    metadata: Mapping[tuple[str, str], Mapping[str, Any]]  # (asset name, partition) -> its materialization's
+    metadata: Materialized
     outcomes: Mapping[str, Outcome]  # partition -> the unscored outcome it failed on
     failure: str  # for a failed run: the outcomes its steps failed on (else how it ended), and the run to look up
 
@@ -71,11 +92,8 @@ class FinishedRun:
 
     @classmethod
     def read(cls, instance: DagsterInstance, run: DagsterRun) -> "FinishedRun":
-        metadata = {
-            (m.asset_key.path[-1], m.partition or ""): {name: value.value for name, value in m.metadata.items()}
-            for entry in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
-            if (m := entry.asset_materialization)
-        }
+        entries = instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+        metadata = _materialized(entry.asset_materialization for entry in entries)
         outcomes, failure = {}, ""
         if run.status != DagsterRunStatus.SUCCESS:
             failures = [e.dagster_event for e in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE)]
@@ -85,6 +103,36 @@ class FinishedRun:
         stage = run.tags.get(STAGE_TAG, "")
         request = run.tags.get(REQUEST_TAG, "").removeprefix(f"{run.tags.get(CYCLE_TAG)}:{stage}:")
         return cls(run, stage, request or run.tags.get("dagster/partition", ""), metadata, outcomes, failure)
+
+
+class CycleFeed:
+    """The materializations of a cycle's trials that the instance recorded since the feed last looked."""
+
+    def __init__(self, instance: DagsterInstance, cycle: Cycle) -> None:
+        self.instance, self.cycle = instance, cycle
+        self.keys = [AssetKey([cycle.campaign.name, name]) for name in ("generation", "evaluation")]
+        self.after = {key: self._newest(key) for key in self.keys}
+        self.runs: dict[str, bool] = {}  # run id -> whether it is the cycle's
+
+    def _newest(self, key: AssetKey) -> int:
+        records = self.instance.fetch_materializations(key, limit=1).records
+        return records[0].storage_id if records else 0
+
+    def _ours(self, run_id: str) -> bool:
+        if run_id not in self.runs:
+            run = self.instance.get_run_by_id(run_id)
+            self.runs[run_id] = run is not None and run.tags.get(CYCLE_TAG) == self.cycle.id
+        return self.runs[run_id]
+
+    def new(self) -> Materialized:
+        found = []
+        for key in self.keys:
+            records = self.instance.fetch_materializations(
+                AssetRecordsFilter(asset_key=key, after_storage_id=self.after[key]), limit=10_000, ascending=True
+            ).records
+            self.after[key] = max([self.after[key], *(record.storage_id for record in records)])
+            found += [record.asset_materialization for record in records if self._ours(record.run_id)]
+        return _materialized(found)
 
 
 def run_one(
@@ -119,9 +167,11 @@ def drive(
     launcher: Launcher,
     tell: Callable[[FinishedRun], None],
     unstored: Set[str] = frozenset(),
+    tell_materialized: Callable[[Materialized], None] = lambda _: None,
 ) -> None:
     """Carry a prepared cycle through environments, trials, results and release (`unstored`: as for
-    `CampaignProgress.read`).
+    `CampaignProgress.read`), telling each finished run and, while runs are in flight, the trials that
+    ended (`tell_materialized`: their materializations).
 
     `next_step` reads the cycle's partitions and runs from the instance, so it is asked again only when the
     requests it gave last have all been launched or an environment has become ready (its trials can start),
@@ -129,6 +179,7 @@ def drive(
     """
     launched: list[RunRequest] = []
     queue: deque[RunRequest] = deque()
+    feed = CycleFeed(instance, cycle)
     ask = True
     while True:
         if ask or not queue:
@@ -140,7 +191,9 @@ def drive(
             request = queue.popleft()
             launcher.launch(request)
             launched.append(request)
-        finished = [FinishedRun.read(instance, instance.get_run_by_id(run_id)) for run_id in launcher.wait()]
+        finished = [FinishedRun.read(instance, instance.get_run_by_id(run_id)) for run_id in launcher.wait(POLL_S)]
+        if materialized := feed.new():
+            tell_materialized(materialized)
         for run in finished:
             tell(run)
             ask = ask or (run.stage == "environments" and run.success)

@@ -53,8 +53,9 @@ class Launcher(Protocol):
 
     def in_flight(self) -> int: ...
 
-    def wait(self) -> list[str]:
-        """Block until at least one launched run has finished; the ids of those that have."""
+    def wait(self, timeout_s: float | None = None) -> list[str]:
+        """Block until at least one launched run has finished, or `timeout_s` has passed; the ids of those that
+        have finished."""
         ...
 
     def close(self, abort: bool = False) -> None:
@@ -135,9 +136,9 @@ class WorkerPoolLauncher:
     def in_flight(self) -> int:
         return len(self._running)
 
-    def wait(self) -> list[str]:
+    def wait(self, timeout_s: float | None = None) -> list[str]:
         if self._running:
-            done, _ = wait(self._running, return_when=FIRST_COMPLETED)
+            done, _ = wait(self._running, timeout=timeout_s, return_when=FIRST_COMPLETED)
             for future in done:
                 del self._running[future]
                 self._finished.append(future.result())
@@ -214,12 +215,15 @@ class ServerLauncher:
     def in_flight(self) -> int:
         return len(self._running)
 
-    def wait(self) -> list[str]:
+    def wait(self, timeout_s: float | None = None) -> list[str]:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while self._running:
             finished = [run_id for run_id in self._running if self.instance.get_run_by_id(run_id).status in FINISHED]
             if finished:
                 self._running.difference_update(finished)
                 return finished
+            if deadline is not None and time.monotonic() >= deadline:
+                break
             time.sleep(POLL_S)
         return []
 
