@@ -71,13 +71,14 @@ def run_cli(campaign: Path, home: Path, data: Path, workers: int, seeds: list[in
     env.pop("EVAL_PIPELINE_DAGSTER_URL", None)
     started_at = time.time()
     started = time.perf_counter()
-    first_trial = last_environment = 0.0
+    first_trial = last_trial = last_environment = 0.0
     command = ["eval-pipeline", "run", "--campaign", str(campaign), "--workers", str(workers)]
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
         assert process.stdout is not None
         for line in process.stdout:
-            if not first_trial and line.startswith("[1/"):
-                first_trial = time.perf_counter() - started
+            if line.startswith("["):
+                last_trial = time.perf_counter() - started
+                first_trial = first_trial or last_trial
             if line.startswith("environment ready"):
                 last_environment = time.perf_counter() - started
     if process.returncode != 0:
@@ -87,6 +88,7 @@ def run_cli(campaign: Path, home: Path, data: Path, workers: int, seeds: list[in
         "first_trial_started_s": round(first_generation_start(data, seeds) - started_at, 2),
         "first_trial_told_s": round(first_trial, 2),
         "last_environment_ready_s": round(last_environment, 2),
+        "last_trial_told_s": round(last_trial, 2),  # then results and report
     }
 
 

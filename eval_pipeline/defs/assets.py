@@ -303,8 +303,11 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         agent's own failure is stored like any patch and scored. A trial that still ends unscored is left
         unmaterialized and fails the step once the batch is done, so exactly those partitions are failed.
         """
-        keys = [key.split("|", 1) for key in context.partition_keys]
-        works = [TrialWork(f"{i}|{t}", portfolio.instance(i), campaign.trial(t)) for i, t in keys]
+        works = [
+            TrialWork(key, portfolio.instance(instance_id), campaign.trial(trial))
+            for key in context.partition_keys
+            for instance_id, trial in [key.split("|", 1)]
+        ]
         if isinstance(environment, EnvironmentHandle):  # a range of one instance is loaded as its one handle
             environment = {works[0].instance.instance_id: environment}
         setup = TrialSetup(

@@ -31,6 +31,8 @@ from eval_pipeline.orchestration.launchers import POLL_S, Launcher
 from eval_pipeline.outcomes import Outcome
 
 CLI_TRIGGER = "cli"
+# How often the driver looks for trials that ended: each look queries the event log that the runs are writing.
+FEED_INTERVAL_S = 2.0
 
 
 class CampaignRunError(RuntimeError):
@@ -180,6 +182,7 @@ def drive(
     launched: list[RunRequest] = []
     queue: deque[RunRequest] = deque()
     feed = CycleFeed(instance, cycle)
+    looked = time.monotonic()
     ask = True
     while True:
         if ask or not queue:
@@ -192,8 +195,10 @@ def drive(
             launcher.launch(request)
             launched.append(request)
         finished = [FinishedRun.read(instance, instance.get_run_by_id(run_id)) for run_id in launcher.wait(POLL_S)]
-        if materialized := feed.new():
-            tell_materialized(materialized)
+        if time.monotonic() - looked >= FEED_INTERVAL_S or finished:
+            looked = time.monotonic()
+            if materialized := feed.new():
+                tell_materialized(materialized)
         for run in finished:
             tell(run)
             ask = ask or (run.stage == "environments" and run.success)
