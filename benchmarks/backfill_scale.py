@@ -317,7 +317,7 @@ def write_instance_config(home: Path, run_queue: int) -> None:
     """The repository's dagster.yaml, with at most `run_queue` runs dequeued at once (0: none, as when runs
     execute on a cluster rather than on the daemon's own 2 cores; -1: no limit)."""
     config = yaml.safe_load((REPO / "dagster.yaml").read_text())
-    config["run_coordinator"].setdefault("config", {})["max_concurrent_runs"] = run_queue
+    config["concurrency"]["runs"]["max_concurrent_runs"] = run_queue
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
 
 

@@ -16,6 +16,10 @@ environment attempt. Nothing runs: records are written directly.
 - new: `trials.pending_trials`, one listing of `scored/` and `evaluation/`
   (and of `generation/` for the trials still pending) plus one read per
   unfinished trial with a stored generation.
+- verified: the same with `verify=True`, as `eval-pipeline run` scans: each
+  marked evaluation's fingerprint in the listing must be its marker's. On S3
+  the listing has them (ETags); this local store hashes its files, so its
+  seconds include reading every finished evaluation once.
 
 Figures: store reads (get) and listings (keys), the requests S3 would count
 for them (a listing costs one per 1,000 keys), and wall-clock seconds (the
@@ -28,6 +32,7 @@ import json
 import tempfile
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from unittest import mock
 
@@ -183,8 +188,15 @@ def run(trials: int, repeats: int, root: Path) -> dict:
     store = CountingStore(root / "artifacts")
     populate(store, identities)
     old, new = measure(old_scan, identities, store, repeats), measure(pending_trials, identities, store, repeats)
-    assert old["pending"] == new["pending"], "both ways find the same trials pending"
-    return {"trials": len(identities), "identities_s": round(identities_s, 3), "old": old, "new": new}
+    verified = measure(partial(pending_trials, verify=True), identities, store, repeats)
+    assert old["pending"] == new["pending"] == verified["pending"], "every way finds the same trials pending"
+    return {
+        "trials": len(identities),
+        "identities_s": round(identities_s, 3),
+        "old": old,
+        "new": new,
+        "verified": verified,
+    }
 
 
 def main() -> None:
