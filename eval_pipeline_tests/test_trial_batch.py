@@ -4,7 +4,13 @@ import threading
 from dataclasses import dataclass, field
 
 from eval_pipeline.campaign import RetrySettings, parse_campaign
-from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, TrialBatch, trial_batches
+from eval_pipeline.defs.partitions import (
+    RANGE_END_TAG,
+    RANGE_START_TAG,
+    SMALLEST_BATCH,
+    TrialBatch,
+    trial_batches,
+)
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.trial_batch import TrialResult, TrialWork, backoff_s, run_batch, run_with_retries
 
@@ -22,6 +28,17 @@ def test_pending_partitions_become_batches_of_one_instance_consecutive_in_dagste
     ]
     gap = trial_batches(["x|a-s0", "x|a-s2"], ORDER, size=16)
     assert [b.trials for b in gap] == [("a-s0",), ("a-s2",)], "a range never covers a trial it was not asked for"
+
+
+def test_batches_shrink_toward_the_end_so_that_the_runs_at_once_finish_together():
+    order = [f"v-s{seed}" for seed in range(24)]
+    pending = [f"{instance}|{trial}" for instance in "abc" for trial in order]
+    batches = trial_batches(pending, order, size=64, spread=2)
+    sizes = [len(batch.trials) for batch in batches]
+    assert sum(sizes) == 72 and sorted(key for b in batches for key in b.partitions()) == sorted(pending)
+    assert sizes[0] == 18, "a quarter of 72: two runs at once, each given at most half of its share"
+    assert max(sizes[-4:]) <= SMALLEST_BATCH < sizes[0]
+    assert [len(b.trials) for b in trial_batches(pending, order, size=8, spread=2)][:3] == [8, 8, 8]
 
 
 def test_a_batch_is_a_dagster_partition_range_and_reads_back_from_its_run_tags():

@@ -57,11 +57,11 @@ class CampaignProgress:
         keys = (str(trial_run_key(i, t)) for i in self.instances for t in self.trials)
         return [key for key in keys if key not in self.evaluated]
 
-    def runnable_batches(self, size: int, requested: Set[str] = frozenset()) -> list[TrialBatch]:
+    def runnable_batches(self, size: int, requested: Set[str] = frozenset(), spread: int = 1) -> list[TrialBatch]:
         """Pending trials whose environment is ready (one that failed is left for the next cycle), less those
-        `requested` already, in batches of at most `size`."""
+        `requested` already, in batches of at most `size` (`spread`: as for `trial_batches`)."""
         runnable = (key for key in self.pending_trials() if key.split("|", 1)[0] in self.environments_ready)
-        return trial_batches((key for key in runnable if key not in requested), self.trials, size)
+        return trial_batches((key for key in runnable if key not in requested), self.trials, size, spread)
 
 
 @dataclass
@@ -118,9 +118,11 @@ def next_step(
     cycle: Cycle,
     launched: Iterable[RunRequest] = (),
     unstored: Set[str] = frozenset(),
+    runs_at_once: int = 1,
 ) -> Step:
     """The runs the cycle needs that it has not requested yet (in the instance, or `launched` by the caller
-    and not yet there); `unstored` as for `CampaignProgress.read`.
+    and not yet there); `unstored` as for `CampaignProgress.read`; `runs_at_once` (the caller's capacity)
+    shrinks the last batches so that those runs end together.
 
     Trial batches whose environment is ready come first, then environments still missing: the first trials
     start as soon as their own environment is ready, while the others are prepared.
@@ -136,7 +138,7 @@ def next_step(
         request.tags[REQUEST_TAG] not in finished for request in launched
     )
     progress = CampaignProgress.read(instance, campaign, unstored)
-    batches = progress.runnable_batches(campaign.batches.size, requested_trials(tags, progress.trials))
+    batches = progress.runnable_batches(campaign.batches.size, requested_trials(tags, progress.trials), runs_at_once)
     new = [cycle.request_trials(batch) for batch in batches]
     new += [cycle.request("environments", key) for key in progress.missing_environments()]
     new = [request for request in new if request.run_key not in requested]

@@ -186,7 +186,7 @@ def drive(
     ask = True
     while True:
         if ask or not queue:
-            step = next_step(instance, cycle, launched, unstored)
+            step = next_step(instance, cycle, launched, unstored, launcher.capacity)
             if step.done:
                 return
             queue, ask = deque(step.requests), False
