@@ -1,7 +1,7 @@
 """A backfill of every trial partition of a 16k-trial campaign through `dagster dev`: how fast its runs are
 queued, how Dagster cuts it into runs, and how fast a cancel stops it.
 
-    PYTHONPATH=$PWD python benchmarks/backfill_scale.py [--instances 500] [--seeds 32] [--batch-size 16]
+    PYTHONPATH=$PWD python benchmarks/backfill_scale.py [--instances 500] [--seeds 32] [--batch-size 64]
 
 The campaign: `instances` synthetic SWE-bench rows (a JSONL file) x `seeds` seeds
 of the null agent, `batches.size` = `batch-size`, on a fresh DAGSTER_HOME with
@@ -375,7 +375,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--instances", type=int, default=500)
     parser.add_argument("--seeds", type=int, default=32)
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--settle-s", type=float, default=10.0)
     parser.add_argument("--timeout-s", type=float, default=900.0)
     parser.add_argument("--run-queue", type=int, default=0, help="runs dequeued at once (0: none; -1: no limit)")

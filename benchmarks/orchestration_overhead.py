@@ -1,6 +1,6 @@
 """What orchestration costs: `eval-pipeline run` against a plain loop doing the same trials, side by side.
 
-    python benchmarks/orchestration_overhead.py [--rows 3] [--seeds 24] [--workers 2] [--batch-size 16]
+    python benchmarks/orchestration_overhead.py [--rows 3] [--seeds 24] [--workers 2] [--batch-size 64]
 
 The campaign: `rows` of the demo's SWE-bench-format code issues x `seeds` seeds of
 the null agent, on the local backend, with environments already built (a
@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=3)
     parser.add_argument("--seeds", type=int, default=24)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)

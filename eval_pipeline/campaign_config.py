@@ -90,7 +90,7 @@ class BatchSettings(ConfigModel):
     its own (materialized, or failed and backfillable alone).
     """
 
-    size: PositiveCount = 16
+    size: PositiveCount = 64
     concurrency: PositiveCount = 1
 
 
