@@ -38,7 +38,7 @@ def drive_once(campaign, instance, paths: Paths):
     runs = cycle.runs(instance)
     assert len({r.tags[REQUEST_TAG] for r in runs}) == len(runs), "each request launched once"
     assert {r.tags[CYCLE_TAG] for r in runs} == {cycle.id}
-    return run, sorted(r.tags[STAGE_TAG] for r in runs)
+    return run, [r.tags[STAGE_TAG] for r in reversed(runs)]  # in the order they were launched
 
 
 def test_a_cycle_runs_what_is_missing_and_the_next_only_what_the_store_lost(campaign, tmp_path, monkeypatch):
@@ -46,7 +46,9 @@ def test_a_cycle_runs_what_is_missing_and_the_next_only_what_the_store_lost(camp
     paths = Paths(tmp_path / "data")
     with instance_for_test() as instance:
         first, stages = drive_once(campaign, instance, paths)
-        assert stages == ["environments"] * 2 + ["prepare", "results"] + ["trials"] * 2, "a batch per instance"
+        assert stages == ["prepare", "environments", "trials", "environments", "trials", "results"], (
+            "a batch per instance, started as soon as its environment is ready, before the next is prepared"
+        )
         assert first.report.variants["oracle"].resolved_rate == 1.0 and first.report.scored == 4
         assert (first.generation.computed, first.evaluation.computed) == (4, 4)
 
@@ -56,7 +58,7 @@ def test_a_cycle_runs_what_is_missing_and_the_next_only_what_the_store_lost(camp
         shutil.rmtree(paths.artifacts / "evaluation")  # the store lost every final evaluation
         shutil.rmtree(paths.artifacts / "scored")
         regraded, stages = drive_once(campaign, instance, paths)
-        assert stages == ["prepare", "results"] + ["trials"] * 2, "Dagster's record alone is not trusted"
+        assert stages == ["prepare", "trials", "trials", "results"], "Dagster's record alone is not trusted"
         assert (regraded.generation.reused, regraded.evaluation.computed) == (4, 4), "patches are never lost"
         rates = [{name: (v.resolved_rate, v.n) for name, v in run.report.variants.items()} for run in (first, regraded)]
         assert rates[0] == rates[1]

@@ -134,7 +134,9 @@ class WorkerPoolLauncher:
             self._running[self._pool.submit(_execute_in_worker, request, run_config)] = request
 
     def in_flight(self) -> int:
-        return len(self._running)
+        """Runs launched and not yet reported by `wait` (in this process a run ends within `launch`, and still
+        counts until it is reported, so that the driver tells each before it launches the next)."""
+        return len(self._running) + len(self._finished)
 
     def wait(self, timeout_s: float | None = None) -> list[str]:
         if self._running:
