@@ -1,19 +1,21 @@
 """What orchestration costs: `eval-pipeline run` against a plain loop doing the same trials, side by side.
 
-    python benchmarks/orchestration_overhead.py [--rows 3] [--seeds 24] [--workers 2] [--batch-size 64]
+    python benchmarks/orchestration_overhead.py [--rows 3] [--seeds 24] [--workers 2] [--batch-size 64] [--concurrency 1]
 
 The campaign: `rows` of the demo's SWE-bench-format code issues x `seeds` seeds of
 the null agent, on the local backend, with environments already built (a
 warm-up run of one other seed builds them). The plain loop: the same trials
 through the core alone (`generate`, then `evaluate`: fresh workspace, diff,
-fresh workspace, test patch, tests with a JUnit report), in `workers`
-processes, with no Dagster at all. Both start from empty artifact stores.
+fresh workspace, test patch, tests with a JUnit report), in `workers` x
+`concurrency` processes (as many trials at once as the campaign runs), with no
+Dagster at all. Both start from empty artifact stores.
 
 Figures: wall seconds of each, their ratio, and for the campaign (warm, and the
 cold warm-up that also builds the environments) the seconds from the command's
 start until its first trial started (its generation's record), until the
-first finished trial was told (a batch is told when its run ends) and until
-the last environment was ready (trials start before it). The targets of issue 20:
+first finished trial was told (as soon as its evaluation is materialized),
+until the last environment was ready (trials start before it) and until the
+last trial was told (results and report follow). The targets of issue 20:
 ratio at most 1.5 at 72 trials, at most 1.2 at 1k; first trial within 15 s.
 """
 
@@ -39,7 +41,7 @@ from eval_pipeline.sandbox import make_sandbox
 from eval_pipeline.settings import Paths
 
 
-def write_campaign(directory: Path, rows: int, seeds: list[int], batch_size: int) -> Path:
+def write_campaign(directory: Path, rows: int, seeds: list[int], batch_size: int, concurrency: int) -> Path:
     """The demo's code issues less all but `rows` of them, null agent, the given seeds."""
     from eval_pipeline.demo_benchmark import build_demo_benchmark
 
@@ -51,7 +53,7 @@ def write_campaign(directory: Path, rows: int, seeds: list[int], batch_size: int
         "variants": [{"name": "null", "agent": "null"}],
         "seeds": seeds,
         "exclude": {"instances": ids[rows:]},
-        "batches": {"size": batch_size},
+        "batches": {"size": batch_size, "concurrency": concurrency},
     }
     path.write_text(yaml.safe_dump(campaign))
     return path
@@ -133,19 +135,21 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=24)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, default=1, help="trials at once within a run (batches.concurrency)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         seeds = list(range(100, 100 + args.seeds))
-        warmup = write_campaign(root, args.rows, [0], args.batch_size)
-        measured = write_campaign(root, args.rows, seeds, args.batch_size)
+        warmup = write_campaign(root, args.rows, [0], args.batch_size, args.concurrency)
+        measured = write_campaign(root, args.rows, seeds, args.batch_size, args.concurrency)
         cold = run_cli(warmup, root / "home", root / "data", args.workers, [0])
         campaign = run_cli(measured, root / "home", root / "data", args.workers, seeds)
-        loop = run_plain_loop(measured, root / "loop-data", args.workers)
+        loop = run_plain_loop(measured, root / "loop-data", args.workers * args.concurrency)  # as many at once
     figures = {
         "trials": args.rows * args.seeds,
         "workers": args.workers,
         "batch_size": args.batch_size,
+        "concurrency": args.concurrency,
         "cold_start": cold,
         "campaign": campaign,
         "plain_loop": loop,
