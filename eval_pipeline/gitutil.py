@@ -9,6 +9,18 @@ from pathlib import Path
 _ISOLATED_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
 
 
+# The harness's git commands in a workspace, whose repository an agent may have had in hand: its .git/config
+# may name hooks or a filesystem monitor, each a command git would run for the harness (external diff drivers
+# are off by --no-ext-diff). Settings given through the environment (git 2.31+) override the repository's.
+HARNESS_GIT_ENV = {
+    "GIT_CONFIG_COUNT": "2",
+    "GIT_CONFIG_KEY_0": "core.hooksPath",
+    "GIT_CONFIG_VALUE_0": os.devnull,
+    "GIT_CONFIG_KEY_1": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_1": "false",
+}
+
+
 class GitError(RuntimeError):
     pass
 

@@ -167,7 +167,7 @@ def _restore_test_files(instance: Instance, files: list[str], workspace: Workspa
         f"then git checkout -q {base} -- {shlex.quote(path)}; else rm -f {shlex.quote(path)}; fi"
         for path in files
     )
-    return workspace.run(script or "true", timeout_s=120).summary()
+    return workspace.run(script or "true", timeout_s=120, env=workspace.harness_git_env).summary()
 
 
 def _apply_model_patch(verdict: Verdict, model_patch: str, workspace: Workspace) -> bool:

@@ -47,6 +47,10 @@ def patch_problem(patch: str) -> str | None:
     escaping = [path for path in patch_paths(patch) if path.startswith("/") or ".." in PurePosixPath(path).parts]
     if escaping:
         return f"the patch names paths outside the repository: {', '.join(escaping[:5])}"
+    # git apply refuses these; GNU patch, the fallback, would write a hook the harness's next git command runs.
+    in_git = [path for path in patch_paths(patch) if ".git" in PurePosixPath(path).parts]
+    if in_git:
+        return f"the patch writes inside a git directory: {', '.join(in_git[:5])}"
     return None
 
 
@@ -59,7 +63,7 @@ def apply_patch(workspace: Workspace, patch: str, name: str) -> ExecResult:
     every path outside the repository on its own.
     """
     path = shlex.quote(workspace.write_harness_file(name, patch))
-    applied = workspace.run(f"git apply --verbose {path}", timeout_s=PATCH_TIMEOUT_S, env=workspace.git_env)
+    applied = workspace.run(f"git apply --verbose {path}", timeout_s=PATCH_TIMEOUT_S, env=workspace.harness_git_env)
     if applied.ok:
         return applied
     return workspace.run(f"patch --batch --fuzz=5 -p1 -i {path}", timeout_s=PATCH_TIMEOUT_S)
@@ -74,7 +78,7 @@ def _diff(workspace: Workspace, base_commit: str, output: str, binary_only: bool
         f"git add -A && git {attributes}-c core.quotepath=false diff --cached --no-color --no-ext-diff --binary "
         f"{shlex.quote(base_commit)} --output={shlex.quote(output)} && wc -c < {shlex.quote(output)}",
         timeout_s=PATCH_TIMEOUT_S,
-        env=workspace.git_env,
+        env=workspace.harness_git_env,
     )
     if not result.ok:
         raise WorkspaceDiffError(f"could not diff the workspace: {result.stderr[-500:]}")

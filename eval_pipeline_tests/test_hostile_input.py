@@ -64,6 +64,35 @@ def test_a_patch_naming_paths_outside_the_repository_is_refused(instance, spec, 
     assert escaped == [], "nothing was written outside the workspace"
 
 
+@pytest.mark.parametrize("path", [".git/hooks/post-checkout", "vendor/.git/config"])
+def test_a_patch_writing_inside_a_git_directory_is_refused(instance, spec, environment, shared_sandbox, path):
+    """GNU patch, the fallback after git apply, would write a hook that the grader's own git checkout runs."""
+    patch = new_file_patch(path, "#!/bin/sh\\necho forged > conftest.py")
+    with shared_sandbox.workspace(environment, "hooked") as workspace:
+        verdict = grade(instance, spec, patch, workspace, 60)
+        written = (workspace.repo / path).exists()
+    assert verdict.outcome is Outcome.PATCH_APPLY_FAILED and "inside a git directory" in verdict.detail
+    assert verdict.steps == [] and not written, "no command ran, nothing was written"
+
+
+def test_the_harness_git_runs_no_hook_or_monitor_that_the_repository_names(environment, shared_sandbox):
+    """A repository an agent had in hand may name a hook or an fsmonitor command; the harness's git runs neither."""
+    with shared_sandbox.workspace(environment, "configured") as workspace:
+        marker = workspace.harness_path("ran")
+        hook = workspace.repo / ".git" / "hooks" / "post-checkout"
+        hook.write_text(f"#!/bin/sh\necho hook >> {marker}\n")
+        hook.chmod(0o755)
+        monitor = workspace.repo / "monitor.sh"
+        monitor.write_text(f"#!/bin/sh\necho monitor >> {marker}\n")
+        monitor.chmod(0o755)
+        git(["config", "core.fsmonitor", str(monitor)], workspace.repo)
+        command = "git checkout -q HEAD -- . && git status --short >/dev/null"
+        assert workspace.run(command, timeout_s=60, env=workspace.harness_git_env).ok
+        assert not Path(marker).exists(), "the harness's git ran a command the repository named"
+        assert workspace.run(command, timeout_s=60, env=workspace.git_env).ok
+        assert Path(marker).exists(), "without the harness's settings the same git runs it: the check can fail"
+
+
 def test_a_huge_patch_is_refused_without_applying_it(instance, spec, environment, shared_sandbox):
     patch = new_file_patch("big.txt", "x" * (MAX_PATCH_BYTES + 1))
     with shared_sandbox.workspace(environment, "huge") as workspace:

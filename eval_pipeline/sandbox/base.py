@@ -19,6 +19,7 @@ from pydantic import BeforeValidator, ConfigDict, StrictStr, TypeAdapter
 
 from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
 from eval_pipeline.config_validation import Count, Number, PositiveCount
+from eval_pipeline.gitutil import HARNESS_GIT_ENV
 from eval_pipeline.outcomes import InfrastructureError
 from eval_pipeline.tasks import Task
 
@@ -212,6 +213,12 @@ class Workspace(ABC):
 
     git_env: Mapping[str, str] = {}
     base_revision: str | None = None
+
+    @property
+    def harness_git_env(self) -> dict[str, str]:
+        """What the harness's own git commands run with: `git_env`, with no hook, monitor or external diff
+        that the repository's configuration may name (gitutil.HARNESS_GIT_ENV)."""
+        return {**HARNESS_GIT_ENV, **self.git_env}
 
     @abstractmethod
     def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
