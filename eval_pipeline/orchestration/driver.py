@@ -112,7 +112,10 @@ class CycleFeed:
 
     def __init__(self, instance: DagsterInstance, cycle: Cycle) -> None:
         self.instance, self.cycle = instance, cycle
-        self.keys = [AssetKey([cycle.campaign.name, name]) for name in ("generation", "evaluation")]
+        # Evaluations first: a trial's generation is stored before its evaluation, so any evaluation one look
+        # finds has its generation found by the same look (the other order could see an evaluation whose
+        # generation landed between the two queries).
+        self.keys = [AssetKey([cycle.campaign.name, name]) for name in ("evaluation", "generation")]
         self.after = {key: self._newest(key) for key in self.keys}
         self.runs: dict[str, bool] = {}  # run id -> whether it is the cycle's
 
