@@ -38,7 +38,7 @@ from eval_pipeline.defs.failures import describe_outcome, outcome_failure
 from eval_pipeline.defs.partitions import INSTANCE, CampaignPartitions, sync_partitions
 from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.environments import environment_attempt
-from eval_pipeline.generation import GENERATION_VERSION
+from eval_pipeline.generation import GENERATION_VERSION, Generation
 from eval_pipeline.grading import GRADING_VERSION
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.html_report import write_html_report
@@ -81,6 +81,7 @@ def _trial_lineage(
     portfolio: Portfolio,
     sandbox: SandboxBackend,
     result: TrialResult,
+    generation: Generation,
     environments: dict[str, EnvironmentHandle],
 ) -> dict[str, Any]:
     instance_id, trial = result.work.instance.instance_id, result.work.trial
@@ -91,18 +92,20 @@ def _trial_lineage(
         "environment": MetadataValue.json({"key": environment.key, **environment.details}),
         "variant": trial.variant.name,
         "agent": trial.variant.agent,
-        "agent_config_hash": trial.variant.make_agent().config_hash,
+        "agent_config_hash": generation.agent_config_hash,
         "seed": trial.seed,
     }
 
 
 def _trial_materializations(
-    generation_key: AssetKey, evaluation_key: AssetKey, result: TrialResult, lineage: dict[str, Any]
+    generation_key: AssetKey,
+    evaluation_key: AssetKey,
+    result: TrialResult,
+    generation: Generation,
+    lineage: dict[str, Any],
 ) -> Iterator[AssetMaterialization]:
-    """A trial's generation once it is stored, and its evaluation once it is scored, each with its lineage."""
-    partition, generation, evaluation = result.work.partition, result.generation, result.evaluation
-    if generation is None:
-        return
+    """A trial's stored generation, and its evaluation once it is scored, each with its lineage."""
+    partition, evaluation = result.work.partition, result.evaluation
     yield AssetMaterialization(
         generation_key,
         partition=partition,
@@ -319,8 +322,10 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
         )
         unscored = {}
         for result in run_batch(setup, works, campaign.batches.concurrency):
-            lineage = _trial_lineage(portfolio, setup.sandbox_for(result.work.instance), result, environment)
-            yield from _trial_materializations(generation_key, evaluation_key, result, lineage)
+            if generation := result.generation:  # else generating failed on infrastructure: nothing is stored
+                sandbox = setup.sandbox_for(result.work.instance)
+                lineage = _trial_lineage(portfolio, sandbox, result, generation, environment)
+                yield from _trial_materializations(generation_key, evaluation_key, result, generation, lineage)
             if not result.outcome.is_scored:
                 unscored[result.work.partition] = result
         if unscored:
