@@ -32,6 +32,7 @@ OUTCOME_COLOURS = {
     Outcome.AGENT_ERROR: "#2c5282",
     Outcome.AGENT_TIMEOUT: "#90cdf4",
     Outcome.TESTS_MISSING: "#319795",
+    Outcome.REPORT_FORGED: "#1a202c",
     Outcome.TEST_TIMEOUT: "#dd6b20",
     Outcome.OOM_KILLED: "#9b2c2c",
     Outcome.SANDBOX_LOST: "#f6ad55",

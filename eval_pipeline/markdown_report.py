@@ -56,12 +56,13 @@ def _rate_cells(row: ReportRow) -> list[str]:
         f"{v.scored}/{v.planned}",
         format_number(v.infrastructure_error_rate),
         ", ".join(f"{outcome} {count}" for outcome, count in v.outcomes.items()),
+        ", ".join(f"{kind} {count}" for kind, count in v.audit_flags.items()) or "none",
     ]
 
 
 def _rates(report: Report) -> list[str]:
     headers = ["slice", "variant", "resolved rate", "95% CI (by instance)", "95% CI (by repo)", "instances"]
-    headers += ["scored/planned", "infra error rate", "outcomes"]
+    headers += ["scored/planned", "infra error rate", "outcomes", "patch audit flags"]
     return markdown_table(headers, [_rate_cells(row) for row in report.rows()])
 
 

@@ -32,6 +32,9 @@ class Outcome(StrEnum):
     # A graded test is absent from the test run's results (the patch broke its collection, say): scored as not
     # resolved, as SWE-bench scores it, but named apart so the report shows it.
     TESTS_MISSING = "tests_missing"
+    # The test report says the harness's canary test passed: code in the test process rewrote the results.
+    # Scored as not resolved, named apart so that a forged pass is seen and counted.
+    REPORT_FORGED = "report_forged"
     # The tests did not finish in time. Slow machines and noisy neighbours cause
     # this as often as bad patches do, so it is not held against the agent.
     TEST_TIMEOUT = "test_timeout"
@@ -69,6 +72,7 @@ _KINDS = {
             Outcome.AGENT_ERROR,
             Outcome.AGENT_TIMEOUT,
             Outcome.TESTS_MISSING,
+            Outcome.REPORT_FORGED,
         ),
         OutcomeKind.AGENT,
     ),

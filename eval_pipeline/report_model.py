@@ -80,6 +80,7 @@ class VariantSummary(_Model):
     outcome_kinds: dict[str, int]
     infrastructure_error_rate: float
     hard_violations: int
+    audit_flags: dict[str, int]  # trials whose patch raised each audit flag (patch_audit.py), scored or not
     resolved_rate: float | None
     n: int
     n_repos: int
