@@ -41,6 +41,14 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", *args], check=True, capture_output=True, text=True).stdout
 
 
+def verified_instance_ids() -> tuple[str, ...]:
+    """Every SWE-bench Verified row the snapshot publishes (all 500)."""
+    listing = _git(
+        "--git-dir", str(fetched(SWEBENCH_ROWS_REPO)), "ls-tree", "--name-only", "HEAD:datasets/swebench-verified/"
+    )
+    return tuple(listing.split())
+
+
 def swebench_rows(instance_ids: tuple[str, ...] = SWEBENCH_ROWS) -> list[dict]:
     snapshot = fetched(SWEBENCH_ROWS_REPO)
     return [
