@@ -5,10 +5,20 @@ environment and applies the model patch, after checking it (no paths outside
 the repository, not over the size limit). A code task (SWE-bench) then
 restores the test infrastructure to the base commit: the files the test patch
 touches, and whatever the model patch changed among test files, conftest.py,
-pytest configuration and sitecustomize, so a patch cannot make the tests pass
-by rewriting them. It applies the test patch and runs the environment's test
-command on the test patch's files, as SWE-bench does, with its output written
-to the harness directory, where the model patch cannot reach.
+every file pytest reads as configuration (pytest.ini, .pytest.ini,
+pytest.toml, .pytest.toml, tox.ini, setup.cfg, pyproject.toml, in any
+directory), sitecustomize and .pth files, so a patch cannot make the tests
+pass by rewriting or configuring them. It applies the test patch and runs the
+environment's test command on the test patch's files, as SWE-bench does, with
+its output written to the harness directory's `out/`.
+
+Where that command starts pytest itself, pytest_launcher.py starts it instead
+(pytest_run.py): pytest is imported from the environment before the
+repository is on sys.path, and a canary test that always fails is added. Code
+under test runs in the test process and can always lie to the runner; a lie
+that turns failures into passes turns the canary too, and the outcome is
+`report_forged`, scored as not resolved. The patch audit (patch_audit.py)
+records what the patch reached for on the runner's side, whatever the verdict.
 
 Test statuses come in SWE-bench's vocabulary and ids, so the dataset's lists
 match them exactly. Under pytest they come from its JUnit report, each test id

@@ -40,7 +40,8 @@ def patch_paths(patch: str) -> list[str]:
 
 
 def patch_problem(patch: str) -> str | None:
-    """Why a patch must not be applied (too large, or a path outside the repository), or None."""
+    """Why a patch must not be applied (too large, a path outside the repository, inside a git directory, or
+    compiled bytecode), or None."""
     size = len(patch.encode("utf-8", errors="surrogateescape"))
     if size > MAX_PATCH_BYTES:
         return f"the patch is {size} bytes, over the limit of {MAX_PATCH_BYTES}"
@@ -51,7 +52,15 @@ def patch_problem(patch: str) -> str | None:
     in_git = [path for path in patch_paths(patch) if ".git" in PurePosixPath(path).parts]
     if in_git:
         return f"the patch writes inside a git directory: {', '.join(in_git[:5])}"
+    # Python loads a stale or unchecked .pyc without its source: code no diff of the source shows.
+    compiled = [path for path in patch_paths(patch) if _is_bytecode(PurePosixPath(path))]
+    if compiled:
+        return f"the patch writes compiled bytecode: {', '.join(compiled[:5])}"
     return None
+
+
+def _is_bytecode(path: PurePosixPath) -> bool:
+    return "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo")
 
 
 def apply_patch(workspace: Workspace, patch: str, name: str) -> ExecResult:

@@ -75,6 +75,16 @@ def test_a_patch_writing_inside_a_git_directory_is_refused(instance, spec, envir
     assert verdict.steps == [] and not written, "no command ran, nothing was written"
 
 
+@pytest.mark.parametrize("path", ["calclib/__pycache__/stats.cpython-311.pyc", "calclib/stats.pyc"])
+def test_a_patch_writing_compiled_bytecode_is_refused(instance, spec, environment, shared_sandbox, path):
+    """Python may load a .pyc without its source (an unchecked hash-based one always): code no diff shows."""
+    with shared_sandbox.workspace(environment, "compiled") as workspace:
+        verdict = grade(instance, spec, new_file_patch(path, "forged"), workspace, 60)
+        written = (workspace.repo / path).exists()
+    assert verdict.outcome is Outcome.PATCH_APPLY_FAILED and "compiled bytecode" in verdict.detail
+    assert verdict.steps == [] and not written
+
+
 def test_the_harness_git_runs_no_hook_or_monitor_that_the_repository_names(environment, shared_sandbox):
     """A repository an agent had in hand may name a hook or an fsmonitor command; the harness's git runs neither."""
     with shared_sandbox.workspace(environment, "configured") as workspace:
