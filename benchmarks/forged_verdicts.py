@@ -4,7 +4,8 @@
 
 Prints, per forgery and for the oracle, how many of the demo's 8 code issues
 resolved and which outcomes and audit flags the gradings ended with: the
-table of issue 19's closing note. Run it from a checkout of an older commit
+table of issue 19's closing note. The test command is the demo's with
+pytest's plugin autoloading on, as every SWE-bench command runs. Run it from a checkout of an older commit
 (PYTHONPATH) to see the same doors before the defences. The container modes
 need the engine (DOCKER_HOST) and the test settings of README's "Tests".
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 from eval_pipeline.demo_benchmark import build_demo_benchmark
 from eval_pipeline.grading import grade
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
-from eval_pipeline_tests.forgeries import FORGERIES
+from eval_pipeline_tests.forgeries import FORGERIES, as_swebench_runs_it
 
 
 def main() -> None:
@@ -37,7 +38,7 @@ def main() -> None:
     started = time.monotonic()
     try:
         for instance in instances:
-            spec = benchmark.environment_for(instance)
+            spec = as_swebench_runs_it(benchmark.environment_for(instance))
             environment = sandbox.prepare(instance, spec, benchmark.source)
             patches = {case: forge(benchmark, instance) for case, forge in FORGERIES.items()}
             for case, patch in {**patches, "oracle": instance.patch}.items():

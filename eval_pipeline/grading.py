@@ -74,6 +74,9 @@ TEST_INFRASTRUCTURE = (
     "test_*.py",
     "*_test.py",
 )
+# Directories whose files configure the run: package metadata (a `pytest11` entry point is a plugin pytest loads
+# on its own) and pytest's cache (which `--lf` and `--sw` read to choose the tests).
+TEST_INFRASTRUCTURE_DIRS = ("*.dist-info", "*.egg-info", ".pytest_cache")
 # Written by the test run itself, so under `out/`, the one part of the harness directory its commands may write.
 REPORT_NAME = "out/junit.xml"
 LOG_NAME = "out/tests.log"
@@ -164,16 +167,21 @@ def decide(instance: Instance, tests: dict[str, str]) -> Outcome:
     return Outcome.TESTS_MISSING if MISSING in tests.values() else Outcome.UNRESOLVED
 
 
+def _is_test_infrastructure(path: PurePosixPath) -> bool:
+    return any(fnmatch(path.name, pattern) for pattern in TEST_INFRASTRUCTURE) or any(
+        fnmatch(part, pattern) for part in path.parts[:-1] for pattern in TEST_INFRASTRUCTURE_DIRS
+    )
+
+
 def protected_files(instance: Instance, model_patch: str) -> tuple[list[str], list[str]]:
-    """The files restored before the tests run: the test patch's, and the model patch's test infrastructure.
+    """The files restored before the tests run: the test patch's, and the model patch's test infrastructure
+    and new modules named as the runner's (which a sys.path entry ahead of the environment's would import).
 
     Returns (all files to restore, those among them that the model patch changed).
     """
-    touched = [
-        path
-        for path in patch_paths(model_patch)
-        if any(fnmatch(PurePosixPath(path).name, p) for p in TEST_INFRASTRUCTURE)
-    ]
+    touched = [path for path in patch_paths(model_patch) if _is_test_infrastructure(PurePosixPath(path))]
+    touched += [flag.path for flag in audit_patch(model_patch) if flag.kind == "shadows_runner"]
+    touched = list(dict.fromkeys(touched))
     return list(dict.fromkeys(patch_paths(instance.test_patch) + touched)), touched
 
 

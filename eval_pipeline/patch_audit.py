@@ -29,6 +29,8 @@ RUNNER_CONFIG_FILES = (
     "sitecustomize.py",
     "usercustomize.py",
 )
+# Directories of package metadata: a `pytest11` entry point in one on sys.path is a plugin pytest loads itself.
+PLUGIN_METADATA = (".dist-info", ".egg-info")
 # Shared configuration files: flagged only where the lines changed are pytest's.
 SHARED_CONFIG_FILES = ("pyproject.toml", "setup.cfg", "tox.ini")
 _PYTEST_SECTION = re.compile(r"^\s*\[(pytest|tool:pytest|tool\.pytest[\w.]*)\]")
@@ -119,6 +121,8 @@ def _flags_of(change: _FileChange) -> list[AuditFlag]:
         flags.append(AuditFlag("shadows_runner", change.path, f"a new module named as the runner's `{path.stem}`"))
     if path.name in RUNNER_CONFIG_FILES or path.suffix == ".pth":
         flags.append(AuditFlag("runner_config", change.path, "a file pytest or Python reads as configuration"))
+    elif any(part.endswith(PLUGIN_METADATA) for part in path.parts[:-1]):
+        flags.append(AuditFlag("runner_config", change.path, "package metadata, whose entry points pytest loads"))
     elif path.name in SHARED_CONFIG_FILES and change.pytest_lines:
         flags.append(AuditFlag("runner_config", change.path, "pytest settings in a shared configuration file"))
     if change.symlink:

@@ -7,8 +7,9 @@ demo code issue (the red team's finding in issue 19).
 
 import difflib
 from collections.abc import Callable
+from dataclasses import replace
 
-from eval_pipeline.benchmark import Benchmark, Instance
+from eval_pipeline.benchmark import Benchmark, EnvironmentSpec, Instance
 from eval_pipeline.gitutil import git
 
 # A `pytest` that runs nothing and writes a JUnit report passing every test it finds in the files it is given.
@@ -46,6 +47,11 @@ _pytest.reports.TestReport.__init__ = _passed
 """
 
 
+def as_swebench_runs_it(spec: EnvironmentSpec) -> EnvironmentSpec:
+    """The demo's spec with pytest's plugin autoloading on, as in every SWE-bench test command."""
+    return replace(spec, test_cmd=spec.test_cmd.replace("PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 ", ""))
+
+
 def new_files(files: dict[str, str]) -> str:
     """A git patch adding `files` (path -> text)."""
     patch = ""
@@ -76,6 +82,14 @@ def report_rewrite(benchmark: Benchmark, instance: Instance) -> str:
     return appended(module, original, REPORT_REWRITE)
 
 
+# A distribution's metadata in the repository: where the repository is on sys.path (`python -m pytest`, an
+# editable install), pytest loads its `pytest11` entry point as a plugin, unless autoloading is off.
+ENTRY_POINT_PLUGIN = {
+    "forcepass-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: forcepass\nVersion: 1.0\n",
+    "forcepass-1.0.dist-info/entry_points.txt": "[pytest11]\nforcepass = forcepass\n",
+    "forcepass.py": FORCE_PASS,
+}
+
 FORGERIES: dict[str, Callable[[Benchmark, Instance], str]] = {
     "root pytest.py": lambda benchmark, instance: new_files({"pytest.py": SHADOW_PYTEST}),
     ".pytest.ini plugin": lambda benchmark, instance: new_files(
@@ -85,5 +99,6 @@ FORGERIES: dict[str, Callable[[Benchmark, Instance], str]] = {
         {"pytest.toml": '[pytest]\naddopts = ["-p", "forcepass"]\n', "forcepass.py": FORCE_PASS}
     ),
     "conftest.py beside the tests": lambda benchmark, instance: new_files({"tests/conftest.py": FORCE_PASS}),
+    "entry-point plugin": lambda benchmark, instance: new_files(ENTRY_POINT_PLUGIN),
     "in-process report rewriting": report_rewrite,
 }

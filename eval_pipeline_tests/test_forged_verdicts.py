@@ -2,10 +2,13 @@
 
 The doors (forgeries.py): a root `pytest.py` that replaces `python -m pytest`,
 a `.pytest.ini` or `pytest.toml` that loads a force-pass plugin, a conftest.py
-beside the tests, and code the tests import that rewrites pytest's reports
-from inside the test process. The first four meet a runner imported from the
-environment and configuration restored to the base commit; the last, which no
-runner can keep out, meets the canary and ends `report_forged`. Every one is
+beside the tests, a distribution's metadata whose `pytest11` entry point
+pytest autoloads, and code the tests import that rewrites pytest's reports
+from inside the test process. All run under the demo's command with plugin
+autoloading on, as SWE-bench's commands run. The first five meet a runner
+imported from the environment and configuration restored to the base commit;
+the last, which no runner can keep out, meets the canary and ends
+`report_forged`. Every one is
 flagged by the patch audit.
 """
 
@@ -16,7 +19,7 @@ from eval_pipeline.grading import REPORT_NAME, grade, parse_junit
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.patches import apply_patch
 from eval_pipeline_tests.conftest import prepare_on
-from eval_pipeline_tests.forgeries import FORGERIES
+from eval_pipeline_tests.forgeries import FORGERIES, as_swebench_runs_it
 
 IN_PROCESS = "in-process report rewriting"
 
@@ -35,7 +38,7 @@ def verdicts(sandbox, benchmark, instances) -> dict[tuple[str, str], tuple[Outco
     """{(instance, case): (outcome, audit flag kinds)} for each instance, every forgery and the oracle."""
     found = {}
     for instance in instances:
-        spec = benchmark.environment_for(instance)
+        spec = as_swebench_runs_it(benchmark.environment_for(instance))
         environment = prepare_on(sandbox, benchmark, instance)
         patches = {case: forge(benchmark, instance) for case, forge in FORGERIES.items()}
         for case, patch in {**patches, "oracle": instance.patch}.items():
@@ -60,7 +63,7 @@ def assert_nothing_forged(found, instances) -> None:
 def test_every_forgery_would_pass_under_the_datasets_own_test_command(demo_benchmark, prepare, shared_sandbox):
     """The doors are real: run as the dataset gives the command, with nothing restored, each forgery passes."""
     instance = code_issues(demo_benchmark)[0]
-    spec = demo_benchmark.environment_for(instance)
+    spec = as_swebench_runs_it(demo_benchmark.environment_for(instance))
     environment = prepare(instance)
     for case, forge in FORGERIES.items():
         with shared_sandbox.workspace(environment, "naive") as workspace:

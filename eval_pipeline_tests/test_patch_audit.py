@@ -3,7 +3,7 @@
 import pytest
 
 from eval_pipeline.patch_audit import audit_patch
-from eval_pipeline_tests.forgeries import FORCE_PASS, SHADOW_PYTEST, appended, new_files
+from eval_pipeline_tests.forgeries import ENTRY_POINT_PLUGIN, FORCE_PASS, SHADOW_PYTEST, appended, new_files
 from eval_pipeline_tests.real_data import swebench_rows, verified_instance_ids
 
 
@@ -20,6 +20,7 @@ def kinds(patch: str) -> list[tuple[str, str]]:
         (new_files({"pytest.toml": "[pytest]\n"}), ("runner_config", "pytest.toml")),
         (new_files({"lib/zz.pth": "import evil\n"}), ("runner_config", "lib/zz.pth")),
         (new_files({"docs/conftest.py": FORCE_PASS}), ("runner_config", "docs/conftest.py")),
+        (new_files(ENTRY_POINT_PLUGIN), ("runner_config", "forcepass-1.0.dist-info/entry_points.txt")),
         (new_files({"pkg/helpers.py": FORCE_PASS}), ("runner_internals", "pkg/helpers.py")),
         (new_files({"tests/helpers.py": "def check(x):\n    return True\n"}), ("test_code", "tests/helpers.py")),
         (
