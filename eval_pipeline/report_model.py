@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from eval_pipeline.config_validation import describe_errors, problem_lines
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = 2
 PORTFOLIO = "all"  # the label of the rows that summarise every slice together
 REPORT_FILES = {"markdown": "report.md", "html": "report.html", "json": "report.json"}
 
@@ -79,6 +79,10 @@ class VariantSummary(_Model):
     outcomes: dict[str, int]
     outcome_kinds: dict[str, int]
     infrastructure_error_rate: float
+    # Test runs stopped by the memory ceiling or the time limit: scored as failures where the reference passes
+    # within those limits (patch_oom_killed, patch_test_timeout), else left as infrastructure (limit_evidence.py).
+    limits_scored: int
+    limits_unscored: int
     hard_violations: int
     resolved_rate: float | None
     n: int
