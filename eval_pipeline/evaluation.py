@@ -142,13 +142,17 @@ def _judge(
         return Verdict(Outcome.GRADING_ERROR, detail=traceback.format_exc(limit=20))
 
 
-def _is_the_oracle(generation: Generation) -> bool:
-    """Whether the generation is the oracle's: its patch is the reference solution's."""
-    return generation.agent_config.get("agent") == OracleAgent.name
+def _kept_as_evidence(
+    evaluation: Evaluation, generation: Generation, store: ArtifactStore, under: GradedUnder
+) -> Evaluation:
+    """The evaluation, kept first as evidence that the instance passes within its limits if it is the oracle's
+    and resolved (the oracle's patch is the reference solution)."""
+    if evaluation.outcome_type.is_resolved and generation.agent_config.get("agent") == OracleAgent.name:
+        record_reference_pass(store, under, CAMPAIGN, evaluation.key)
+    return evaluation
 
 
-def _grade(
-    key: str,
+def evaluate(
     instance: Task,
     spec: EnvironmentSpec,
     generation: Generation,
@@ -157,10 +161,15 @@ def _grade(
     store: ArtifactStore,
     test_timeout_s: float,
 ) -> Evaluation:
-    """Grade the generation, keep the attempt, and store the evaluation at `key` if it is final."""
+    """The final evaluation of a generation, grading it only when none is stored. An oracle's resolved
+    evaluation, stored or new, is kept as evidence that the instance passes within these limits."""
+    key = evaluation_key(generation, environment.key, sandbox, test_timeout_s)
+    under = GradedUnder.of(instance, environment.key, sandbox, test_timeout_s)
+    if (stored := store.get(key)) is not None:
+        return _kept_as_evidence(Evaluation.from_payload(stored, key=key, reused=True), generation, store, under)
+
     started_at = now()
     clock = time.monotonic()
-    under = GradedUnder.of(instance, environment.key, sandbox, test_timeout_s)
     verdict, evidence = scored_at_limits(
         _judge(instance, spec, generation, environment, sandbox, test_timeout_s), store, under
     )
@@ -207,28 +216,4 @@ def _grade(
         stored = store.get(key) or stored
         evaluation = Evaluation.from_payload(stored, key=key, reused=True)
     mark_scored(store, scored_id(generation.key, environment.key, evaluation.resources, test_timeout_s), key, stored)
-    return evaluation
-
-
-def evaluate(
-    instance: Task,
-    spec: EnvironmentSpec,
-    generation: Generation,
-    environment: EnvironmentHandle,
-    sandbox: SandboxBackend,
-    store: ArtifactStore,
-    test_timeout_s: float,
-) -> Evaluation:
-    """The final evaluation of a generation, grading it only when none is stored. An oracle's resolved
-    evaluation, stored or new, is kept as evidence that the instance passes within these limits."""
-    key = evaluation_key(generation, environment.key, sandbox, test_timeout_s)
-    stored = store.get(key)
-    evaluation = (
-        Evaluation.from_payload(stored, key=key, reused=True)
-        if stored is not None
-        else _grade(key, instance, spec, generation, environment, sandbox, store, test_timeout_s)
-    )
-    if evaluation.outcome_type.is_resolved and _is_the_oracle(generation):
-        under = GradedUnder.of(instance, environment.key, sandbox, test_timeout_s)
-        record_reference_pass(store, under, CAMPAIGN, evaluation.key)
-    return evaluation
+    return _kept_as_evidence(evaluation, generation, store, under)

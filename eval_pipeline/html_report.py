@@ -171,7 +171,8 @@ def _table_row(row: ReportRow) -> str:
 
 
 def _table(report: Report) -> str:
-    head = "<tr><th>slice</th><th>variant</th><th>resolved rate</th><th>95% CI</th><th>scored/planned</th><th>test limits hit</th></tr>"
+    columns = ("slice", "variant", "resolved rate", "95% CI", "scored/planned", "test limits hit")
+    head = f"<tr>{''.join(f'<th>{column}</th>' for column in columns)}</tr>"
     return f"<table>{head}{''.join(_table_row(row) for row in report.rows())}</table>"
 
 

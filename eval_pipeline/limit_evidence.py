@@ -25,7 +25,7 @@ that cannot be read counts as none: the limit stays unscored, the safe side.
 """
 
 from contextlib import suppress
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Self
 
 from eval_pipeline.artifacts import ArtifactStore, RecordError, StoredRecord
@@ -97,15 +97,7 @@ def record_reference_pass(store: ArtifactStore, under: GradedUnder, source: str,
     """Keep the evidence that the reference resolved under `under`, unless some is kept already. Best effort: a
     store that cannot be written keeps none, and limits hit later stay unscored."""
     record = ReferencePass(
-        instance_id=under.instance_id,
-        content_hash=under.content_hash,
-        environment_key=under.environment_key,
-        resources=under.resources,
-        test_timeout_s=under.test_timeout_s,
-        grading_version=GRADING_VERSION,
-        source=source,
-        reference=reference,
-        recorded_at=now(),
+        **asdict(under), grading_version=GRADING_VERSION, source=source, reference=reference, recorded_at=now()
     )
     with suppress(InfrastructureError):
         store.put(under.evidence_key, record.payload())

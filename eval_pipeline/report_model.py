@@ -79,8 +79,9 @@ class VariantSummary(_Model):
     outcomes: dict[str, int]
     outcome_kinds: dict[str, int]
     infrastructure_error_rate: float
-    # Test runs stopped by the memory ceiling or the time limit: scored as failures where the reference passes
-    # within those limits (patch_oom_killed, patch_test_timeout), else left as infrastructure (limit_evidence.py).
+    # Trials stopped by the memory ceiling or the time limit: scored as failures where the tests hit a limit the
+    # reference passes within (patch_oom_killed, patch_test_timeout), else infrastructure (oom_killed,
+    # test_timeout; an agent OOM-killed while it worked too). limit_evidence.py says which is which.
     limits_scored: int
     limits_unscored: int
     hard_violations: int
