@@ -52,6 +52,8 @@ class Evaluation(StoredRecord):
     detail: str
     tests: dict[str, str]
     steps: list[dict[str, Any]]
+    # What the patch reached for on the runner's side (patch_audit.py), whatever the verdict.
+    audit: list[dict[str, str]] = []
     environment_key: str
     environment: dict[str, Any]
     resources: dict[str, Any]
@@ -185,6 +187,7 @@ def evaluate(
         detail=verdict.detail,
         tests=verdict.tests,
         steps=verdict.steps,
+        audit=[flag.as_record() for flag in verdict.audit],
         environment_key=environment.key,
         environment=dict(environment.details),
         resources=under.resources,

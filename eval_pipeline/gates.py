@@ -10,9 +10,11 @@ variant:
   baseline variant, on every slice: `resolved_rate` in rate points (the paired
   difference, candidate minus baseline, may not fall below minus this);
   `p95_duration` and `cost_per_resolved` as fractions above the baseline's.
-- `max_hard_violations` (default 0): scored trials whose patch changed test
-  infrastructure (conftest.py, test files, pytest settings), which the grader
-  undid; an attempt to game the grader is never tolerated by default.
+- `max_hard_violations` (default 0): scored trials whose patch reached for the
+  test runner: changed test infrastructure (conftest.py, test files, pytest
+  settings), which the grader undid, raised a patch audit flag, or forged its
+  report (`report_forged`); an attempt to game the grader is never tolerated
+  by default.
 - `min_coverage` (default 0): the share of planned trials that were scored.
 
 Evaluating a policy is a pure function of the policy and the report; its
@@ -103,7 +105,7 @@ def _slice_violations(policy: GatePolicy, slice_name: str, variants: Mapping[str
         )
     if (hard := candidate.hard_violations) > policy.max_hard_violations:
         violated(
-            "max_hard_violations", hard, policy.max_hard_violations, f"{hard} trial(s) changed test infrastructure"
+            "max_hard_violations", hard, policy.max_hard_violations, f"{hard} trial(s) reached for the test runner"
         )
     versus = candidate.vs_baseline
     tolerated = policy.max_regression.get("resolved_rate")

@@ -38,7 +38,9 @@ from typing import Any
 
 from eval_pipeline.benchmark import EnvironmentSpec, Instance
 from eval_pipeline.outcomes import Outcome
+from eval_pipeline.patch_audit import AuditFlag, audit_patch
 from eval_pipeline.patches import apply_patch, patch_paths, patch_problem
+from eval_pipeline.pytest_run import LAUNCHER_NAME, LAUNCHER_SOURCE, Canary, launched_command
 from eval_pipeline.sandbox import ExecResult, Workspace
 from eval_pipeline.swebench_specs import log_parser, test_directives
 from eval_pipeline.tasks import Task
@@ -50,16 +52,21 @@ GRADING_VERSION = "3"
 TEST_INFRASTRUCTURE = (
     "conftest.py",
     "pytest.ini",
+    ".pytest.ini",
+    "pytest.toml",
+    ".pytest.toml",
     "tox.ini",
     "setup.cfg",
     "pyproject.toml",
     "sitecustomize.py",
     "usercustomize.py",
+    "*.pth",
     "test_*.py",
     "*_test.py",
 )
-REPORT_NAME = "junit.xml"
-LOG_NAME = "tests.log"
+# Written by the test run itself, so under `out/`, the one part of the harness directory its commands may write.
+REPORT_NAME = "out/junit.xml"
+LOG_NAME = "out/tests.log"
 
 # SWE-bench's statuses (swebench.harness.constants.TestStatus), and ours for a graded test with no result.
 PASSED, FAILED, SKIPPED, ERROR, XFAIL, MISSING = "PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", "MISSING"
@@ -72,6 +79,7 @@ class Verdict:
     tests: dict[str, str] = field(default_factory=dict)
     steps: list[dict[str, Any]] = field(default_factory=list)
     detail: str = ""
+    audit: list[AuditFlag] = field(default_factory=list)
 
 
 def _node_id(testcase: ElementTree.Element) -> str:
@@ -174,6 +182,7 @@ def _apply_model_patch(verdict: Verdict, model_patch: str, workspace: Workspace)
     """Apply the model's patch (an empty one trivially); False, with the verdict set, when it does not apply."""
     if not model_patch.strip():
         return True
+    verdict.audit = audit_patch(model_patch)
     if problem := patch_problem(model_patch):
         verdict.outcome, verdict.detail = Outcome.PATCH_APPLY_FAILED, f"the model patch was not applied: {problem}"
         return False
@@ -204,16 +213,39 @@ def _test_statuses(spec: EnvironmentSpec, workspace: Workspace) -> dict[str, str
     return {}
 
 
-def _test_command(instance: Instance, spec: EnvironmentSpec, workspace: Workspace) -> str:
-    """The spec's test command on the test directives, its output to the harness's log, as SWE-bench runs it."""
+def _test_command(spec: EnvironmentSpec, directives: list[str], workspace: Workspace, canary: Canary | None) -> str:
+    """The spec's test command on the test directives, its output to the harness's log, as SWE-bench runs it;
+    with a canary, pytest started by the harness's launcher (pytest_run.py)."""
+    runner = spec.test_cmd
+    if canary is not None:
+        runner = launched_command(spec.test_cmd, workspace.write_harness_file(LAUNCHER_NAME, LAUNCHER_SOURCE), canary)
     junit = (
         f" --junitxml={shlex.quote(workspace.harness_path(REPORT_NAME))} -o junit_family=xunit1"
         if spec.uses_pytest
         else ""
     )
-    directives = " ".join(shlex.quote(directive) for directive in test_directives(instance, spec))
     log = shlex.quote(workspace.harness_path(LOG_NAME))
-    return f"{spec.test_cmd}{junit} {directives} > {log} 2>&1"
+    return f"mkdir -p {shlex.quote(workspace.harness_path('out'))} && {runner}{junit} {shlex.join(directives)} > {log} 2>&1"
+
+
+def _canary_for(spec: EnvironmentSpec, directives: list[str]) -> Canary | None:
+    """A canary for a run the launcher can start (pytest, given test files); None otherwise."""
+    files = [directive for directive in directives if directive.endswith(".py")]
+    if not files or not spec.uses_pytest:
+        return None
+    canary = Canary.new(files[0])
+    return canary if launched_command(spec.test_cmd, LAUNCHER_NAME, canary) else None
+
+
+def _forged(canary: Canary | None, statuses: dict[str, str], outcome: Outcome) -> str:
+    """Why the report cannot be believed ('' when it can): the canary, which fails in every honest run,
+    reported as anything but failed, or missing from a report that would resolve the instance."""
+    if canary is None:
+        return ""
+    status = statuses.pop(canary.node_id, MISSING)
+    if status in (FAILED, ERROR) or (status == MISSING and not outcome.is_resolved):
+        return ""
+    return f"the harness's canary test {canary.node_id} was reported {status}, not FAILED: the test process forged its report"
 
 
 def grade(
@@ -233,9 +265,14 @@ def grade(
         verdict.detail = f"the test patch of {instance.instance_id} does not apply"
         return verdict
 
-    tests = workspace.run(_test_command(instance, spec, workspace), timeout_s=test_timeout_s, env=spec.test_env)
+    directives = test_directives(instance, spec)
+    canary = _canary_for(spec, directives)
+    command = _test_command(spec, directives, workspace, canary)
+    tests = workspace.run(command, timeout_s=test_timeout_s, env=spec.test_env)
     log = (workspace.read_harness_file(LOG_NAME) or b"").decode("utf-8", errors="replace")
-    verdict.steps.append({"step": "run_tests", **tests.summary(), "log_tail": log[-4000:]})
+    verdict.steps.append(
+        {"step": "run_tests", **tests.summary(), "log_tail": log[-4000:], "canary": canary and canary.node_id}
+    )
     if _stopped_by_a_limit(verdict, tests, test_timeout_s):
         return verdict
     try:
@@ -248,6 +285,9 @@ def grade(
         return verdict
     verdict.tests = graded_tests(instance, statuses)
     verdict.outcome = decide(instance, verdict.tests)
+    if forged := _forged(canary, statuses, verdict.outcome):
+        verdict.outcome, verdict.detail = Outcome.REPORT_FORGED, forged
+        return verdict
     missing = [test_id for test_id, status in verdict.tests.items() if status == MISSING]
     notes = [f"{len(missing)} graded test(s) missing from the results: {', '.join(missing[:5])}"] if missing else []
     if undone:

@@ -32,6 +32,7 @@ OUTCOME_COLOURS = {
     Outcome.AGENT_ERROR: "#2c5282",
     Outcome.AGENT_TIMEOUT: "#90cdf4",
     Outcome.TESTS_MISSING: "#319795",
+    Outcome.REPORT_FORGED: "#1a202c",
     Outcome.PATCH_TEST_TIMEOUT: "#718096",
     Outcome.PATCH_OOM_KILLED: "#4a5568",
     Outcome.TEST_TIMEOUT: "#dd6b20",

@@ -63,12 +63,13 @@ def _rate_cells(row: ReportRow) -> list[str]:
         format_number(v.infrastructure_error_rate),
         format_limits(v),
         ", ".join(f"{outcome} {count}" for outcome, count in v.outcomes.items()),
+        ", ".join(f"{kind} {count}" for kind, count in v.audit_flags.items()) or "none",
     ]
 
 
 def _rates(report: Report) -> list[str]:
     headers = ["slice", "variant", "resolved rate", "95% CI (by instance)", "95% CI (by repo)", "instances"]
-    headers += ["scored/planned", "infra error rate", "test limits hit", "outcomes"]
+    headers += ["scored/planned", "infra error rate", "test limits hit", "outcomes", "patch audit flags"]
     return markdown_table(headers, [_rate_cells(row) for row in report.rows()])
 
 

@@ -35,6 +35,9 @@ class Outcome(StrEnum):
     # A graded test is absent from the test run's results (the patch broke its collection, say): scored as not
     # resolved, as SWE-bench scores it, but named apart so the report shows it.
     TESTS_MISSING = "tests_missing"
+    # The test report says the harness's canary test passed: code in the test process rewrote the results.
+    # Scored as not resolved, named apart so that a forged pass is seen and counted.
+    REPORT_FORGED = "report_forged"
     # The tests did not finish in time. Slow machines and noisy neighbours cause
     # this as often as bad patches do, so it is not held against the agent
     # unless the reference is known to pass in that time (PATCH_TEST_TIMEOUT).
@@ -77,6 +80,7 @@ _KINDS = {
             Outcome.AGENT_ERROR,
             Outcome.AGENT_TIMEOUT,
             Outcome.TESTS_MISSING,
+            Outcome.REPORT_FORGED,
             Outcome.PATCH_TEST_TIMEOUT,
             Outcome.PATCH_OOM_KILLED,
         ),

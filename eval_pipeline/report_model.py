@@ -85,6 +85,7 @@ class VariantSummary(_Model):
     limits_scored: int
     limits_unscored: int
     hard_violations: int
+    audit_flags: dict[str, int]  # trials whose patch raised each audit flag (patch_audit.py), scored or not
     resolved_rate: float | None
     n: int
     n_repos: int

@@ -51,6 +51,7 @@ class TrialResult:
     peak_memory_mb: float | None
     oom_killed: bool
     test_infrastructure_changes: int  # files of test infrastructure the patch changed (undone before grading)
+    audit_flags: str  # the patch audit's flag kinds, comma-separated ("" for none): patch_audit.py
     input_tokens: int
     output_tokens: int
     cost_usd: float
@@ -221,6 +222,7 @@ def read_trial(
         peak_memory_mb=_peak_memory_mb(evaluation),
         oom_killed=bool(evaluation and any(step.get("oom_killed") for step in evaluation.steps)),
         test_infrastructure_changes=_test_infrastructure_changes(evaluation),
+        audit_flags=",".join(sorted({flag["kind"] for flag in evaluation.audit})) if evaluation else "",
         input_tokens=generation.input_tokens if generation else 0,
         output_tokens=generation.output_tokens if generation else 0,
         cost_usd=generation.cost_usd if generation else 0.0,

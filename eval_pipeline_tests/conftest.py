@@ -243,6 +243,7 @@ def trial(instance_id: str, variant: str, seed: int, outcome: str, **fields) -> 
         "peak_memory_mb": None,
         "oom_killed": outcome == "oom_killed",
         "test_infrastructure_changes": 0,
+        "audit_flags": "",
         "input_tokens": 100,
         "output_tokens": 50,
         "cost_usd": 0.5,

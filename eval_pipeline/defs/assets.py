@@ -133,6 +133,7 @@ def _trial_materializations(
             "attempt_id": evaluation.attempt_id,
             "generation_artifact": generation.key,
             "tries": result.tries,
+            "audit_flags": MetadataValue.json(evaluation.audit),
         },
     )
 
