@@ -6,7 +6,10 @@ from the generation, environment, grading version and resources, and reused
 from then on. A verdict that could not score the patch (an infrastructure
 outcome, a grading error) is kept in the attempt log but never stored as
 final, so a retry or the next run of the same trial grades it again. Every
-attempt, final or not, is kept; a retry adds one and deletes none.
+attempt, final or not, is kept; a retry adds one and deletes none. A test run
+stopped by a limit within which the instance's reference is known to pass is
+the patch's doing, scored and final (limit_evidence.py); an oracle's resolved
+evaluation is that knowledge.
 
 A final evaluation's key holds its patch's hash, known only once the
 generation exists. So that a campaign can tell its finished trials from one
@@ -21,12 +24,14 @@ from contextlib import suppress
 from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
+from eval_pipeline.agents import OracleAgent
 from eval_pipeline.artifacts import ArtifactStore, StoredRecord, fingerprint
 from eval_pipeline.attempt_log import Attempt, Stage, keep, now
 from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.generation import COMPLETED, Generation
 from eval_pipeline.grading import GRADING_VERSION, Verdict, grade_task
 from eval_pipeline.hashing import stable_hash
+from eval_pipeline.limit_evidence import CAMPAIGN, GradedUnder, record_reference_pass, scored_at_limits
 from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.tasks import Task
@@ -57,6 +62,8 @@ class Evaluation(StoredRecord):
     duration_s: float
     harness_version: str
     grading_version: str
+    # The reference's pass (limit_evidence.ReferencePass) that scored a test run stopped by a limit; else None.
+    limit_evidence: dict[str, Any] | None = None
 
     @property
     def outcome_type(self) -> Outcome:
@@ -137,6 +144,16 @@ def _judge(
         return Verdict(Outcome.GRADING_ERROR, detail=traceback.format_exc(limit=20))
 
 
+def _kept_as_evidence(
+    evaluation: Evaluation, generation: Generation, store: ArtifactStore, under: GradedUnder
+) -> Evaluation:
+    """The evaluation, kept first as evidence that the instance passes within its limits if it is the oracle's
+    and resolved (the oracle's patch is the reference solution)."""
+    if evaluation.outcome_type.is_resolved and generation.agent_config.get("agent") == OracleAgent.name:
+        record_reference_pass(store, under, CAMPAIGN, evaluation.key)
+    return evaluation
+
+
 def evaluate(
     instance: Task,
     spec: EnvironmentSpec,
@@ -146,14 +163,18 @@ def evaluate(
     store: ArtifactStore,
     test_timeout_s: float,
 ) -> Evaluation:
-    """The final evaluation of a generation, grading it only when none is stored."""
+    """The final evaluation of a generation, grading it only when none is stored. An oracle's resolved
+    evaluation, stored or new, is kept as evidence that the instance passes within these limits."""
     key = evaluation_key(generation, environment.key, sandbox, test_timeout_s)
+    under = GradedUnder.of(instance, environment.key, sandbox, test_timeout_s)
     if (stored := store.get(key)) is not None:
-        return Evaluation.from_payload(stored, key=key, reused=True)
+        return _kept_as_evidence(Evaluation.from_payload(stored, key=key, reused=True), generation, store, under)
 
     started_at = now()
     clock = time.monotonic()
-    verdict = _judge(instance, spec, generation, environment, sandbox, test_timeout_s)
+    verdict, evidence = scored_at_limits(
+        _judge(instance, spec, generation, environment, sandbox, test_timeout_s), store, under
+    )
     evaluation = Evaluation(
         key=key,
         attempt_id=uuid.uuid4().hex,
@@ -169,12 +190,13 @@ def evaluate(
         audit=[flag.as_record() for flag in verdict.audit],
         environment_key=environment.key,
         environment=dict(environment.details),
-        resources=sandbox.resources_record(),
+        resources=under.resources,
         test_timeout_s=test_timeout_s,
         started_at=started_at,
         duration_s=round(time.monotonic() - clock, 3),
         harness_version=HARNESS_VERSION,
         grading_version=GRADING_VERSION,
+        limit_evidence=evidence.payload() if evidence else None,
     )
     attempt = Attempt(
         stage=Stage.EVALUATION,
@@ -197,4 +219,4 @@ def evaluate(
         stored = store.get(key) or stored
         evaluation = Evaluation.from_payload(stored, key=key, reused=True)
     mark_scored(store, scored_id(generation.key, environment.key, evaluation.resources, test_timeout_s), key, stored)
-    return evaluation
+    return _kept_as_evidence(evaluation, generation, store, under)

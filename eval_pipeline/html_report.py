@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 
-from eval_pipeline.markdown_report import clip, format_number, format_rate_interval
+from eval_pipeline.markdown_report import clip, format_limits, format_number, format_rate_interval
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.report import report_directory, write_text_atomically
 from eval_pipeline.report_model import REPORT_FILES, Report, ReportRow
@@ -33,6 +33,8 @@ OUTCOME_COLOURS = {
     Outcome.AGENT_TIMEOUT: "#90cdf4",
     Outcome.TESTS_MISSING: "#319795",
     Outcome.REPORT_FORGED: "#1a202c",
+    Outcome.PATCH_TEST_TIMEOUT: "#718096",
+    Outcome.PATCH_OOM_KILLED: "#4a5568",
     Outcome.TEST_TIMEOUT: "#dd6b20",
     Outcome.OOM_KILLED: "#9b2c2c",
     Outcome.SANDBOX_LOST: "#f6ad55",
@@ -164,12 +166,14 @@ def _table_row(row: ReportRow) -> str:
     v = row.summary
     return (
         f"<tr><td>{_slice_cell(row)}</td><td>{escape(row.variant)}</td><td>{format_number(v.resolved_rate)}</td>"
-        f"<td>{format_rate_interval(v.ci_low, v.ci_high)}</td><td>{v.scored}/{v.planned}</td></tr>"
+        f"<td>{format_rate_interval(v.ci_low, v.ci_high)}</td><td>{v.scored}/{v.planned}</td>"
+        f"<td>{format_limits(v)}</td></tr>"
     )
 
 
 def _table(report: Report) -> str:
-    head = "<tr><th>slice</th><th>variant</th><th>resolved rate</th><th>95% CI</th><th>scored/planned</th></tr>"
+    columns = ("slice", "variant", "resolved rate", "95% CI", "scored/planned", "test limits hit")
+    head = f"<tr>{''.join(f'<th>{column}</th>' for column in columns)}</tr>"
     return f"<table>{head}{''.join(_table_row(row) for row in report.rows())}</table>"
 
 
@@ -202,7 +206,9 @@ def render_html(report: Report, trials: Sequence[TrialResult]) -> str:
         f"<h1>Campaign {escape(report.campaign)}</h1>",
         f"<p>Dataset {escape(report.dataset_version[:12])}, plan {escape(report.plan_version[:12])}, harness "
         f"{escape(report.harness_version)}. Coverage: {report.scored}/{report.planned} trials scored; "
-        "trials that ended in an infrastructure outcome are not scored and never count as failures.</p>",
+        "trials that ended in an infrastructure outcome are not scored and never count as failures; a test run"
+        " stopped by a limit counts as a failure only where the instance's reference passed within the same"
+        " limits.</p>",
         _table(report),
         "<h2>Resolved rate with 95% interval (clustered by instance)</h2>",
         interval_chart("Resolved rates", rates, (0.0, 1.0)),

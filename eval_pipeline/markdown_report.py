@@ -7,7 +7,7 @@ quantity can take; report.json keeps the bounds as computed.
 from collections.abc import Mapping
 from typing import Any
 
-from eval_pipeline.report_model import Report, ReportRow
+from eval_pipeline.report_model import Report, ReportRow, VariantSummary
 from eval_pipeline.validation import Status
 
 
@@ -35,6 +35,12 @@ def format_difference_interval(low: float | None, high: float | None) -> str:
     return format_interval(clip(low, -1.0, 1.0), clip(high, -1.0, 1.0))
 
 
+def format_limits(summary: VariantSummary) -> str:
+    """Test runs stopped by a limit: how many were scored as failures (the reference passes within it), how
+    many stayed infrastructure."""
+    return f"{summary.limits_scored} scored, {summary.limits_unscored} infra"
+
+
 def row_label(row: ReportRow) -> str:
     """The slice column of a markdown table: the portfolio's rows in bold."""
     return f"**{row.slice}**" if row.portfolio else row.slice
@@ -55,6 +61,7 @@ def _rate_cells(row: ReportRow) -> list[str]:
         str(v.n),
         f"{v.scored}/{v.planned}",
         format_number(v.infrastructure_error_rate),
+        format_limits(v),
         ", ".join(f"{outcome} {count}" for outcome, count in v.outcomes.items()),
         ", ".join(f"{kind} {count}" for kind, count in v.audit_flags.items()) or "none",
     ]
@@ -62,7 +69,7 @@ def _rate_cells(row: ReportRow) -> list[str]:
 
 def _rates(report: Report) -> list[str]:
     headers = ["slice", "variant", "resolved rate", "95% CI (by instance)", "95% CI (by repo)", "instances"]
-    headers += ["scored/planned", "infra error rate", "outcomes", "patch audit flags"]
+    headers += ["scored/planned", "infra error rate", "test limits hit", "outcomes", "patch audit flags"]
     return markdown_table(headers, [_rate_cells(row) for row in report.rows()])
 
 
@@ -223,7 +230,9 @@ def render_markdown(report: Report) -> str:
         *_validation(report),
         "",
         "Rates average seeds within each instance first; trials that ended in an infrastructure outcome are not"
-        " scored. Intervals are shown within the range of their quantity. Definitions: docs/STATISTICS.md.",
+        " scored. A test run stopped by a limit is scored as a failure only where the instance's reference passed"
+        " within the same limits. Intervals are shown within the range of their quantity."
+        " Definitions: docs/STATISTICS.md.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -8,6 +8,9 @@ Every outcome has a kind, which decides what happens next:
   the ceiling, a test run cut off by its time limit, a lost pod, the engine,
   an image build, the artifact store). Not a score: it is kept as an attempt,
   retried with backoff up to a bound, and shown in coverage, never as a zero.
+  A test run stopped by a limit within which the instance's reference solution
+  is known to pass is the patch's doing instead (limit_evidence.py): it ends in
+  the limit's `patch_` outcome, of kind `agent`.
 - `harness`: the harness could not judge a patch it did run (a test patch that
   does not apply, a missing or malformed report). Not a score, and not retried
   automatically, since trying again gives the same answer until the dataset or
@@ -36,9 +39,14 @@ class Outcome(StrEnum):
     # Scored as not resolved, named apart so that a forged pass is seen and counted.
     REPORT_FORGED = "report_forged"
     # The tests did not finish in time. Slow machines and noisy neighbours cause
-    # this as often as bad patches do, so it is not held against the agent.
+    # this as often as bad patches do, so it is not held against the agent
+    # unless the reference is known to pass in that time (PATCH_TEST_TIMEOUT).
     TEST_TIMEOUT = "test_timeout"
     OOM_KILLED = "oom_killed"  # killed at the memory ceiling: a resource verdict, not the agent's
+    # The same two limits, hit by tests the reference solution passes within them (limit_evidence.py): the
+    # patch's own code needed more, so they are scored as not resolved.
+    PATCH_TEST_TIMEOUT = "patch_test_timeout"
+    PATCH_OOM_KILLED = "patch_oom_killed"
     SANDBOX_LOST = "sandbox_lost"  # the pod, container or environment vanished under a command
     ENGINE_ERROR = "engine_error"  # the container engine (or its API) failed or was unreachable
     IMAGE_BUILD_FAILED = "image_build_failed"
@@ -73,6 +81,8 @@ _KINDS = {
             Outcome.AGENT_TIMEOUT,
             Outcome.TESTS_MISSING,
             Outcome.REPORT_FORGED,
+            Outcome.PATCH_TEST_TIMEOUT,
+            Outcome.PATCH_OOM_KILLED,
         ),
         OutcomeKind.AGENT,
     ),

@@ -19,6 +19,7 @@ from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.gates import GatePolicy, with_gates
+from eval_pipeline.limit_evidence import SCORED_LIMITS, UNSCORED_LIMITS
 from eval_pipeline.markdown_report import render_markdown
 from eval_pipeline.outcomes import Outcome, OutcomeKind
 from eval_pipeline.report_model import (
@@ -88,6 +89,8 @@ def _variant_summary(results: Sequence[TrialResult], versus: PairedComparison | 
         outcomes=dict(sorted(Counter(result.outcome for result in results).items())),
         outcome_kinds=dict(sorted(kinds.items())),
         infrastructure_error_rate=kinds[OutcomeKind.INFRASTRUCTURE] / len(results) if results else 0.0,
+        limits_scored=sum(result.outcome in SCORED_LIMITS for result in results),
+        limits_unscored=sum(result.outcome in UNSCORED_LIMITS for result in results),
         hard_violations=sum(_reached_for_the_runner(result) for result in scored),
         audit_flags=dict(sorted(Counter(kind for r in results for kind in r.audit_flags.split(",") if kind).items())),
         **{"resolved_rate" if name == "rate" else name: value for name, value in _estimate_fields(estimate).items()},

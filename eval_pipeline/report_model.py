@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from eval_pipeline.config_validation import describe_errors, problem_lines
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = 2
 PORTFOLIO = "all"  # the label of the rows that summarise every slice together
 REPORT_FILES = {"markdown": "report.md", "html": "report.html", "json": "report.json"}
 
@@ -79,6 +79,11 @@ class VariantSummary(_Model):
     outcomes: dict[str, int]
     outcome_kinds: dict[str, int]
     infrastructure_error_rate: float
+    # Trials stopped by the memory ceiling or the time limit: scored as failures where the tests hit a limit the
+    # reference passes within (patch_oom_killed, patch_test_timeout), else infrastructure (oom_killed,
+    # test_timeout; an agent OOM-killed while it worked too). limit_evidence.py says which is which.
+    limits_scored: int
+    limits_unscored: int
     hard_violations: int
     audit_flags: dict[str, int]  # trials whose patch raised each audit flag (patch_audit.py), scored or not
     resolved_rate: float | None

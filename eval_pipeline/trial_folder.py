@@ -61,6 +61,7 @@ def _outcome(records: TrialRecords) -> dict[str, Any]:
         "kind": result.outcome_kind,
         "scored": result.scored,
         "resolved": result.resolved,
+        "limit_evidence": result.limit_evidence,
         "attempts": result.attempts,
         "durations_s": {"generation": result.generation_duration_s, "evaluation": result.evaluation_duration_s},
         "resources": {

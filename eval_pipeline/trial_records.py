@@ -17,6 +17,7 @@ from eval_pipeline.attempt_log import Attempt, AttemptLog, Stage
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.evaluation import Evaluation
 from eval_pipeline.generation import Generation
+from eval_pipeline.limit_evidence import ReferencePass
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.sandbox import SandboxBackend
@@ -67,6 +68,8 @@ class TrialResult:
     effective_memory_ceiling_mb: int | None
     pids_limit: int
     enforced_limits: str
+    # Why a test run stopped by a limit was scored: where the reference passed within it (limit_evidence.py).
+    limit_evidence: str | None
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,13 @@ def _peak_memory_mb(evaluation: Evaluation | None) -> float | None:
     """The largest peak any grading step measured; None where none was measured."""
     peaks = [step["peak_memory_mb"] for step in evaluation.steps if step.get("peak_memory_mb")] if evaluation else []
     return max(peaks, default=None)
+
+
+def _limit_evidence(final: Evaluation | None) -> str | None:
+    """Where the reference passed within the limits a scored test run hit; None for any other trial."""
+    if final is None or final.limit_evidence is None:
+        return None
+    return ReferencePass.from_payload(final.limit_evidence, key=final.key, reused=True).describe()
 
 
 def _test_infrastructure_changes(evaluation: Evaluation | None) -> int:
@@ -229,6 +239,7 @@ def read_trial(
         effective_memory_ceiling_mb=limits.effective_memory_ceiling_mb,
         pids_limit=limits.pids,
         enforced_limits=json.dumps(sandbox.enforced_limits(), sort_keys=True),
+        limit_evidence=_limit_evidence(final),
     )
     return TrialRecords(identity, result, attempts, generation, evaluation)
 

@@ -17,6 +17,10 @@ reference is what the oracle agent produces in a campaign, the diff of a fresh
 workspace after `solution/solve.sh` ran there, made anew for every repeat since
 solve.sh itself may be what is unreliable.
 
+A reference that resolved, never stopped by a limit, is also kept as evidence
+that the instance passes within the campaign's limits (`leave_limit_evidence`,
+limit_evidence.py), so that a patch whose tests hit them is scored.
+
 Every instance that is not valid goes into the validation report's
 `quarantine`, which a campaign leaves out with `exclude: {validation: <file>}`
 (campaign.py, portfolio.py). Instances the campaign already leaves out are not
@@ -35,8 +39,10 @@ from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.agents import AgentTimeout, OracleAgent, agent_task
+from eval_pipeline.artifacts import ArtifactStore
 from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.grading import GRADING_VERSION, PASSED, Verdict, grade_task
+from eval_pipeline.limit_evidence import UNSCORED_LIMITS, VALIDATION, GradedUnder, record_reference_pass
 from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.patches import WorkspaceDiffError, workspace_diff
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
@@ -256,6 +262,15 @@ def environment_failure(slice_name: str, task: Task, repeats: int, error: Except
         empty={},
         detail=f"the environment could not be prepared ({kind}): {error}"[-_DETAIL_CHARS:],
     )
+
+
+def leave_limit_evidence(store: ArtifactStore, validation: InstanceValidation, under: GradedUnder) -> None:
+    """Keep a validation whose reference resolved, and never ran into a limit, as evidence that the instance
+    passes within the limits it was validated under (limit_evidence.py): a patch whose tests hit them there is
+    scored. A reference stopped by a limit even once says those limits are not known to be enough."""
+    if validation.gold_resolved and not UNSCORED_LIMITS & validation.gold.keys():
+        runs = f"{validation.gold_resolved} of {validation.gold_runs} reference runs resolved"
+        record_reference_pass(store, under, VALIDATION, runs)
 
 
 def build_validation(

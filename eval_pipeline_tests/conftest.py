@@ -15,6 +15,7 @@ import pytest
 from eval_pipeline.artifacts import LocalArtifactStore, S3ArtifactStore
 from eval_pipeline.benchmark import Benchmark, Instance
 from eval_pipeline.demo_benchmark import build_demo_benchmark
+from eval_pipeline.outcomes import Outcome
 from eval_pipeline.results import TrialResult
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxSettings, make_sandbox
 from eval_pipeline.sandbox.images import MANAGED_LABEL
@@ -218,7 +219,7 @@ def prepare_on(sandbox, benchmark, instance):
 
 def trial(instance_id: str, variant: str, seed: int, outcome: str, **fields) -> TrialResult:
     """One results row; only what the report reads is given, the rest is lineage it passes over."""
-    kind = {"resolved": "agent", "unresolved": "agent", "oom_killed": "infrastructure"}[outcome]
+    kind = Outcome(outcome).kind.value
     row = {
         "campaign": "c",
         "slice": "code",
@@ -259,5 +260,6 @@ def trial(instance_id: str, variant: str, seed: int, outcome: str, **fields) -> 
         "effective_memory_ceiling_mb": 2,
         "pids_limit": 1,
         "enforced_limits": "{}",
+        "limit_evidence": None,
     }
     return TrialResult(**{**row, **fields})

@@ -7,6 +7,8 @@ dataset_snapshot -> validation[instance] (check `valid`) -> validation_report
   after preparing the instance's environment as the `environment` asset does.
   An environment that cannot be prepared is the instance's result
   (`environment_failed`), not a failed step.
+- A reference that resolved there is kept as evidence that the instance passes
+  within the campaign's limits (limit_evidence.py).
 - The check `valid` on each partition passes only for a valid instance, so the
   partitions' check results show which instances a campaign can trust.
 - `validation_report` gathers the partitions into
@@ -43,6 +45,7 @@ from eval_pipeline.defs.partitions import CampaignPartitions
 from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.grading import GRADING_VERSION
 from eval_pipeline.hashing import stable_hash
+from eval_pipeline.limit_evidence import GradedUnder
 from eval_pipeline.markdown_report import render_validation
 from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.report import write_json
@@ -54,6 +57,7 @@ from eval_pipeline.validation import (
     Status,
     build_validation,
     environment_failure,
+    leave_limit_evidence,
     validate_task,
 )
 
@@ -115,6 +119,7 @@ def build_validation_definitions(
         except Exception as error:  # noqa: BLE001 - an environment that cannot be prepared is this instance's result
             result = environment_failure(slice_name, task, config.repeats, error)
         else:
+            test_timeout_s = campaign.test_timeout_for(task)
             result = validate_task(
                 slice_name,
                 task,
@@ -122,9 +127,11 @@ def build_validation_definitions(
                 environment,
                 sandbox,
                 repeats=config.repeats,
-                test_timeout_s=campaign.test_timeout_for(task),
+                test_timeout_s=test_timeout_s,
                 timeout_multiplier=campaign.timeout_multiplier,
             )
+            under = GradedUnder.of(task, environment.key, sandbox, test_timeout_s)
+            leave_limit_evidence(eval_pipeline.artifact_store(), result, under)
         return Output(
             result,
             data_version=DataVersion(stable_hash(result.as_record())),
