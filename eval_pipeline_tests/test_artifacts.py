@@ -14,7 +14,6 @@ from eval_pipeline.artifacts import (
     LocalArtifactStore,
     RecordError,
     S3ArtifactStore,
-    fingerprint,
     open_artifact_store,
 )
 from eval_pipeline.attempt_log import Attempt
@@ -53,9 +52,13 @@ def test_a_listing_gives_each_artifacts_fingerprint_and_shows_an_altered_one(any
     payload = {"outcome": "unresolved", "n": 1}
     any_store.put("evaluation/a.json", payload)
     any_store.put("evaluation/b.json", {"outcome": "resolved"})
-    assert any_store.fingerprints("evaluation")["evaluation/a.json"] == fingerprint(payload)
+    assert any_store.fingerprints("evaluation")["evaluation/a.json"] == any_store.fingerprint(
+        "evaluation/a.json", payload
+    )
     overwrite(any_store, "evaluation/a.json", raw(any_store, "evaluation/a.json").replace("unresolved", "UNRESOLVED"))
-    assert any_store.fingerprints("evaluation")["evaluation/a.json"] != fingerprint(payload)
+    assert any_store.fingerprints("evaluation")["evaluation/a.json"] != any_store.fingerprint(
+        "evaluation/a.json", payload
+    )
     assert set(any_store.fingerprints("evaluation")) == {"evaluation/a.json", "evaluation/b.json"}
 
 
