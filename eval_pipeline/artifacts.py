@@ -99,9 +99,6 @@ class RejectedRecord:
     reason: Rejection
     quarantined_as: str
 
-    def __str__(self) -> str:
-        return f"{self.key}: {self.reason} (kept as {self.quarantined_as})"
-
 
 QUARANTINE = "quarantine"
 

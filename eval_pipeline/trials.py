@@ -112,14 +112,15 @@ def trial_identity(
     raise KeyError(f"campaign {campaign.name!r} has no trial {trial_key!r}")
 
 
-def _markers(store: ArtifactStore) -> dict[str, dict[str, str]]:
+def _markers(store: ArtifactStore) -> dict[str, dict[str, set[str]]]:
     """Each scored id's evaluation keys with their fingerprints, from one listing of `scored/`: only markers
-    whose MAC is right (one forged, or left before markers had a MAC, is passed over)."""
-    markers: dict[str, dict[str, str]] = {}
+    whose MAC is right (one forged, or left before markers had a MAC, is passed over). An evaluation graded
+    again after its record was rejected has a marker per grading: each fingerprint is kept."""
+    markers: dict[str, dict[str, set[str]]] = {}
     for key in store.keys(SCORED):
         if marker := authentic_marker(store, key):
             trial_scored_id, evaluation_key, evaluation_fingerprint = marker
-            markers.setdefault(trial_scored_id, {})[evaluation_key] = evaluation_fingerprint
+            markers.setdefault(trial_scored_id, {}).setdefault(evaluation_key, set()).add(evaluation_fingerprint)
     return markers
 
 
@@ -136,10 +137,10 @@ def _stored_final(identity: TrialIdentity, store: ArtifactStore, evaluations: Ma
     return True
 
 
-def _intact(marked: Mapping[str, str], evaluations: Mapping[str, str]) -> bool:
+def _intact(marked: Mapping[str, set[str]], evaluations: Mapping[str, str]) -> bool:
     """Whether one of a trial's marked evaluations is stored as it was marked: its fingerprint in the listing is
-    the one its marker (authenticated by its MAC) recorded, so an evaluation rewritten since does not count."""
-    return any(evaluations[key] == marked_as for key, marked_as in marked.items())
+    one its markers (authenticated by their MAC) recorded, so an evaluation rewritten since does not count."""
+    return any(evaluations[key] in marked_as for key, marked_as in marked.items())
 
 
 def pending_trials(
