@@ -4,7 +4,9 @@ An artifact's key is the hash of everything that determines it (inputs'
 versions, agent config, seed), so a trial whose complete artifact exists is
 reused rather than recomputed, whether or not Dagster recorded it before a
 crash. Writes are atomic and first-writer-wins; every artifact carries a
-checksum, and one that fails it is moved to `quarantine/` and treated as absent.
+checksum and a keyed MAC (record_mac.py), and one that fails either is moved to
+`quarantine/`, treated as absent and reported (`Rejection`): a result rewritten
+by something that can write the store but has no results key is never counted.
 A store that cannot be read or written raises StorageError (an infrastructure
 outcome, retried), never a bare OSError.
 """
@@ -19,6 +21,8 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self
 
@@ -26,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from eval_pipeline.hashing import canonical_json, sha256_text
 from eval_pipeline.outcomes import StorageError
+from eval_pipeline.record_mac import RecordMac, matches
+from eval_pipeline.settings import split_s3_location
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +82,109 @@ def attempts_prefix(key: str) -> str:
     return f"attempts/{key.removesuffix('.json')}"
 
 
+class Rejection(StrEnum):
+    """Why a stored record was not counted: each such record is moved to `quarantine/` and treated as absent."""
+
+    DAMAGED = "damaged"  # not a record at all: truncated, or not JSON
+    ALTERED = "altered"  # its bytes changed after writing: the checksum fails (damage, or an edit by hand)
+    UNAUTHENTICATED = "unauthenticated"  # no MAC: written before results were authenticated, or stripped of it
+    FORGED = "forged"  # checksum fixed up but MAC wrong: rewritten without the results key, or with another key
+
+
+@dataclass(frozen=True)
+class RejectedRecord:
+    """A record that failed its checks: where it was stored, why it was refused, where it is kept now."""
+
+    key: str
+    reason: Rejection
+    quarantined_as: str
+
+
+QUARANTINE = "quarantine"
+
+
+def quarantine_key(key: str, reason: Rejection) -> str:
+    """Where a rejected record is moved: kept for inspection, out of the way of its recomputation, its reason
+    in its name so that a report can say why from a listing."""
+    return f"{QUARANTINE}/{key}.{time.time_ns()}.{reason}"
+
+
+def rejected_record(quarantined_as: str) -> RejectedRecord:
+    """The rejected record a quarantine key names; one quarantined before reasons were recorded had failed
+    its checksum."""
+    stem, _, last = quarantined_as.removeprefix(f"{QUARANTINE}/").rpartition(".")
+    if last in set(Rejection):
+        return RejectedRecord(stem.rpartition(".")[0], Rejection(last), quarantined_as)
+    return RejectedRecord(stem, Rejection.ALTERED, quarantined_as)
+
+
 class ArtifactStore(ABC):
-    @abstractmethod
+    """What every store shares: records sealed with the results key on `put`, checked on `get`.
+
+    A record that fails its checks (damaged, altered, unauthenticated, forged:
+    `Rejection`) is moved to `quarantine/` and read as absent, so its trial is
+    pending and runs or grades again, and the records around it still count.
+    Records written before records carried a MAC are rejected as
+    `unauthenticated`, not accepted with a warning: a forger could strip the
+    MAC from any record to pass it off as old, so accepting them would undo
+    the MAC. They stay in `quarantine/` (nothing is deleted) and their trials
+    are run again by the next `eval-pipeline run`.
+    """
+
+    def __init__(self, mac: RecordMac | None = None) -> None:
+        self.mac = mac or RecordMac.from_environment()
+
     def get(self, key: str) -> dict[str, Any] | None:
-        """The artifact's payload, or None when it is absent (or was corrupt)."""
+        """The artifact's payload, or None when it is absent (or was rejected, and moved to quarantine)."""
+        text = self._read(_checked(key))
+        if text is None:
+            return None
+        payload, rejection = self._open(key, text)
+        if rejection is not None:
+            target = quarantine_key(key, rejection)
+            if self._move(key, target):
+                logger.warning("artifact %s is %s; moved to %s, not counted, to be recomputed", key, rejection, target)
+        return payload
+
+    def _open(self, key: str, text: str) -> tuple[dict[str, Any] | None, Rejection | None]:
+        """The payload of the envelope stored at `key`, or why it is rejected."""
+        try:
+            envelope = json.loads(text)
+            payload = envelope["payload"]
+        except (ValueError, KeyError, TypeError):
+            return None, Rejection.DAMAGED
+        if not isinstance(payload, dict):
+            return None, Rejection.DAMAGED
+        body = canonical_json(payload)
+        if sha256_text(body) != envelope.get("sha256"):
+            return None, Rejection.ALTERED
+        if "mac" not in envelope:
+            return None, Rejection.UNAUTHENTICATED
+        if not matches(self.mac.of_record(key, body), envelope["mac"]):
+            return None, Rejection.FORGED
+        return payload, None
+
+    def _envelope(self, key: str, payload: dict[str, Any]) -> str:
+        body = canonical_json(payload)
+        return json.dumps(
+            {"sha256": sha256_text(body), "mac": self.mac.of_record(key, body), "payload": payload}, sort_keys=True
+        )
+
+    def fingerprint(self, key: str, payload: dict[str, Any]) -> str:
+        """The MD5 of the bytes `put` stores for `payload` at `key` (a canonical envelope: reproducible)."""
+        return hashlib.md5(self._envelope(key, payload).encode(), usedforsecurity=False).hexdigest()
+
+    def rejected(self) -> list[RejectedRecord]:
+        """Every record rejected so far, from one listing of `quarantine/`."""
+        return [rejected_record(key) for key in self.keys(QUARANTINE)]
+
+    @abstractmethod
+    def _read(self, key: str) -> str | None:
+        """The stored text at `key`, or None when there is none."""
+
+    @abstractmethod
+    def _move(self, key: str, target: str) -> bool:
+        """Move the object at `key` to `target`; False when it was already gone (another reader moved it)."""
 
     @abstractmethod
     def put(self, key: str, payload: dict[str, Any]) -> bool:
@@ -95,76 +200,45 @@ class ArtifactStore(ABC):
         the listing's ETags, so that a scan can tell an intact artifact from a damaged one without reading it."""
 
 
-def fingerprint(payload: dict[str, Any]) -> str:
-    """The MD5 of the bytes `put` stores for `payload` (the envelope is canonical JSON, so it is reproducible)."""
-    return hashlib.md5(_envelope(payload).encode(), usedforsecurity=False).hexdigest()
-
-
-def _envelope(payload: dict[str, Any]) -> str:
-    body = canonical_json(payload)
-    return json.dumps({"sha256": sha256_text(body), "payload": payload}, sort_keys=True)
-
-
-def _unwrap(text: str) -> dict[str, Any] | None:
-    """The payload if the envelope parses and its checksum matches, else None."""
-    try:
-        envelope = json.loads(text)
-        payload = envelope["payload"]
-        if sha256_text(canonical_json(payload)) == envelope["sha256"]:
-            return payload
-    except (ValueError, KeyError, TypeError):
-        pass
-    return None
-
-
 def _checked(key: str) -> str:
     if ".." in key.split("/") or key.startswith("/"):
         raise ValueError(f"artifact key {key!r} must be a relative path")
     return key
 
 
-def quarantine_key(key: str) -> str:
-    """Where a corrupt artifact is moved: kept for inspection, out of the way of its recomputation."""
-    return f"quarantine/{key}.{time.time_ns()}"
-
-
 class LocalArtifactStore(ArtifactStore):
     """Artifacts as JSON files under `root`, one file per key."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, mac: RecordMac | None = None) -> None:
+        super().__init__(mac)
         self.root = root
 
     def _path(self, key: str) -> Path:
         return self.root / _checked(key)
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        path = self._path(key)
+    def _read(self, key: str) -> str | None:
         try:
-            text = path.read_text()
+            return self._path(key).read_text()
         except FileNotFoundError:
             return None
         except OSError as error:
             raise StorageError(f"reading artifact {key}: {error}") from error
-        payload = _unwrap(text)
-        if payload is None:
-            self._quarantine(key, path)
-        return payload
 
-    def _quarantine(self, key: str, path: Path) -> None:
-        target = self.root / quarantine_key(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
+    def _move(self, key: str, target: str) -> bool:
+        destination = self._path(target)
+        destination.parent.mkdir(parents=True, exist_ok=True)
         try:
-            os.replace(path, target)
-        except FileNotFoundError:  # another reader quarantined it first
-            return
-        logger.warning("artifact %s failed its checksum; moved to %s and will be recomputed", key, target)
+            os.replace(self._path(key), destination)
+        except FileNotFoundError:
+            return False
+        return True
 
     def put(self, key: str, payload: dict[str, Any]) -> bool:
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".tmp-", delete=False) as handle:
-                handle.write(_envelope(payload))
+                handle.write(self._envelope(key, payload))
                 handle.flush()
                 os.fsync(handle.fileno())
         except OSError as error:
@@ -206,7 +280,8 @@ class S3ArtifactStore(ArtifactStore):
     the usual AWS variables select it and its credentials.
     """
 
-    def __init__(self, bucket: str, prefix: str = "", client: Any = None) -> None:
+    def __init__(self, bucket: str, prefix: str = "", client: Any = None, mac: RecordMac | None = None) -> None:
+        super().__init__(mac)
         import boto3
         from botocore.config import Config
 
@@ -229,20 +304,22 @@ class S3ArtifactStore(ArtifactStore):
         except (BotoCoreError, ClientError) as error:
             raise StorageError(f"{what} in {self.location}: {error}") from error
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        name = self.prefix + _checked(key)
+    def _read(self, key: str) -> str | None:
         with self._storage_errors(f"reading artifact {key}"):
             try:
-                text = self.client.get_object(Bucket=self.bucket, Key=name)["Body"].read().decode(errors="replace")
+                body = self.client.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"]
             except self.client.exceptions.NoSuchKey:
                 return None
-            payload = _unwrap(text)
-            if payload is None:
-                target = self.prefix + quarantine_key(key)
-                self.client.copy_object(Bucket=self.bucket, Key=target, CopySource={"Bucket": self.bucket, "Key": name})
-                self.client.delete_object(Bucket=self.bucket, Key=name)
-                logger.warning("artifact %s failed its checksum; moved to %s and will be recomputed", key, target)
-        return payload
+            return body.read().decode(errors="replace")
+
+    def _move(self, key: str, target: str) -> bool:
+        name = self.prefix + key
+        with self._storage_errors(f"quarantining artifact {key}"):
+            self.client.copy_object(
+                Bucket=self.bucket, Key=self.prefix + target, CopySource={"Bucket": self.bucket, "Key": name}
+            )
+            self.client.delete_object(Bucket=self.bucket, Key=name)
+        return True
 
     def put(self, key: str, payload: dict[str, Any]) -> bool:
         from botocore.exceptions import ClientError
@@ -250,7 +327,9 @@ class S3ArtifactStore(ArtifactStore):
         name = self.prefix + _checked(key)
         with self._storage_errors(f"writing artifact {key}"):
             try:
-                self.client.put_object(Bucket=self.bucket, Key=name, Body=_envelope(payload).encode(), IfNoneMatch="*")
+                self.client.put_object(
+                    Bucket=self.bucket, Key=name, Body=self._envelope(key, payload).encode(), IfNoneMatch="*"
+                )
             except ClientError as error:
                 if error.response.get("Error", {}).get("Code") != "PreconditionFailed":
                     raise
@@ -292,14 +371,6 @@ class S3ArtifactStore(ArtifactStore):
             pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base)
             items = (item for page in pages for item in page.get("Contents", []))
             return {item["Key"].removeprefix(self.prefix): item["ETag"].strip('"') for item in items}
-
-
-def split_s3_location(location: str) -> tuple[str, str]:
-    """`s3://bucket/some/prefix/` as ("bucket", "some/prefix")."""
-    bucket, _, prefix = location.removeprefix("s3://").partition("/")
-    if not location.startswith("s3://") or not bucket:
-        raise ValueError(f"artifact location {location!r} names no bucket (expected s3://bucket[/prefix])")
-    return bucket, prefix.strip("/")
 
 
 @functools.cache

@@ -14,7 +14,8 @@ evaluation is that knowledge.
 A final evaluation's key holds its patch's hash, known only once the
 generation exists. So that a campaign can tell its finished trials from one
 listing, each final evaluation also leaves a marker under `scored/`, named by
-what is known before anything runs (`scored_id`) and by the evaluation.
+what is known before anything runs (`scored_id`) and by the evaluation, and
+sealed with the results key (record_mac.py) so that a scan can believe it.
 """
 
 import time
@@ -25,7 +26,7 @@ from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.agents import OracleAgent
-from eval_pipeline.artifacts import ArtifactStore, StoredRecord, fingerprint
+from eval_pipeline.artifacts import ArtifactStore, StoredRecord
 from eval_pipeline.attempt_log import Attempt, Stage, keep, now
 from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.generation import COMPLETED, Generation
@@ -33,6 +34,7 @@ from eval_pipeline.grading import GRADING_VERSION, Verdict, grade_task
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.limit_evidence import CAMPAIGN, GradedUnder, record_reference_pass, scored_at_limits
 from eval_pipeline.outcomes import InfrastructureError, Outcome
+from eval_pipeline.record_mac import matches
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.tasks import Task
 
@@ -96,18 +98,28 @@ def scored_id(generation_key: str, environment_key: str, resources: dict[str, An
     return stable_hash(_evaluation_identity(generation_key, environment_key, resources, test_timeout_s))
 
 
-def scored_marker_key(trial_scored_id: str, evaluation_key: str, evaluation_fingerprint: str) -> str:
-    """The marker that names the trial, its final evaluation and the fingerprint of that evaluation's stored
-    bytes, so that one listing of `scored/` and one of `evaluation/` tell which trials are done, intact."""
-    return f"{SCORED}/{trial_scored_id}-{evaluation_key.removeprefix('evaluation/')}~{evaluation_fingerprint}"
+def scored_marker_key(
+    store: ArtifactStore, trial_scored_id: str, evaluation_key: str, evaluation_fingerprint: str
+) -> str:
+    """The marker that names the trial, its final evaluation, the fingerprint of that evaluation's stored bytes
+    and a MAC of the three, so that one listing of `scored/` and one of `evaluation/` tell which trials are done,
+    intact, and a marker written without the results key is not believed."""
+    seal = store.mac.of_marker(trial_scored_id, evaluation_key, evaluation_fingerprint)
+    name = evaluation_key.removeprefix("evaluation/")
+    return f"{SCORED}/{trial_scored_id}-{name}~{evaluation_fingerprint}~{seal}"
 
 
-def parse_scored_marker(marker_key: str) -> tuple[str, str, str]:
-    """A marker's (scored id, evaluation key, fingerprint); the fingerprint is empty in a marker left before
-    markers had one."""
+def authentic_marker(store: ArtifactStore, marker_key: str) -> tuple[str, str, str] | None:
+    """A marker's (scored id, evaluation key, fingerprint) when its MAC is right, else None: a forged marker, or
+    one left before markers carried a MAC, which a scan passes over (it then reads the trial's records, checked
+    one by one, and leaves a marker of its own)."""
     trial_scored_id, _, rest = marker_key.removeprefix(f"{SCORED}/").partition("-")
-    evaluation_name, _, evaluation_fingerprint = rest.partition("~")
-    return trial_scored_id, f"evaluation/{evaluation_name}", evaluation_fingerprint
+    evaluation_name, _, sealed = rest.partition("~")
+    evaluation_fingerprint, _, seal = sealed.partition("~")
+    evaluation_key = f"evaluation/{evaluation_name}"
+    if not matches(store.mac.of_marker(trial_scored_id, evaluation_key, evaluation_fingerprint), seal):
+        return None
+    return trial_scored_id, evaluation_key, evaluation_fingerprint
 
 
 def evaluation_key(generation: Generation, environment_key: str, sandbox: SandboxBackend, test_timeout_s: float) -> str:
@@ -119,7 +131,7 @@ def evaluation_key(generation: Generation, environment_key: str, sandbox: Sandbo
 def mark_scored(store: ArtifactStore, trial_scored_id: str, evaluation_key: str, stored: dict[str, Any]) -> None:
     """Leave the marker of a stored final evaluation (`stored`: its payload as stored). Best effort: without
     it, a scan reads the trial's generation to find its evaluation, and leaves the marker then."""
-    marker = scored_marker_key(trial_scored_id, evaluation_key, fingerprint(stored))
+    marker = scored_marker_key(store, trial_scored_id, evaluation_key, store.fingerprint(evaluation_key, stored))
     with suppress(InfrastructureError):
         store.put(marker, {"evaluation_key": evaluation_key})
 

@@ -162,6 +162,19 @@ def _validation(report: Report) -> list[str]:
     return lines
 
 
+def _rejected(report: Report) -> list[str]:
+    """The stored records refused as forged, unauthenticated, altered or damaged: none of them is counted."""
+    if not report.rejected_records:
+        return ["None: every stored record read passed its checksum and its MAC."]
+    rows = [[f"`{r.instance_id}`", f"`{r.trial}`", r.reason, f"`{r.key}`"] for r in report.rejected_records]
+    return [
+        f"{len(report.rejected_records)} stored record(s) failed their checks and were not counted; they are kept"
+        " under `quarantine/` and their trials run again.",
+        "",
+        *markdown_table(["instance", "trial", "reason", "record"], rows),
+    ]
+
+
 def _gates(report: Report) -> list[str]:
     """Each release gate's verdict on one line, and under a failed one each rule it broke on one line."""
     if not report.gates:
@@ -228,6 +241,10 @@ def render_markdown(report: Report) -> str:
         "## Instance validation",
         "",
         *_validation(report),
+        "",
+        "## Rejected records",
+        "",
+        *_rejected(report),
         "",
         "Rates average seeds within each instance first; trials that ended in an infrastructure outcome are not"
         " scored. A test run stopped by a limit is scored as a failure only where the instance's reference passed"

@@ -27,6 +27,7 @@ from eval_pipeline.report_model import (
     Durations,
     InvalidInstance,
     PairedComparison,
+    RejectedRecordEntry,
     Report,
     SeedSpread,
     ValidationSummary,
@@ -43,6 +44,7 @@ from eval_pipeline.statistics import (
     resolved_rate,
     seed_spread,
 )
+from eval_pipeline.trial_records import RejectedRow
 from eval_pipeline.validation import Status
 
 
@@ -152,13 +154,15 @@ def build_report(
     validation: Sequence[Mapping[str, Any]] | None = None,
     gates: Sequence[GatePolicy] = (),
     directory: Path | None = None,
+    rejected: Sequence[RejectedRow] = (),
 ) -> Report:
     """The campaign's numbers per variant, over the portfolio and per slice, with each gate's decision.
 
     `baseline` names the variant the others are compared with (the first
     variant in the results when empty); `validation` is the warehouse's
     validation table, if the campaign's instances were validated; `directory`
-    is where the report's files will be written (write_report).
+    is where the report's files will be written (write_report); `rejected` are
+    the warehouse's rejected records, listed so that a refused result is seen.
     """
     baseline = baseline or (results[0].variant if results else "")
     by_slice: dict[str, list[TrialResult]] = defaultdict(list)
@@ -179,6 +183,12 @@ def build_report(
         slices={name: _by_variant(rows, baseline) for name, rows in sorted(by_slice.items())},
         validation=_validation_summary(validation, results),
         directory=str(directory) if directory is not None else None,
+        rejected_records=[
+            RejectedRecordEntry(
+                instance_id=r.instance_id, trial=r.trial, key=r.key, reason=r.reason, quarantined_as=r.quarantined_as
+            )
+            for r in rejected
+        ],
     )
     return with_gates(report, gates)
 

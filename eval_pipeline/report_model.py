@@ -155,6 +155,17 @@ class GateDecision(_Model):
     violations: tuple[Violation, ...]
 
 
+class RejectedRecordEntry(_Model):
+    """A stored record of a trial that was not counted (artifacts.Rejection: forged, unauthenticated, altered,
+    damaged), kept in quarantine; its trial is not scored by it and runs again."""
+
+    instance_id: str
+    trial: str
+    key: str
+    reason: str
+    quarantined_as: str
+
+
 class ReportRow(NamedTuple):
     """One line of a report's tables: a variant on a slice, or (`portfolio`) over every slice."""
 
@@ -181,6 +192,7 @@ class Report(_Model):
     slices: dict[str, dict[str, VariantSummary]]
     validation: ValidationSummary | None
     gates: dict[str, GateDecision] = {}  # environment -> decision, for each of the campaign's release gates
+    rejected_records: list[RejectedRecordEntry] = []  # stored records refused: never counted in the numbers above
     directory: str | None = None  # where report.md, report.html and report.json are written
 
     def rows(self) -> list[ReportRow]:
@@ -215,6 +227,7 @@ class Report(_Model):
                 for slice_name, variants in self.slices.items()
             },
             "gates": {environment: decision.passed for environment, decision in self.gates.items()},
+            "rejected_records": len(self.rejected_records),
             "report": self.paths(),
         }
 

@@ -7,6 +7,10 @@ present when the campaign's instances were validated (validation.py), has one
 row per validated instance, `current` when it validated the instance as this
 campaign evaluates it (not an older version, nor one the campaign excludes).
 
+`rejected_records` has one row per stored record of a trial that failed its
+checks (a forged or altered result, one with no MAC: artifacts.Rejection); it
+was not counted, and its trial shows as not scored until it runs again.
+
 Every key is recomputed from the campaign and the benchmark (trials.py), and
 each trial read from the store (trial_records.py), so the table reflects
 exactly what is stored, whatever Dagster did or did not record. The DuckDB
@@ -17,7 +21,7 @@ a half-written table.
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +37,7 @@ from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.sandbox import SandboxBackend
 from eval_pipeline.tasks import Task
 from eval_pipeline.trial_records import MISSING as MISSING  # where report readers have always found it
-from eval_pipeline.trial_records import AttemptRecord, TrialResult, read_trials
+from eval_pipeline.trial_records import AttemptRecord, RejectedRow, TrialResult, read_trials
 
 # The `validation` table: these fields of the validation report's records, then `outcomes` (JSON:
 # {"gold": {outcome: runs}, "empty": {outcome: runs}}) and `current`.
@@ -61,6 +65,7 @@ class Warehouse:
     variants: list[dict[str, Any]]
     lineage: dict[str, Any]
     validation: list[dict[str, Any]] | None = None  # None: the campaign's instances were never validated
+    rejected: list[RejectedRow] = field(default_factory=list)  # stored records not counted (forged, altered, ...)
 
 
 def validation_rows(validation: Mapping[str, Any], portfolio: Portfolio) -> list[dict[str, Any]]:
@@ -128,7 +133,8 @@ def collect_warehouse(
         "quarantined_rows": len(portfolio.quarantined),
     }
     rows = validation_rows(validation, portfolio) if validation is not None else None
-    return Warehouse(trials, attempts, instances, variants, lineage, rows)
+    rejected = [row for r in records for row in r.rejected]
+    return Warehouse(trials, attempts, instances, variants, lineage, rows, rejected)
 
 
 def write_warehouse(warehouse: Warehouse, path: Path) -> Path:
@@ -144,6 +150,9 @@ def write_warehouse(warehouse: Warehouse, path: Path) -> Path:
         "instances": pd.DataFrame(warehouse.instances),
         "variants": pd.DataFrame(warehouse.variants),
         "lineage": pd.DataFrame([warehouse.lineage]),
+        "rejected_records": pd.DataFrame(
+            [asdict(r) for r in warehouse.rejected], columns=list(RejectedRow.__dataclass_fields__)
+        ),
     }
     if warehouse.validation is not None:
         frames["validation"] = pd.DataFrame(warehouse.validation, columns=list(VALIDATION_COLUMNS))
@@ -165,6 +174,17 @@ def read_validation_table(path: Path) -> list[dict[str, Any]] | None:
         cursor = connection.execute("SELECT * FROM validation ORDER BY slice, instance_id")
         columns = [column[0] for column in cursor.description]
         return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+
+
+def read_rejected_table(path: Path) -> list[RejectedRow]:
+    """The warehouse's rejected records (none in a warehouse built before records were authenticated)."""
+    with duckdb.connect(str(path), read_only=True) as connection:
+        tables = {row[0] for row in connection.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        if "rejected_records" not in tables:
+            return []
+        cursor = connection.execute("SELECT * FROM rejected_records ORDER BY instance_id, trial, key")
+        columns = [column[0] for column in cursor.description]
+        return [RejectedRow(**dict(zip(columns, row, strict=True))) for row in cursor.fetchall()]
 
 
 def read_results_table(path: Path) -> list[TrialResult]:

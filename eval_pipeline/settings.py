@@ -15,8 +15,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval_pipeline.artifacts import split_s3_location
 
+def split_s3_location(location: str) -> tuple[str, str]:
+    """`s3://bucket/some/prefix/` as ("bucket", "some/prefix")."""
+    bucket, _, prefix = location.removeprefix("s3://").partition("/")
+    if not location.startswith("s3://") or not bucket:
+        raise ValueError(f"artifact location {location!r} names no bucket (expected s3://bucket[/prefix])")
+    return bucket, prefix.strip("/")
+
+
+# The results key (record_mac.py): where production sets it; read by record_mac, checked by `Deployment`.
+RESULTS_KEY_VARIABLE = "EVAL_PIPELINE_RESULTS_KEY"
 DEFAULT_DAGSTER_HOME = Path.home() / ".eval_pipeline" / "dagster_home"
 
 
@@ -88,6 +97,9 @@ class Deployment:
     - ``KUBERNETES_SERVICE_HOST`` (set by Kubernetes in every pod): the code
       location runs on a cluster, where each run is a pod sized by its job's
       ``dagster-k8s/config`` tag; elsewhere that tag would be noise on every run.
+      There ``EVAL_PIPELINE_RESULTS_KEY`` must be set (from a Secret): each pod
+      has its own DAGSTER_HOME, so a key file there would differ from pod to
+      pod, and every result one pod stored would be rejected by the next.
     """
 
     postgres_url: str | None = None
@@ -116,7 +128,13 @@ class Deployment:
         runs = environ.get("EVAL_PIPELINE_MAX_CONCURRENT_RUNS") or "8"
         if not runs.isdigit() or int(runs) < 1:
             raise DeploymentError(f"EVAL_PIPELINE_MAX_CONCURRENT_RUNS must be a positive integer, got {runs!r}")
-        return cls(postgres_url, artifacts, executor, int(runs), bool(environ.get("KUBERNETES_SERVICE_HOST")))
+        on_kubernetes = bool(environ.get("KUBERNETES_SERVICE_HOST"))
+        if on_kubernetes and not environ.get(RESULTS_KEY_VARIABLE):
+            raise DeploymentError(
+                f"{RESULTS_KEY_VARIABLE} must be set on Kubernetes (k8s/results-key-secret.example.yaml): a key"
+                " file in a pod's DAGSTER_HOME differs from pod to pod, so stored results could not be verified"
+            )
+        return cls(postgres_url, artifacts, executor, int(runs), on_kubernetes)
 
     @property
     def s3_bucket(self) -> str | None:

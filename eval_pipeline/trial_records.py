@@ -8,12 +8,12 @@ environment's), or `missing`.
 """
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from eval_pipeline import HARNESS_VERSION
-from eval_pipeline.artifacts import ArtifactStore
-from eval_pipeline.attempt_log import Attempt, AttemptLog, Stage
+from eval_pipeline.artifacts import ArtifactStore, RejectedRecord, attempts_prefix
+from eval_pipeline.attempt_log import Attempt, AttemptLog, Stage, environment_artifact_key
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.evaluation import Evaluation
 from eval_pipeline.generation import Generation
@@ -88,6 +88,19 @@ class AttemptRecord:
     detail: str
 
 
+@dataclass(frozen=True)
+class RejectedRow:
+    """A stored record of a trial that was not counted (forged, unauthenticated, altered, damaged): the row the
+    results and the report show, so a refused result is seen, not silently lost."""
+
+    campaign: str
+    instance_id: str
+    trial: str
+    key: str
+    reason: str
+    quarantined_as: str
+
+
 def _unfinished_outcome(outcome: str) -> Outcome:
     """A kept attempt's outcome for a trial with no final evaluation.
 
@@ -126,6 +139,7 @@ class TrialRecords:
     attempts: list[AttemptRecord]
     generation: Generation | None
     evaluation: Evaluation | None
+    rejected: tuple[RejectedRow, ...] = ()
 
 
 def _attempt_record(identity: TrialIdentity, attempt: Attempt, final: bool) -> AttemptRecord:
@@ -252,7 +266,8 @@ def read_trials(
     instance_id: str | None = None,
 ) -> list[TrialRecords]:
     """Every planned trial's records (or only `instance_id`'s), by instance then trial; the attempt log is
-    listed once per stage, not once per trial."""
+    listed once per stage, not once per trial, and the quarantine once, after every read (which rejects what
+    fails its checks), to give each trial its rejected records."""
     log = AttemptLog(store)
     sandboxes: dict[str, SandboxBackend] = {}
     records = []
@@ -260,4 +275,18 @@ def read_trials(
         task = portfolio.instance(identity.instance_id)
         sandbox = sandboxes.setdefault(identity.instance_id, sandbox_for(task))
         records.append(read_trial(identity, task, portfolio, sandbox, store, log))
-    return records
+    rejected = store.rejected()
+    return [replace(r, rejected=_rejected_rows(r, rejected)) for r in records] if rejected else records
+
+
+def _rejected_rows(records: TrialRecords, rejected: Sequence[RejectedRecord]) -> tuple[RejectedRow, ...]:
+    """The rejected records that were the trial's: its generation, its final evaluation, their attempts, and its
+    environment's attempts (an evaluation's key is known only from an intact generation)."""
+    identity = records.identity
+    evaluation = [identity.evaluation_key(records.generation.patch_sha256)] if records.generation else []
+    own = (identity.generation_key, *evaluation, environment_artifact_key(identity.environment_key))
+    return tuple(
+        RejectedRow(identity.campaign, identity.instance_id, identity.trial, r.key, r.reason, r.quarantined_as)
+        for r in rejected
+        if any(r.key == key or r.key.startswith(f"{attempts_prefix(key)}/") for key in own)
+    )

@@ -22,7 +22,7 @@ from typing import Any
 from eval_pipeline.agents import agent_task
 from eval_pipeline.artifacts import ArtifactStore
 from eval_pipeline.campaign import Campaign
-from eval_pipeline.evaluation import SCORED, final_evaluation_key, mark_scored, parse_scored_marker, scored_id
+from eval_pipeline.evaluation import SCORED, authentic_marker, final_evaluation_key, mark_scored, scored_id
 from eval_pipeline.generation import Generation, task_generation_key
 from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.sandbox import SandboxBackend
@@ -112,12 +112,15 @@ def trial_identity(
     raise KeyError(f"campaign {campaign.name!r} has no trial {trial_key!r}")
 
 
-def _markers(store: ArtifactStore) -> dict[str, dict[str, str]]:
-    """Each scored id's evaluation keys with their fingerprints, from one listing of `scored/`."""
-    markers: dict[str, dict[str, str]] = {}
+def _markers(store: ArtifactStore) -> dict[str, dict[str, set[str]]]:
+    """Each scored id's evaluation keys with their fingerprints, from one listing of `scored/`: only markers
+    whose MAC is right (one forged, or left before markers had a MAC, is passed over). An evaluation graded
+    again after its record was rejected has a marker per grading: each fingerprint is kept."""
+    markers: dict[str, dict[str, set[str]]] = {}
     for key in store.keys(SCORED):
-        trial_scored_id, evaluation_key, evaluation_fingerprint = parse_scored_marker(key)
-        markers.setdefault(trial_scored_id, {})[evaluation_key] = evaluation_fingerprint
+        if marker := authentic_marker(store, key):
+            trial_scored_id, evaluation_key, evaluation_fingerprint = marker
+            markers.setdefault(trial_scored_id, {}).setdefault(evaluation_key, set()).add(evaluation_fingerprint)
     return markers
 
 
@@ -134,12 +137,10 @@ def _stored_final(identity: TrialIdentity, store: ArtifactStore, evaluations: Ma
     return True
 
 
-def _intact(marked: Mapping[str, str], evaluations: Mapping[str, str], store: ArtifactStore) -> bool:
-    """Whether one of a trial's marked evaluations is stored as it was marked: its fingerprint in the listing
-    is the marker's (a marker left before fingerprints costs a read, which quarantines a damaged one)."""
-    return any(
-        evaluations[key] == marked_as if marked_as else store.get(key) is not None for key, marked_as in marked.items()
-    )
+def _intact(marked: Mapping[str, set[str]], evaluations: Mapping[str, str]) -> bool:
+    """Whether one of a trial's marked evaluations is stored as it was marked: its fingerprint in the listing is
+    one its markers (authenticated by their MAC) recorded, so an evaluation rewritten since does not count."""
+    return any(evaluations[key] in marked_as for key, marked_as in marked.items())
 
 
 def pending_trials(
@@ -148,13 +149,16 @@ def pending_trials(
     """The trials with no scored final evaluation stored, in the order given.
 
     Two listings (`scored/`, `evaluation/`) decide every trial whose evaluation
-    left its marker; a trial without one (evaluated before markers existed, or
-    not finished) costs a listing of `generation/` and a read or two if its
-    generation is stored. With `verify`, each marked evaluation's fingerprint
-    in the listing must be the one its marker recorded, so that a truncated or
-    altered evaluation makes its trial pending again, for a resume that must
-    not trust a damaged store: on S3 the listing's ETags are the fingerprints
-    (no read per trial); a local store hashes its files.
+    left a marker with the right MAC; a trial without one (not finished, its
+    marker forged or left before markers had a MAC) costs a listing of
+    `generation/` and a read or two if its generation is stored, and those
+    reads check each record's MAC. With `verify`, each marked evaluation's
+    fingerprint in the listing must be the one its marker recorded, so that a
+    truncated, altered or forged evaluation makes its trial pending again, for
+    a resume that must not trust what the store holds: on S3 the listing's
+    ETags are the fingerprints (no read per trial); a local store hashes its
+    files. Without `verify` a listed evaluation is taken as intact: the readers
+    that count results (results.py) check each one's MAC.
     """
     identities = list(identities)
     evaluations = store.fingerprints("evaluation") if verify else dict.fromkeys(store.keys("evaluation"), "")
@@ -163,7 +167,7 @@ def pending_trials(
         i: {key: marked_as for key, marked_as in markers.get(i.scored_id, {}).items() if key in evaluations}
         for i in identities
     }
-    damaged = {i for i, found in marked.items() if found and verify and not _intact(found, evaluations, store)}
+    damaged = {i for i, found in marked.items() if found and verify and not _intact(found, evaluations)}
     unmarked = [i for i in identities if not marked[i]]
     generations = set(store.keys("generation")) if unmarked else set()
     lost = {i for i in unmarked if i.generation_key not in generations or not _stored_final(i, store, evaluations)}

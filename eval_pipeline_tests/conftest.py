@@ -20,6 +20,11 @@ from eval_pipeline.results import TrialResult
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxSettings, make_sandbox
 from eval_pipeline.sandbox.images import MANAGED_LABEL
 from eval_pipeline.sandbox.local import LocalSandbox
+from eval_pipeline.settings import RESULTS_KEY_VARIABLE
+
+# One results key for the whole session, inherited by every subprocess (CLI, `dagster dev`), so records one
+# process writes verify in another; tests of the key file itself unset it.
+os.environ.setdefault(RESULTS_KEY_VARIABLE, f"tests-{uuid.uuid4().hex}")
 
 # Test modules that share one server through a module-scoped fixture: their tests run on one worker, in order.
 SERVER_MODULES = {"test_dagster_dev", "test_production_dagster_dev"}

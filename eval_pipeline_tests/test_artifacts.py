@@ -13,13 +13,15 @@ from eval_pipeline.artifacts import (
     ArtifactStore,
     LocalArtifactStore,
     RecordError,
+    Rejection,
     S3ArtifactStore,
-    fingerprint,
     open_artifact_store,
 )
 from eval_pipeline.attempt_log import Attempt
 from eval_pipeline.generation import Generation
+from eval_pipeline.hashing import canonical_json, sha256_text
 from eval_pipeline.outcomes import StorageError
+from eval_pipeline.record_mac import RecordMac
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -43,6 +45,26 @@ def raw(store: ArtifactStore, key: str) -> str:
     return store.client.get_object(Bucket=store.bucket, Key=store.prefix + key)["Body"].read().decode()
 
 
+def with_key(store: ArtifactStore, mac: RecordMac) -> ArtifactStore:
+    """The same store (directory or bucket prefix) as a process holding another results key sees it."""
+    if isinstance(store, LocalArtifactStore):
+        return LocalArtifactStore(store.root, mac=mac)
+    return S3ArtifactStore(store.bucket, store.prefix, client=store.client, mac=mac)
+
+
+def rehashed(text: str, **changes) -> str:
+    """The stored envelope with its payload changed and its unkeyed checksum fixed up, as a process that can
+    write the store but has no results key would rewrite a result (the red team did this on the local backend)."""
+    envelope = json.loads(text)
+    envelope["payload"].update(changes)
+    envelope["sha256"] = sha256_text(canonical_json(envelope["payload"]))
+    return json.dumps(envelope, sort_keys=True)
+
+
+def rejections(store: ArtifactStore) -> list[tuple[str, Rejection]]:
+    return [(r.key, r.reason) for r in store.rejected()]
+
+
 def test_put_then_get(any_store):
     assert any_store.put("generation/a.json", {"patch": "x", "n": 1}) is True
     assert any_store.get("generation/a.json") == {"patch": "x", "n": 1}
@@ -53,9 +75,13 @@ def test_a_listing_gives_each_artifacts_fingerprint_and_shows_an_altered_one(any
     payload = {"outcome": "unresolved", "n": 1}
     any_store.put("evaluation/a.json", payload)
     any_store.put("evaluation/b.json", {"outcome": "resolved"})
-    assert any_store.fingerprints("evaluation")["evaluation/a.json"] == fingerprint(payload)
+    assert any_store.fingerprints("evaluation")["evaluation/a.json"] == any_store.fingerprint(
+        "evaluation/a.json", payload
+    )
     overwrite(any_store, "evaluation/a.json", raw(any_store, "evaluation/a.json").replace("unresolved", "UNRESOLVED"))
-    assert any_store.fingerprints("evaluation")["evaluation/a.json"] != fingerprint(payload)
+    assert any_store.fingerprints("evaluation")["evaluation/a.json"] != any_store.fingerprint(
+        "evaluation/a.json", payload
+    )
     assert set(any_store.fingerprints("evaluation")) == {"evaluation/a.json", "evaluation/b.json"}
 
 
@@ -190,3 +216,54 @@ def test_a_record_missing_a_required_field_names_the_artifact_and_the_field():
     assert not isinstance(raised.value, TypeError)
     with pytest.raises(RecordError, match="'seed'"):
         Generation.from_payload(_stored_generation(seed="zero"), key="generation/bad.json", reused=True)
+
+
+VERDICT = {"outcome": "unresolved", "tests_passed": 0, "tests_failed": 1}
+
+
+def test_a_record_edited_by_one_byte_is_rejected_and_its_neighbour_still_counts(any_store):
+    any_store.put("evaluation/a.json", VERDICT)
+    any_store.put("evaluation/b.json", {"outcome": "resolved"})
+    text = raw(any_store, "evaluation/a.json")
+    edited = text.replace('"tests_passed": 0', '"tests_passed": 1')
+    assert edited != text and len(edited) == len(text)
+    overwrite(any_store, "evaluation/a.json", edited)
+    assert any_store.get("evaluation/a.json") is None
+    assert rejections(any_store) == [("evaluation/a.json", Rejection.ALTERED)]
+    assert any_store.get("evaluation/b.json") == {"outcome": "resolved"}, "the record next to it still counts"
+    assert any_store.keys("evaluation") == ["evaluation/b.json"]
+
+
+def test_a_rewritten_result_with_its_checksum_fixed_up_is_rejected_as_forged(any_store):
+    any_store.put("evaluation/a.json", VERDICT)
+    overwrite(any_store, "evaluation/a.json", rehashed(raw(any_store, "evaluation/a.json"), outcome="resolved"))
+    assert any_store.get("evaluation/a.json") is None
+    assert rejections(any_store) == [("evaluation/a.json", Rejection.FORGED)]
+    assert any_store.put("evaluation/a.json", VERDICT) is True, "out of the way: the trial is graded again"
+    assert any_store.get("evaluation/a.json") == VERDICT
+
+
+def test_a_record_without_a_mac_is_rejected_as_unauthenticated(any_store):
+    """A record written before records carried a MAC, or one whose MAC a forger stripped: the two look alike,
+    so neither counts."""
+    any_store.put("evaluation/a.json", VERDICT)
+    envelope = json.loads(rehashed(raw(any_store, "evaluation/a.json"), outcome="resolved"))
+    del envelope["mac"]
+    overwrite(any_store, "evaluation/a.json", json.dumps(envelope))
+    assert any_store.get("evaluation/a.json") is None
+    assert rejections(any_store) == [("evaluation/a.json", Rejection.UNAUTHENTICATED)]
+
+
+def test_a_record_written_with_another_key_is_rejected(any_store):
+    with_key(any_store, RecordMac(b"another installation's results key")).put("evaluation/a.json", VERDICT)
+    assert any_store.get("evaluation/a.json") is None
+    assert rejections(any_store) == [("evaluation/a.json", Rejection.FORGED)]
+
+
+def test_a_valid_record_copied_to_another_key_is_rejected(any_store):
+    """The MAC covers the artifact key: one trial's verdict cannot be planted as another's."""
+    any_store.put("evaluation/resolved.json", {"outcome": "resolved"})
+    overwrite(any_store, "evaluation/other.json", raw(any_store, "evaluation/resolved.json"))
+    assert any_store.get("evaluation/other.json") is None
+    assert any_store.get("evaluation/resolved.json") == {"outcome": "resolved"}
+    assert rejections(any_store) == [("evaluation/other.json", Rejection.FORGED)]

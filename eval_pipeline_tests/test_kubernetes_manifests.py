@@ -139,8 +139,12 @@ def test_rbac_lets_the_run_pods_service_account_do_what_the_backend_does():
 def test_the_helm_values_configure_runs_storage_and_queues_and_their_pods_are_valid():
     chart = values()
     (deployment,) = chart["dagster-user-deployments"]["deployments"]
-    secret = by_kind("Secret")[0]["metadata"]["name"]
-    assert {"name": secret} in deployment["envSecrets"]
+    secrets = [{"name": s["metadata"]["name"]} for s in by_kind("Secret")]
+    launcher_secrets = chart["runLauncher"]["config"]["k8sRunLauncher"]["envSecrets"]
+    assert secrets and all(s in deployment["envSecrets"] and s in launcher_secrets for s in secrets), (
+        "the S3 credentials and the results key reach the code location and every run worker"
+    )
+    assert any("EVAL_PIPELINE_RESULTS_KEY" in s["stringData"] for s in by_kind("Secret"))
     env = {item["name"]: item["value"] for item in deployment["env"]}
     assert env["EVAL_PIPELINE_K8S_NAMESPACE"] == by_kind("Namespace")[0]["metadata"]["name"]
     assert env["EVAL_PIPELINE_ARTIFACTS"].startswith("s3://")

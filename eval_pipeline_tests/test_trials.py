@@ -6,21 +6,24 @@ from dataclasses import replace
 import pytest
 
 from eval_pipeline.agents import agent_task, make_agent
-from eval_pipeline.artifacts import attempts_prefix
+from eval_pipeline.artifacts import Rejection, attempts_prefix
 from eval_pipeline.attempt_log import AttemptLog, attempts, environment_artifact_key
 from eval_pipeline.campaign import parse_campaign
 from eval_pipeline.environments import environment_attempt
-from eval_pipeline.evaluation import evaluate
+from eval_pipeline.evaluation import SCORED, evaluate
 from eval_pipeline.generation import GENERATION_VERSION, generate
 from eval_pipeline.grading import GRADING_VERSION
 from eval_pipeline.hashing import stable_hash
+from eval_pipeline.markdown_report import render_markdown
 from eval_pipeline.outcomes import ImageBuildFailed
 from eval_pipeline.portfolio import Portfolio
-from eval_pipeline.results import collect_warehouse
+from eval_pipeline.report import build_report
+from eval_pipeline.results import collect_warehouse, read_rejected_table, write_warehouse
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR, load_terminal_tasks
 from eval_pipeline.trial_folder import FILES, export_trials
 from eval_pipeline.trials import pending_trials, trial_identities, trial_identity
 from eval_pipeline_tests.counting_store import CountingStore
+from eval_pipeline_tests.test_artifacts import overwrite, raw, rehashed
 
 CAMPAIGN_FIELDS = {
     "name": "ids",
@@ -130,7 +133,9 @@ def test_a_store_written_before_markers_is_scanned_through_generations_and_marke
 ):
     identity = first_code_issue(identities)
     run_trial(identity, portfolio, shared_sandbox, counting_store)
-    for marker in (counting_store.root / "scored").rglob("*.json"):
+    markers = list((counting_store.root / "scored").iterdir())
+    assert markers
+    for marker in markers:
         marker.unlink()
     assert identity not in pending_trials(identities, counting_store), "found through its generation"
     counting_store.reset()
@@ -232,3 +237,59 @@ def test_results_and_folders_come_from_the_store_alone(identities, portfolio, sh
     kept = [json.loads(line) for line in (oracle / "attempts.jsonl").read_text().splitlines()]
     assert [(a["stage"], a["final"]) for a in kept] == [("generation", True), ("evaluation", True)]
     assert (oracle / "patch.diff").read_text() == store.get(lineage["artifacts"]["generation"])["patch"]
+
+
+@pytest.fixture(params=["local", "s3"])
+def either_store(request):
+    return request.getfixturevalue("store" if request.param == "local" else "s3_store")
+
+
+def test_a_forged_verdict_is_reported_never_counted_and_graded_again(
+    identities, portfolio, shared_sandbox, either_store, tmp_path
+):
+    issue = first_code_issue(identities).instance_id
+    null, oracle = (
+        next(i for i in identities if i.instance_id == issue and i.variant == v) for v in ("none", "oracle")
+    )
+    _, forged = run_trial(null, portfolio, shared_sandbox, either_store)
+    run_trial(oracle, portfolio, shared_sandbox, either_store)
+    assert forged.outcome == "unresolved"
+    overwrite(either_store, forged.key, rehashed(raw(either_store, forged.key), outcome="resolved"))
+
+    assert null in pending_trials(identities, either_store, verify=True), "the resume runs it again"
+    warehouse = collect_warehouse(CAMPAIGN, portfolio, lambda task: shared_sandbox, either_store)
+    rows = {(row.instance_id, row.trial): row for row in warehouse.trials}
+    assert not rows[issue, null.trial].scored and not rows[issue, null.trial].resolved
+    assert rows[issue, oracle.trial].scored and rows[issue, oracle.trial].resolved, "its neighbour still counts"
+    assert [(r.trial, r.key, r.reason) for r in warehouse.rejected] == [(null.trial, forged.key, Rejection.FORGED)]
+    path = write_warehouse(warehouse, tmp_path / "results.duckdb")
+    assert read_rejected_table(path) == warehouse.rejected
+    report = build_report("ids", portfolio.version, "plan", warehouse.trials, rejected=read_rejected_table(path))
+    assert f"| `{issue}` | `{null.trial}` | forged | `{forged.key}` |" in render_markdown(report)
+    assert report.summary()["rejected_records"] == 1
+
+    _, again = run_trial(null, portfolio, shared_sandbox, either_store)
+    assert not again.reused and again.outcome == "unresolved", "graded again, not read back as resolved"
+    assert null not in pending_trials(identities, either_store, verify=True)
+
+
+def test_a_pass_planted_with_a_marker_of_its_own_is_not_believed(identities, portfolio, shared_sandbox, store):
+    """What a process that can write the store but has no key would plant for a trial that never ran: a
+    resolved final evaluation under the trial's key and a marker naming it, with a MAC it had to guess."""
+    identity = next(i for i in identities if i.slice == "code-issues" and i.variant == "none")
+    _, evaluation = run_trial(identity, portfolio, shared_sandbox, store)
+    assert evaluation.outcome == "unresolved"
+    planted = rehashed(raw(store, evaluation.key), outcome="resolved")
+    for key in (evaluation.key, *store.keys(SCORED)):
+        (store.root / key).unlink()
+    overwrite(store, evaluation.key, planted)
+    fingerprint = stable_hash(planted)  # any value: without the key the marker's MAC is a guess
+    (
+        store.root
+        / SCORED
+        / f"{identity.scored_id}-{evaluation.key.removeprefix('evaluation/')}~{fingerprint}~{'0' * 32}"
+    ).touch()
+    assert identity in pending_trials(identities, store), (
+        "the marker's MAC is wrong; the evaluation is read, and refused"
+    )
+    assert [(r.key, r.reason) for r in store.rejected()] == [(evaluation.key, Rejection.FORGED)]

@@ -47,7 +47,13 @@ from eval_pipeline.outcomes import InfrastructureError
 from eval_pipeline.portfolio import Portfolio
 from eval_pipeline.report import build_report, write_report
 from eval_pipeline.report_model import REPORT_SCHEMA_VERSION, Report
-from eval_pipeline.results import collect_warehouse, read_results_table, read_validation_table, write_warehouse
+from eval_pipeline.results import (
+    collect_warehouse,
+    read_rejected_table,
+    read_results_table,
+    read_validation_table,
+    write_warehouse,
+)
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.sandbox.local import ENVIRONMENT_LAYOUT_VERSION
 from eval_pipeline.sandbox.pod_manifest import pod_resources
@@ -58,7 +64,7 @@ from eval_pipeline.validation import VALIDATION_FILE, read_validation
 # Code versions of the assets whose logic has no version of its own in the core.
 SNAPSHOT_CODE_VERSION = "1"
 PLAN_CODE_VERSION = "1"
-RESULTS_CODE_VERSION = "4"
+RESULTS_CODE_VERSION = "5"
 IMAGE_CODE_VERSION = "1"
 # Concurrency pools (limits per Dagster instance: dagster.yaml, or `dagster instance concurrency set`).
 ENVIRONMENT_POOL = "eval_pipeline_environments"  # image builds and environment pods started at once
@@ -359,6 +365,10 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
                 "attempts": len(warehouse.attempts),
                 "validated_instances": len(warehouse.validation or []),
                 "scored": sum(row.scored for row in rows),
+                "rejected_records": len(warehouse.rejected),
+                "rejected": MetadataValue.md(
+                    "\n".join(f"- {r.reason}: `{r.key}`" for r in warehouse.rejected) or "none"
+                ),
             },
         )
 
@@ -383,6 +393,7 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             validation=read_validation_table(warehouse),
             gates=campaign.gates,
             directory=eval_pipeline.paths.reports / campaign.name,
+            rejected=read_rejected_table(warehouse),
         )
         path = write_report(summary)
         html = write_html_report(summary, rows)
