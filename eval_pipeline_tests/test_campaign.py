@@ -1,4 +1,9 @@
+import os
+import subprocess
+import sys
+
 import pytest
+import yaml
 
 from eval_pipeline.benchmark import Instance
 from eval_pipeline.campaign import BUILTIN_DIR, CampaignError, builtin_campaigns, load_campaign, parse_campaign
@@ -279,3 +284,14 @@ def test_untrusted_agents_run_locally_only_with_the_opt_in_and_their_results_say
 def test_the_opt_in_is_checked_like_any_sandbox_field(sandbox, message):
     with pytest.raises(CampaignError, match=rf"my\.yaml: field sandbox\.{message}"):
         parse_campaign({**MINIMAL, "sandbox": sandbox}, "my.yaml")
+
+
+def test_the_dagster_code_location_refuses_an_untrusted_agent_on_the_local_backend_too(tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump({**MINIMAL, "variants": [COMMAND]}))
+    env = {**os.environ, "EVAL_PIPELINE_CAMPAIGNS": str(mine)}
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import eval_pipeline.definitions"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert loaded.returncode != 0
+    assert f"CampaignError: {mine}: field variants[0].agent: variant 'mine' (agent 'command') runs" in loaded.stderr
