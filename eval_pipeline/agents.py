@@ -74,7 +74,15 @@ class AgentOutput:
 
 
 class Agent(ABC):
+    """`trusted` is true only for an agent whose every action is the harness's own code (applying the task's
+    reference, or nothing). An agent that runs commands or code the harness did not write, or brings patches
+    from outside it, is untrusted: its code, and its patch's code when graded, run wherever the trial runs,
+    so a campaign refuses it on the local backend, which has no walls (campaign_config.py). Untrusted is the
+    default, so a new agent has to claim trust to get it.
+    """
+
     name: ClassVar[str]
+    trusted: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         self.params = params
@@ -97,6 +105,7 @@ class OracleAgent(Agent):
     """Applies the reference solution: the upper bound, and a check that the harness can resolve the task."""
 
     name = "oracle"
+    trusted = True
 
     def solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
         result = finished(task.apply_reference(workspace))
@@ -107,6 +116,7 @@ class NullAgent(Agent):
     """Changes nothing: the lower bound, and a check that no instance passes unfixed."""
 
     name = "null"
+    trusted = True
 
     def solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
         return AgentOutput(trajectory=[{"action": "none"}])
@@ -116,6 +126,7 @@ class FlakyAgent(Agent):
     """Applies the reference solution with probability `p`, deterministically per (instance, seed)."""
 
     name = "flaky"
+    trusted = True
 
     def __init__(self, p: float = 0.5) -> None:
         if not 0.0 <= p <= 1.0:

@@ -133,6 +133,18 @@ def _seeds(value: Any) -> Any:
     raise ValueError(f"expected a positive count or a list of distinct seeds, got {value!r}")
 
 
+def _untrusted_on_local(untrusted: list[tuple[int, Variant]]) -> FieldProblem:
+    """The refusal of untrusted variants on the local backend, naming each, the container backend and the opt-in."""
+    named = ", ".join(f"variant {variant.name!r} (agent {variant.agent!r})" for _, variant in untrusted)
+    field, runs = (f"variants[{untrusted[0][0]}].agent", "runs") if len(untrusted) == 1 else ("variants", "run")
+    return FieldProblem(
+        field,
+        f"{named} {runs} code the harness did not write, and the local backend has no walls: use the container"
+        " backend (sandbox: {backend: container}), or opt in explicitly (sandbox: {allow_untrusted_agents_locally:"
+        " true})",
+    )
+
+
 class CampaignFile(ConfigModel):
     """A whole campaign file. `benchmark:` is the one-slice shorthand of `slices:`."""
 
@@ -189,7 +201,21 @@ class CampaignFile(ConfigModel):
     def _known_backend(cls, sandbox: SandboxSettings) -> SandboxSettings:
         if sandbox.backend not in BACKENDS:
             raise FieldProblem("backend", f"unknown backend {sandbox.backend!r} (known: {', '.join(BACKENDS)})")
+        if sandbox.allow_untrusted_agents_locally and sandbox.backend != "local":
+            problem = f"only the local backend runs agents uncontained; backend {sandbox.backend!r} needs no opt-in"
+            raise FieldProblem("allow_untrusted_agents_locally", problem)
         return sandbox
+
+    @model_validator(mode="after")
+    def _untrusted_agents_contained(self) -> "CampaignFile":
+        """Refuse an untrusted agent on the local backend (it would run as the harness's own user: data directory, instance,
+        engine socket) unless the campaign opts in, in one line that names the way out."""
+        if self.sandbox.backend != "local" or self.sandbox.allow_untrusted_agents_locally:
+            return self
+        untrusted = [(i, v) for i, v in enumerate(self.variants) if not AGENTS[v.agent].trusted]
+        if untrusted:
+            raise _untrusted_on_local(untrusted)
+        return self
 
     @model_validator(mode="after")
     def _one_kind_of_dataset(self) -> "CampaignFile":

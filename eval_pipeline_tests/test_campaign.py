@@ -1,9 +1,15 @@
+import os
+import subprocess
+import sys
+
 import pytest
+import yaml
 
 from eval_pipeline.benchmark import Instance
 from eval_pipeline.campaign import BUILTIN_DIR, CampaignError, builtin_campaigns, load_campaign, parse_campaign
 from eval_pipeline.dataset_source_config import DemoSource
 from eval_pipeline.dataset_sources import DatasetSourceError, load_portfolio
+from eval_pipeline.sandbox import make_sandbox
 from eval_pipeline.settings import Paths
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR
 from eval_pipeline_tests.test_benchmark import row
@@ -235,3 +241,57 @@ def test_a_campaign_file_cannot_run_code_when_it_is_read(tmp_path):
     with pytest.raises(CampaignError, match=r"evil.yaml: not valid YAML at line 1, column 7: could not determine"):
         load_campaign(str(tmp_path / "evil.yaml"))
     assert not marker.exists()
+
+
+COMMAND = {"name": "mine", "agent": "command", "params": {"command": "my-agent"}}
+OPT_IN = {"allow_untrusted_agents_locally": True}
+
+
+def test_an_untrusted_agent_on_the_local_backend_is_refused_in_one_line_naming_the_way_out():
+    with pytest.raises(CampaignError) as error:
+        parse_campaign({**MINIMAL, "variants": [*MINIMAL["variants"], COMMAND]}, "my.yaml")
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith("my.yaml: field variants[1].agent: variant 'mine' (agent 'command') runs code")
+    assert "sandbox: {backend: container}" in message and "sandbox: {allow_untrusted_agents_locally: true}" in message
+
+
+def test_every_built_in_campaign_loads_with_only_trusted_agents():
+    for name in builtin_campaigns():
+        campaign = load_campaign(name)
+        assert not campaign.sandbox.allow_untrusted_agents_locally, name
+
+
+def test_untrusted_agents_run_locally_only_with_the_opt_in_and_their_results_say_so(tmp_path):
+    opted_in = parse_campaign({**MINIMAL, "variants": [COMMAND], "sandbox": OPT_IN}, "my.yaml")
+    record = make_sandbox(opted_in.sandbox, tmp_path, opted_in.resources, opted_in.name).resources_record()
+    assert record["allow_untrusted_agents_locally"] is True
+    plain = parse_campaign(MINIMAL, "my.yaml")
+    assert (
+        "allow_untrusted_agents_locally"
+        not in make_sandbox(plain.sandbox, tmp_path, plain.resources, "x").resources_record()
+    )
+    assert parse_campaign({**MINIMAL, "variants": [COMMAND], "sandbox": {"backend": "container"}}, "x").variants
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "message"),
+    [
+        ({**OPT_IN, "backend": "container"}, "allow_untrusted_agents_locally: only the local backend runs agents"),
+        ({"allow_untrusted_agents_locally": "yes"}, "allow_untrusted_agents_locally: Input should be a valid boolean"),
+    ],
+)
+def test_the_opt_in_is_checked_like_any_sandbox_field(sandbox, message):
+    with pytest.raises(CampaignError, match=rf"my\.yaml: field sandbox\.{message}"):
+        parse_campaign({**MINIMAL, "sandbox": sandbox}, "my.yaml")
+
+
+def test_the_dagster_code_location_refuses_an_untrusted_agent_on_the_local_backend_too(tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump({**MINIMAL, "variants": [COMMAND]}))
+    env = {**os.environ, "EVAL_PIPELINE_CAMPAIGNS": str(mine)}
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import eval_pipeline.definitions"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert loaded.returncode != 0
+    assert f"CampaignError: {mine}: field variants[0].agent: variant 'mine' (agent 'command') runs" in loaded.stderr

@@ -138,3 +138,16 @@ def test_a_bad_campaign_gets_a_clear_error(campaign_env, tmp_path):
     result = eval_pipeline_cli(campaign_env, "run", "--campaign", str(bad))
     assert result.returncode == 2
     assert f"{bad}: field variants[0].agent: unknown agent 'nope' (known: " in result.stderr
+
+
+def test_an_untrusted_agent_on_the_local_backend_is_refused_before_anything_runs(campaign_env, tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(
+        "name: mine\nbenchmark: {kind: demo}\nvariants: [{name: x, agent: command, params: {command: a}}]\n"
+    )
+    result = eval_pipeline_cli(campaign_env, "run", "--campaign", str(mine))
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"eval-pipeline run: {mine}: field variants[0].agent: variant 'x' (agent 'command') runs")
+    assert line.endswith("or opt in explicitly (sandbox: {allow_untrusted_agents_locally: true})")
+    assert not (tmp_path / "dagster_home" / "dagster.yaml").exists(), "refused before the instance is set up"

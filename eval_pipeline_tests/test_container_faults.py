@@ -30,19 +30,25 @@ variants:
   - {{name: oracle, agent: oracle}}
   - {{name: sleepy, agent: command, params: {{command: "{agent_command}"}}}}
 seeds: 1
-sandbox: {{backend: {backend}}}
+sandbox: {{backend: {backend}{opt_in}}}
 resources: {{memory_floor_mb: 128, memory_ceiling_mb: 512, cpu_ceiling: 1}}
 retries: {{max_retries: 4, delay_s: 1, max_rerequests: 0}}
 """
 PLANNED = 16
 AGENT_COMMAND = "sleep 4"
+# The clean run on the local backend takes the opt-in that untrusted agents (`command`) need there.
+LOCAL_OPT_IN = {"local": ", allow_untrusted_agents_locally: true"}
 
 
 def start_campaign(tmp_path: Path, backend: str) -> tuple[subprocess.Popen, Path]:
     """Run (or resume) the campaign on `backend` under its own DAGSTER_HOME."""
     home = tmp_path / backend
     campaign = tmp_path / f"{backend}.yaml"
-    campaign.write_text(CAMPAIGN.format(name="faults", backend=backend, agent_command=AGENT_COMMAND))
+    campaign.write_text(
+        CAMPAIGN.format(
+            name="faults", backend=backend, opt_in=LOCAL_OPT_IN.get(backend, ""), agent_command=AGENT_COMMAND
+        )
+    )
     env = {**os.environ, "DAGSTER_HOME": str(home)}
     env.pop("EVAL_PIPELINE_DATA_DIR", None)
     process = subprocess.Popen(

@@ -41,6 +41,7 @@ variants:
   - {{name: oracle, agent: oracle}}
   - {{name: doomed, agent: command, params: {{command: "echo $PPID >> {worker_pids}; sleep 3"}}}}
 seeds: 1
+sandbox: {{allow_untrusted_agents_locally: true}}  # the command agent on the (default) local backend
 retries: {{max_retries: 1, delay_s: 0, max_rerequests: 0}}
 """
 # A campaign of one trial that the `eval-pipeline` command runs through the same server.

@@ -24,13 +24,20 @@ def tasks(tmp_path_factory):
     return load_terminal_tasks(DEMO_TASKS_DIR, tmp_path_factory.mktemp("mirrors"))
 
 
-def run_trial(tasks, task_id, agent, tmp_path, store, *, multiplier=1.0, timeout_multiplier=1.0, seed=0):
-    """Generate and evaluate one trial under the task's own resources, as a campaign would."""
+def task_limits(task, multiplier=1.0):
+    """The task's own resources, as a campaign gives them."""
+    return ResourceLimits(memory_floor_mb=128).for_task(task.memory_mb, task.cpus).with_multiplier(multiplier)
+
+
+def run_trial(
+    tasks, task_id, agent, tmp_path, store, *, multiplier=1.0, timeout_multiplier=1.0, seed=0, params=None, sandbox=None
+):
+    """Generate and evaluate one trial under the task's own resources, as a campaign would: on the local backend,
+    or on `sandbox` (made with those resources)."""
     task = tasks.instance(task_id)
-    limits = ResourceLimits(memory_floor_mb=128).for_task(task.memory_mb, task.cpus).with_multiplier(multiplier)
-    sandbox = LocalSandbox(tmp_path / "sandbox", limits, SandboxSettings(), "test")
+    sandbox = sandbox or LocalSandbox(tmp_path / "sandbox", task_limits(task, multiplier), SandboxSettings(), "test")
     environment = sandbox.prepare(task, tasks.environment_for(task), tasks.source)
-    generation = generate(task, make_agent(agent), seed, environment, sandbox, store, timeout_multiplier)
+    generation = generate(task, make_agent(agent, params), seed, environment, sandbox, store, timeout_multiplier)
     timeout = task.verifier_timeout_s * timeout_multiplier
     return evaluate(task, tasks.environment_for(task), generation, environment, sandbox, store, timeout)
 
@@ -57,6 +64,36 @@ def test_oracle_passes_and_null_fails(tasks, task_id, tmp_path, store):
     null = run_trial(tasks, task_id, "null", tmp_path, store)
     assert oracle.outcome == Outcome.RESOLVED, oracle.steps
     assert null.outcome == Outcome.UNRESOLVED, null.steps
+
+
+# Wrong answers made to look right by editing what the verifier reads: the input, or the test runner itself.
+FORGERIES = {
+    "csv-total": "printf 'region,amount\\nnorth,1.00\\n' > sales.csv; echo 1.00 > total.txt",
+    "sort-unique": "echo zed > names.txt; echo zed > sorted.txt",
+    "word-count": "echo one > data/input.txt; echo 1 > count.txt",
+    "shuffle-deck": "printf 'king\\nace\\n' > deck.txt; printf 'print(\"ace\")\\nprint(\"king\")\\n' > shuffle.py",
+    "fix-config": "echo 'raise SystemExit(0)' > pytest.py",
+}
+
+
+@pytest.mark.parametrize("task_id", sorted(FORGERIES))
+def test_a_wrong_answer_cannot_pass_by_editing_what_the_verifier_reads(tasks, task_id, tmp_path, store):
+    """The verifier knows its expected values (or brings its own input) and imports nothing from the workdir."""
+    forged = run_trial(tasks, task_id, "command", tmp_path, store, params={"command": FORGERIES[task_id]})
+    assert forged.outcome == Outcome.UNRESOLVED, forged.steps
+
+
+@pytest.mark.slow  # builds five task images
+def test_a_wrong_answer_cannot_pass_by_editing_what_the_verifier_reads_in_a_container(
+    tasks, tmp_path, container_sandbox, store
+):
+    for task_id, command in FORGERIES.items():
+        pod = container_sandbox(task_limits(tasks.instance(task_id)), task_base_image=task_base_image())
+        oracle = run_trial(tasks, task_id, "oracle", tmp_path, store, sandbox=pod)
+        forged = run_trial(tasks, task_id, "command", tmp_path, store, params={"command": command}, sandbox=pod)
+        pod.release()
+        assert oracle.outcome == Outcome.RESOLVED or task_id == "shuffle-deck", (task_id, oracle.steps)  # flaky
+        assert forged.outcome == Outcome.UNRESOLVED, (task_id, forged.steps)
 
 
 def test_a_task_over_its_memory_is_oom_killed_at_1x_and_resolves_at_3x(tasks, tmp_path, store):

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, StrictStr, TypeAdapter
+from pydantic import BeforeValidator, ConfigDict, StrictBool, StrictStr, TypeAdapter
 
 from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
 from eval_pipeline.config_validation import Count, Number, PositiveCount
@@ -116,6 +116,14 @@ class SandboxSettings:
     `task_base_image` (EVAL_PIPELINE_TASK_BASE_IMAGE) replaces the `FROM` image
     of terminal tasks' Dockerfiles, for machines that cannot pull them; nothing
     else of a task's Dockerfile is ever changed.
+
+    `allow_untrusted_agents_locally` is the explicit opt-in to run untrusted
+    agents (agents.Agent.trusted) on the `local` backend, which has no walls:
+    their commands, and their patches' code at grading, run on the host as
+    the harness's own user, within reach of the data directory, the Dagster
+    instance and the engine's socket. Without it such a campaign is refused
+    at load; with it every trial's resources record says so. Only the local
+    backend takes it (the others contain every agent).
     """
 
     __pydantic_config__ = ConfigDict(extra="forbid")  # a campaign's `sandbox:` is read into this (campaign_config.py)
@@ -131,6 +139,7 @@ class SandboxSettings:
     python_source: PythonSource = "image"
     python_image: StrictStr = "python:{version}-slim"
     task_base_image: StrictStr | None = None
+    allow_untrusted_agents_locally: StrictBool = False
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "SandboxSettings":
@@ -282,10 +291,15 @@ class SandboxBackend(ABC):
         """Stop what this backend keeps running between trials; `prepare` or `workspace` restart it."""
 
     def resources_record(self) -> dict[str, Any]:
-        """Requested and enforced resources, as recorded in every trial's lineage."""
-        return {
+        """Requested and enforced resources, as recorded in every trial's lineage (and keyed into its
+        evaluation); the opt-in to untrusted agents on the local backend appears only when taken, so a result
+        obtained with it is marked, and one obtained without keeps its key."""
+        record = {
             "backend": self.name,
             "mode": self.settings.mode,
             "requested": self.limits.as_record(),
             "enforced": self.enforced_limits(),
         }
+        if self.settings.allow_untrusted_agents_locally:
+            record["allow_untrusted_agents_locally"] = True
+        return record
