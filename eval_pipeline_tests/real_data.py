@@ -20,10 +20,13 @@ FETCHED = Path(os.environ.get("EVAL_PIPELINE_FETCHED_REPOS", "/work/.mirror"))
 # SWE-bench Verified rows, as published in rese1f/terminal-bench-datasets (datasets/swebench-verified/<id>/tests/
 # config.json, a dump of the Verified record): a src-layout editable install (flask, Python 3.11), Python 3.9 with
 # a plain install (requests), Python 3.9 with an editable install and requirements read at the setup commit (pylint),
-# and sympy's own test runner, read by SWE-bench's sympy parser (on the local backend only, to keep CI short).
+# and, on the local backend only (to keep CI short), sympy's own test runner, read by SWE-bench's sympy parser, and
+# pytest's own repository at 4.6, where the graded runner is the code under test (an editable install of its src/)
+# and older than the launcher's newer paths (no Item.from_parent before 5.4, locations as py.path objects).
 SWEBENCH_ROWS_REPO = "rese1f/terminal-bench-datasets"
 SWEBENCH_ROWS = ("pallets__flask-5014", "psf__requests-1142", "pylint-dev__pylint-4970")
-SWEBENCH_LOCAL_ROWS = (*SWEBENCH_ROWS, "sympy__sympy-24443")
+PYTEST_ROW = "pytest-dev__pytest-5809"
+SWEBENCH_LOCAL_ROWS = (*SWEBENCH_ROWS, "sympy__sympy-24443", PYTEST_ROW)
 
 
 def fetched(repo: str) -> Path:
@@ -58,7 +61,8 @@ def swebench_rows(instance_ids: tuple[str, ...] = SWEBENCH_ROWS) -> list[dict]:
 
 
 def swebench_mirror(rows: list[dict], mirror_dir: Path) -> Path:
-    """`mirror_dir/owner/name`: bare repositories with only the rows' base and setup commits (depth 1 each)."""
+    """`mirror_dir/owner/name`: bare repositories with only the rows' base and setup commits (depth 1 each),
+    each base commit tagged with its last release (see `_last_release`)."""
     for row in rows:
         target = mirror_dir / row["repo"]
         if not target.exists():
@@ -66,7 +70,23 @@ def swebench_mirror(rows: list[dict], mirror_dir: Path) -> Path:
         for commit in {row["base_commit"], row["environment_setup_commit"]}:
             _git("-C", str(target), "fetch", "-q", "--depth=1", f"file://{fetched(row['repo'])}", commit)
             _git("-C", str(target), "update-ref", f"refs/heads/swebench-{commit}", commit)
+        if release := _last_release(fetched(row["repo"]), row["base_commit"]):
+            _git("-C", str(target), "tag", "-f", f"swebench-{row['base_commit'][:12]}-{release}", row["base_commit"])
     return mirror_dir
+
+
+def _last_release(snapshot: Path, commit: str) -> str | None:
+    """The last release tag before `commit` in the full snapshot, or None if it has none.
+
+    A repository versioned by setuptools_scm (pytest) reads its version from the tags when the environment
+    installs it; with depth 1 and no tag it would be 0.1.dev1, which pytest's own `minversion` refuses. The
+    mirror tags the base commit itself, as the cut history holds nothing older, named for the commit (rows of
+    one release share it) with the release last, which setuptools_scm's tag pattern reads as the version.
+    """
+    described = subprocess.run(
+        ["git", "--git-dir", str(snapshot), "describe", "--tags", "--abbrev=0", commit], capture_output=True, text=True
+    )
+    return described.stdout.strip() or None
 
 
 def write_rows(rows: list[dict], path: Path) -> Path:

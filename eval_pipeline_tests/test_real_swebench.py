@@ -3,9 +3,10 @@
 The rows (real_data.py) cover a src-layout editable install (flask, Python 3.11),
 Python 3.9 with a plain install (requests), Python 3.9 with an editable install
 and requirements read at the setup commit (pylint), and, on the local backend,
-sympy's own test runner read by SWE-bench's sympy parser. Gold must resolve and
-the empty patch must not, on the local and the container backend; and no
-workspace can reach a later commit, the gold patch or the test patch.
+sympy's own test runner read by SWE-bench's sympy parser and pytest's own
+repository, graded by the pytest it installs. Gold must resolve and the empty
+patch must not, on the local and the container backend; and no workspace can
+reach a later commit, the gold patch or the test patch.
 """
 
 import json
@@ -16,11 +17,20 @@ from pathlib import Path
 
 import pytest
 
-from eval_pipeline.benchmark import Benchmark, RepoSource
+from eval_pipeline.benchmark import Benchmark, Instance, RepoSource
+from eval_pipeline.grading import FAILED, MISSING, REPORT_NAME, Verdict, grade, parse_junit
+from eval_pipeline.outcomes import Outcome
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline_tests.conftest import eval_pipeline_cli, prepare_on
-from eval_pipeline_tests.real_data import SWEBENCH_LOCAL_ROWS, SWEBENCH_ROWS, swebench_mirror, swebench_rows, write_rows
+from eval_pipeline_tests.real_data import (
+    PYTEST_ROW,
+    SWEBENCH_LOCAL_ROWS,
+    SWEBENCH_ROWS,
+    swebench_mirror,
+    swebench_rows,
+    write_rows,
+)
 
 pytestmark = pytest.mark.slow  # end to end: `pytest -m "not slow"` leaves it out
 
@@ -114,6 +124,29 @@ def test_local_workspaces_cannot_reach_the_answer(real_benchmark, data_dir):
         assert environment.details["python"].startswith(real_benchmark.environment_for(instance).python + ".")
         with sandbox.workspace(environment, "agent") as workspace:
             assert_answer_unreachable(workspace, instance, mirrors)
+
+
+def _graded_with_canary(
+    sandbox: LocalSandbox, benchmark: Benchmark, instance: Instance, patch: str
+) -> tuple[Verdict, str]:
+    """The verdict on `patch`, and the status the run's JUnit report gives its canary (which must be FAILED)."""
+    environment = prepare_on(sandbox, benchmark, instance)
+    with sandbox.workspace(environment, "grade") as workspace:
+        verdict = grade(instance, benchmark.environment_for(instance), patch, workspace, test_timeout_s=600)
+        report = workspace.read_harness_file(REPORT_NAME) or b"<testsuite/>"
+    canary = next(step["canary"] for step in verdict.steps if step["step"] == "run_tests")
+    return verdict, parse_junit(report).get(canary, MISSING)
+
+
+def test_pytest_graded_by_the_pytest_it_installs(real_benchmark, data_dir):
+    """The launcher imports the code under test as the runner (pytest 4.6, older than Item.from_parent): gold
+    resolves with no audit flag, the empty patch does not, and neither run is taken for a forged report."""
+    sandbox = LocalSandbox(data_dir / "sandboxes" / "local", LIMITS, SandboxSettings(), "pytest-row")
+    instance = real_benchmark.instance(PYTEST_ROW)
+    gold, gold_canary = _graded_with_canary(sandbox, real_benchmark, instance, instance.patch)
+    empty, empty_canary = _graded_with_canary(sandbox, real_benchmark, instance, "")
+    assert (gold.outcome, gold.audit, gold_canary) == (Outcome.RESOLVED, [], FAILED), gold.detail
+    assert (empty.outcome, empty_canary) == (Outcome.UNRESOLVED, FAILED), empty.detail
 
 
 def test_real_rows_on_the_container_backend(engine, real_rows, real_benchmark, container_sandbox, tmp_path):
