@@ -58,8 +58,9 @@ TEST_INFRASTRUCTURE = (
     "test_*.py",
     "*_test.py",
 )
-REPORT_NAME = "junit.xml"
-LOG_NAME = "tests.log"
+# Written by the tests' command, run as the workspace's uid: under the harness's `out/`, the one place it may write.
+REPORT_NAME = "out/junit.xml"
+LOG_NAME = "out/tests.log"
 
 # SWE-bench's statuses (swebench.harness.constants.TestStatus), and ours for a graded test with no result.
 PASSED, FAILED, SKIPPED, ERROR, XFAIL, MISSING = "PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", "MISSING"
