@@ -96,6 +96,11 @@ class Campaign:
         return (self.test_timeout_s if own is None else own) * self.timeout_multiplier
 
     @property
+    def network(self) -> bool:
+        """Whether any variant opted into network: its sandboxes must then be able to give it one."""
+        return any(variant.network for variant in self.variants)
+
+    @property
     def trials(self) -> tuple[Trial, ...]:
         return tuple(Trial(variant, seed) for variant in self.variants for seed in self.seeds)
 
@@ -110,7 +115,8 @@ class Campaign:
         """The hash of the trial plan: it changes when variants, seeds or settings change."""
         return stable_hash(
             {
-                "variants": [(v.name, v.agent, dict(v.params)) for v in self.variants],
+                # A variant's network joins its identity only when opted in, so other plans keep their hash.
+                "variants": [(v.name, v.agent, dict(v.params), *(["network"] * v.network)) for v in self.variants],
                 "seeds": self.seeds,
                 "sandbox": self.sandbox.backend,
                 "mode": self.sandbox.mode,

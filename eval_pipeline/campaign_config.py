@@ -9,7 +9,7 @@ of the model, so they fail at load naming the field like any typo.
 import re
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, StrictBool, ValidationInfo, field_validator, model_validator
 
 from eval_pipeline.agents import AGENTS, Agent, make_agent
 from eval_pipeline.config_validation import (
@@ -39,11 +39,16 @@ Identifier = Annotated[str, AfterValidator(_identifier)]
 
 
 class Variant(ConfigModel):
-    """`variants[i]`: an agent and its parameters under a name; the agent is made once at load to check them."""
+    """`variants[i]`: an agent and its parameters under a name; the agent is made once at load to check them.
+
+    `network: true` lets this variant's agent reach the network (a model API, a package index); every other
+    variant's trials, and every grading, have none. The choice is in each trial's lineage.
+    """
 
     name: Identifier
     agent: str
     params: dict[str, Any] = {}
+    network: StrictBool = False
 
     def make_agent(self) -> Agent:
         return make_agent(self.agent, dict(self.params))

@@ -55,19 +55,24 @@ class Generation(StoredRecord):
 
 
 def task_generation_key(
-    content_hash: str, agent_config: dict[str, Any], seed: int, agent_timeout_s: float | None
+    content_hash: str, agent_config: dict[str, Any], seed: int, agent_timeout_s: float | None, network: bool = False
 ) -> str:
-    """The generation's key from what determines it: the task's content, the agent, the seed, and the task's
-    own limit on the agent (it can change what the agent produces)."""
+    """The generation's key from what determines it: the task's content, the agent, the seed, the task's
+    own limit on the agent and whether its variant opted into network (either can change what the agent
+    produces; each joins the key only when set, so other keys stay as they were)."""
     identity = {"version": GENERATION_VERSION, "instance": content_hash, "agent": agent_config, "seed": seed}
     if agent_timeout_s is not None:
         identity["agent_timeout_s"] = agent_timeout_s
+    if network:
+        identity["network"] = True
     return f"generation/{stable_hash(identity)}.json"
 
 
-def generation_key(instance: Task, agent: Agent, seed: int, timeout_multiplier: float = 1.0) -> str:
+def generation_key(
+    instance: Task, agent: Agent, seed: int, timeout_multiplier: float = 1.0, network: bool = False
+) -> str:
     agent_timeout_s = agent_task(instance, seed, timeout_multiplier).timeout_s
-    return task_generation_key(instance.content_hash, agent.config, seed, agent_timeout_s)
+    return task_generation_key(instance.content_hash, agent.config, seed, agent_timeout_s, network)
 
 
 def _solve(agent: Agent, task: AgentTask, workspace: Workspace) -> tuple[AgentOutput | None, str, str]:
@@ -90,6 +95,7 @@ def generate(
     sandbox: SandboxBackend,
     store: ArtifactStore,
     timeout_multiplier: float = 1.0,
+    network: bool = False,
 ) -> Generation:
     """The stored generation for (instance, agent, seed), running the agent only if there is none.
 
@@ -98,8 +104,10 @@ def generate(
     retried. An InfrastructureError (a lost sandbox, the engine, the store,
     even inside the agent's own commands) is kept as a failed attempt and
     raised, so nothing final is stored and the step can be retried.
+
+    The agent's workspace has network only when `network` (its variant opted in).
     """
-    key = generation_key(instance, agent, seed, timeout_multiplier)
+    key = generation_key(instance, agent, seed, timeout_multiplier, network)
     if (stored := store.get(key)) is not None:
         return Generation.from_payload(stored, key=key, reused=True)
 
@@ -107,7 +115,7 @@ def generate(
     started_at = now()
     clock = time.monotonic()
     with failures_kept(store, Stage.GENERATION, key, {"artifact": key}):
-        with sandbox.workspace(environment, label=f"gen-{task.seed}") as workspace:
+        with sandbox.workspace(environment, label=f"gen-{task.seed}", network=network) as workspace:
             output, status, error = _solve(agent, task, workspace)
             try:
                 patch = workspace_diff(workspace, instance.base_commit)

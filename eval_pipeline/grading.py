@@ -77,7 +77,7 @@ TEST_INFRASTRUCTURE = (
 # Directories whose files configure the run: package metadata (a `pytest11` entry point is a plugin pytest loads
 # on its own) and pytest's cache (which `--lf` and `--sw` read to choose the tests).
 TEST_INFRASTRUCTURE_DIRS = ("*.dist-info", "*.egg-info", ".pytest_cache")
-# Written by the test run itself, so under `out/`, the one part of the harness directory its commands may write.
+# Written by the tests' command, run as the workspace's uid: under the harness's `out/`, the one place it may write.
 REPORT_NAME = "out/junit.xml"
 LOG_NAME = "out/tests.log"
 

@@ -17,6 +17,8 @@ MAX_PATCH_BYTES = 10 * 2**20
 _DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
 _PATH_LINE = re.compile(r"^(?:--- |\+\+\+ |rename from |rename to |copy from |copy to )(.+)$", re.MULTILINE)
 _BINARY_ATTRIBUTES = "binary.gitattributes"
+# Written by a command run as the workspace's uid: under the harness's `out/`, the one place it may write.
+DIFF_NAME = "out/workspace.diff"
 
 
 class WorkspaceDiffError(RuntimeError):
@@ -105,12 +107,12 @@ def workspace_diff(workspace: Workspace, base_commit: str) -> str:
     reproduces its bytes exactly instead of losing them to replacement
     characters.
     """
-    output = workspace.harness_path("workspace.diff")
+    output = workspace.harness_path(DIFF_NAME)
     base_commit = workspace.base_revision or base_commit
     _diff(workspace, base_commit, output, binary_only=False)
-    data = workspace.read_harness_file("workspace.diff") or b""
+    data = workspace.read_harness_file(DIFF_NAME) or b""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         _diff(workspace, base_commit, output, binary_only=True)
-        return (workspace.read_harness_file("workspace.diff") or b"").decode("ascii")
+        return (workspace.read_harness_file(DIFF_NAME) or b"").decode("ascii")

@@ -67,7 +67,14 @@ class TrialSetup:
             agent = work.trial.variant.make_agent()
             try:
                 generation = generate(
-                    instance, agent, work.trial.seed, environment, sandbox, self.store, self.campaign.timeout_multiplier
+                    instance,
+                    agent,
+                    work.trial.seed,
+                    environment,
+                    sandbox,
+                    self.store,
+                    self.campaign.timeout_multiplier,
+                    work.trial.variant.network,
                 )
             except InfrastructureError as error:
                 return TrialResult(work, error.outcome, f"generation: {error}", None, None, 1)

@@ -92,6 +92,7 @@ def _lineage(records: TrialRecords) -> dict[str, Any]:
         "agent": identity.agent,
         "agent_config_hash": identity.agent_config_hash,
         "agent_config": generation.agent_config if generation else None,
+        "network": identity.network,
         # Where the stage's artifact is stored or, before it is, will be (an evaluation's key waits for its patch).
         "artifacts": {
             "generation": identity.generation_key,

@@ -45,6 +45,7 @@ class TrialIdentity:
     environment_key: str
     test_timeout_s: float
     resources: dict[str, Any] = field(hash=False)  # the sandbox's resources record, as evaluations store it
+    network: bool = False  # whether its variant opted into network (its agent's workspace has one)
 
     def evaluation_key(self, patch_sha256: str) -> str:
         """The final evaluation's key once the generation's patch is known."""
@@ -89,10 +90,13 @@ def trial_identities(
                     agent=trial.variant.agent,
                     seed=trial.seed,
                     agent_config_hash=agent_config_hash,
-                    generation_key=task_generation_key(content_hash, agent_config, trial.seed, agent_timeout_s),
+                    generation_key=task_generation_key(
+                        content_hash, agent_config, trial.seed, agent_timeout_s, trial.variant.network
+                    ),
                     environment_key=environment_key,
                     test_timeout_s=campaign.test_timeout_for(task),
                     resources=resources,
+                    network=trial.variant.network,
                 )
             )
     return identities

@@ -206,9 +206,13 @@ def container_sandbox(engine, tmp_path):
     campaign = f"test-{uuid.uuid4().hex[:8]}"
     made = []
 
-    def make(limits=TRIAL_LIMITS, **settings):
+    def make(limits=TRIAL_LIMITS, network=False, **settings):
         sandbox = make_sandbox(
-            SandboxSettings.from_mapping({"backend": "container", **settings}), tmp_path / "sb", limits, campaign
+            SandboxSettings.from_mapping({"backend": "container", **settings}),
+            tmp_path / "sb",
+            limits,
+            campaign,
+            network,
         )
         made.append(sandbox)
         return sandbox

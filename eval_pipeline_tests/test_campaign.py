@@ -9,6 +9,7 @@ from eval_pipeline.benchmark import Instance
 from eval_pipeline.campaign import BUILTIN_DIR, CampaignError, builtin_campaigns, load_campaign, parse_campaign
 from eval_pipeline.dataset_source_config import DemoSource
 from eval_pipeline.dataset_sources import DatasetSourceError, load_portfolio
+from eval_pipeline.generation import task_generation_key
 from eval_pipeline.sandbox import make_sandbox
 from eval_pipeline.settings import Paths
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR
@@ -33,6 +34,21 @@ def test_the_baseline_is_a_named_variant_or_the_first():
     two = {**MINIMAL, "variants": [{"name": "o", "agent": "oracle"}, {"name": "n", "agent": "null"}]}
     assert parse_campaign({**two, "baseline": "n"}, "x").baseline == "n"
     assert parse_campaign(two, "x").baseline == "o"
+
+
+def test_a_variant_opts_into_network_by_name_and_only_its_generations_change_key():
+    opened = {
+        **MINIMAL,
+        "variants": [{"name": "o", "agent": "oracle", "network": True}, {"name": "n", "agent": "null"}],
+    }
+    campaign = parse_campaign(opened, "x")
+    assert campaign.network and [variant.network for variant in campaign.variants] == [True, False]
+    assert not parse_campaign(MINIMAL, "x").network, "no network unless a variant asks"
+    with pytest.raises(CampaignError, match=r"variants\.0\.network|variants\[0\]\.network"):
+        parse_campaign({**MINIMAL, "variants": [{"name": "o", "agent": "oracle", "network": "yes"}]}, "x")
+    closed = task_generation_key("content", {"agent": "oracle"}, 0, None)
+    assert closed == task_generation_key("content", {"agent": "oracle"}, 0, None, network=False)
+    assert closed != task_generation_key("content", {"agent": "oracle"}, 0, None, network=True)
 
 
 def test_gate_policies_are_checked_against_the_variants(tmp_path):

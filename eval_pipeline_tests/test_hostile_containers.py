@@ -1,5 +1,9 @@
 """Hostile agents in real containers: each is contained by the pod's isolation and limits, nothing else harmed."""
 
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from eval_pipeline.agents import make_agent
@@ -56,4 +60,124 @@ def test_gigabytes_of_output_are_capped_inside_the_container(pod, store):
     step = generation.trajectory[0]
     assert step["output_truncated"] is True and step["exit_code"] == 0
     assert len(step["stdout_tail"]) <= 2000
+    still_works(pod)
+
+
+def uids_running(container) -> set[int]:
+    """The real uid of every process in the container, read by root from /proc."""
+    listing = container.exec_run(["sh", "-c", "grep -h '^Uid:' /proc/[0-9]*/status 2>/dev/null | cut -f2"])
+    return {int(uid) for uid in listing.output.split()}
+
+
+def files_of(container, uid: int) -> list[str]:
+    found = container.exec_run(["find", "/tmp", "/var/tmp", "/dev/shm", "-user", str(uid)])
+    return found.output.decode().split()
+
+
+# Leaves a process in a session of its own (out of the command's process group), polling for the harness
+# files of whatever trial comes next, and files in every world-writable place.
+LINGER = (
+    "setsid sh -c 'while :; do cat /workspaces/*/harness/*.patch >> /tmp/loot; sleep 0.2; done' "
+    "</dev/null >/dev/null 2>&1 & "
+    "for place in /tmp /var/tmp /dev/shm; do mkdir -p $place/left/deep && echo x > $place/left/deep/f; done"
+)
+
+
+def test_a_process_a_trial_leaves_behind_ends_with_its_command_and_its_files_with_the_trial(pod, engine):
+    sandbox, _, environment = pod
+    with sandbox.workspace(environment, "first") as first:
+        assert first.run(LINGER, timeout_s=30).ok
+        container, uid = first.container, first.uid
+        assert uid not in uids_running(container), "the setsid process ended with the command"
+        planted = {f"{place}/left/deep/f" for place in ("/tmp", "/var/tmp", "/dev/shm")}
+        assert planted <= set(files_of(container, uid)), "its files stay while the trial lasts"
+    assert files_of(container, uid) == [], "the trial's files in /tmp, /var/tmp and /dev/shm went with it"
+    with sandbox.workspace(environment, "second") as second:
+        assert second.root == "/workspaces/slot0" and second.uid != uid, "the same slot, another uid"
+        assert second.run("ls /tmp/loot /tmp/left", timeout_s=30).exit_code != 0
+    still_works(pod)
+
+
+def test_a_trial_sees_no_secret_workspace_or_harness_file_of_a_trial_running_beside_it(
+    container_sandbox, demo_benchmark, store, monkeypatch
+):
+    sandbox = container_sandbox(limits=ResourceLimits(memory_floor_mb=64, memory_ceiling_mb=256), pod_parallelism=2)
+    instance = demo_benchmark.instances[0]
+    environment = prepare_on(sandbox, demo_benchmark, instance)
+    secret = f"sk-{uuid.uuid4().hex}"
+    monkeypatch.setenv("EVAL_TEST_API_KEY", secret)
+    agent = make_agent(
+        "command",
+        {"command": 'test -n "$EVAL_TEST_API_KEY" && sleep 20', "pass_env": ["EVAL_TEST_API_KEY"], "timeout_s": 60},
+    )
+    with ThreadPoolExecutor(1) as pool:
+        generation = pool.submit(generate, instance, agent, 0, environment, sandbox, store)
+        pod = sandbox.client.containers.get(environment.location)
+        environs = ["sh", "-c", "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'"]
+        deadline = time.monotonic() + 30
+        while secret not in pod.exec_run(environs).output.decode():  # root sees it: the agent has it
+            assert time.monotonic() < deadline and not generation.done(), "the agent never got its secret"
+            time.sleep(0.2)
+        with sandbox.workspace(environment, "spy") as spy:
+            (other,) = {"/workspaces/slot0", "/workspaces/slot1"} - {spy.root}
+            everything = spy.run(
+                "for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do cat $f; echo; done 2>/dev/null | tr '\\0' ' '",
+                timeout_s=30,
+            ).stdout
+            peek = spy.run(
+                f"ls {other}; cat {other}/harness/instruction.md {other}/repo/README.md; ls /workspaces", timeout_s=30
+            )
+        assert "sleep 20" in everything, "the spy reads other processes' command lines, as any uid can"
+        assert secret not in everything, "but no secret is in one, and no other uid's environment is readable"
+        assert peek.stdout == "" and peek.stderr.count("Permission denied") == 4, peek.stderr
+        assert generation.result().trajectory[0]["exit_code"] == 0
+
+
+NETWORK_PROBE = (
+    "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; python3 -c 'import socket; s = socket.socket(); "
+    's.bind(("127.0.0.1", 0)); s.listen(); socket.create_connection(s.getsockname()); print("loopback works")\''
+)
+
+
+def interfaces(workspace) -> list[str]:
+    lines = workspace.run(NETWORK_PROBE, timeout_s=30).stdout.split("\n")
+    assert "loopback works" in lines, "a trial's own servers on localhost work with or without network"
+    return sorted(line for line in lines if line and line != "loopback works")
+
+
+@pytest.mark.parametrize("mode", ["pod", "strict"])
+def test_no_trial_has_a_network_unless_its_variant_opted_in(container_sandbox, demo_benchmark, engine, mode):
+    instance = demo_benchmark.instances[0]
+    closed = container_sandbox(mode=mode)
+    environment = prepare_on(closed, demo_benchmark, instance)
+    with closed.workspace(environment, "closed") as workspace:
+        assert interfaces(workspace) == ["lo"]
+        assert workspace.container.attrs["HostConfig"]["NetworkMode"] == "none"
+    with pytest.raises(ValueError, match="no variant opted in"):
+        with closed.workspace(environment, "asks", network=True):
+            pass
+    opened = container_sandbox(mode=mode, network=True, pod_parallelism=2)
+    environment = prepare_on(opened, demo_benchmark, instance)
+    with opened.workspace(environment, "opted-in", network=True) as online, opened.workspace(environment, "not") as off:
+        assert len(interfaces(online)) > 1, "the variant that opted in has the engine's network"
+        assert interfaces(off) == ["lo"], "a trial that did not opt in has none, even in a pod that has one"
+
+
+def test_a_trial_writes_nothing_of_the_harness_but_its_outputs(pod):
+    sandbox, _, environment = pod
+    with sandbox.workspace(environment, "t") as workspace:
+        patch = workspace.write_harness_file("model.patch", "original\n")
+        junit, log = workspace.harness_path("out/junit.xml"), workspace.harness_path("out/tests.log")
+        root = workspace.root
+        attack = (
+            f"echo forged >> {patch}; rm -f {patch}; mv {root} {root}.moved; mv {root}/harness {root}/h; "
+            f"chmod 777 {root}/harness; ln -s /opt/eval/limited_exec.py {junit}; echo tests ran > {log}"
+        )
+        result = workspace.run(attack, timeout_s=30)
+        assert result.stderr.count("Permission denied") + result.stderr.count("Operation not permitted") == 5
+        assert workspace.read_harness_file("model.patch") == b"original\n"
+        assert workspace.read_harness_file("out/tests.log") == b"tests ran\n", "outputs are the uid's to write"
+        assert workspace.read_harness_file("out/junit.xml") is None, "a link planted in out/ is never followed"
+        with pytest.raises(ValueError, match="out/"):
+            workspace.write_harness_file("out/junit.xml", "<testsuite/>")  # as root, it would follow that link
     still_works(pod)

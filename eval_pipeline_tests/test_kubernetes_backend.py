@@ -8,6 +8,8 @@ goes over a real websocket to a server speaking Kubernetes' channel protocol.
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -22,7 +24,7 @@ from kubernetes.client import ApiClient, Configuration, CoreV1Api
 from websockets.sync.server import serve
 
 from eval_pipeline.outcomes import SandboxLost
-from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxError, SandboxSettings
+from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxError, SandboxSettings, limited_exec
 from eval_pipeline.sandbox.kubernetes import KubernetesExec, KubernetesSandbox, remove_pods
 from eval_pipeline_tests.conftest import eval_pipeline_cli
 
@@ -199,12 +201,19 @@ def test_the_janitor_removes_only_eval_pipelines_pods_of_the_campaign(sandbox, c
 @pytest.fixture
 def exec_server():
     """A websocket server speaking Kubernetes' exec protocol (v4.channel.k8s.io): it answers every exec with
-    the stdout, stderr and exit code the test sets, and records the query the client connected with."""
+    the stdout, stderr and exit code the test sets, or with the command's own when the test sets `execute`
+    (run here, given the line the client sent on stdin), and records the query the client connected with."""
     seen: list[dict] = []
     answer = {"stdout": b"", "stderr": b"", "status": {"status": "Success"}}
 
     def handler(connection):
-        seen.append(parse_qs(urlsplit(connection.request.path).query))
+        query = parse_qs(urlsplit(connection.request.path).query)
+        seen.append(query)
+        if query["stdin"] == ["True"]:
+            query["input"] = connection.recv()[1:]  # after its channel byte (0: stdin)
+        if answer.get("execute"):
+            done = subprocess.run(query["command"], input=query.get("input", ""), capture_output=True, text=True)
+            answer.update(stdout=done.stdout.encode(), stderr=done.stderr.encode())
         time.sleep(answer.get("hang_s", 0))
         for channel, data in ((1, answer["stdout"]), (2, answer["stderr"])):
             if data:
@@ -233,6 +242,19 @@ def test_exec_runs_the_command_in_the_environment_container_and_returns_its_exit
     assert seen[0]["container"] == ["environment"] and seen[0]["stdout"] == ["True"] and seen[0]["stdin"] == ["False"]
     answer.update(stdout=b"done", stderr=b"", status={"status": "Success"})
     assert pod.run(["true"]) == (0, b"done", b"")
+
+
+def test_a_request_reaches_the_command_runner_on_stdin_and_never_in_its_command_line(exec_server):
+    """A Kubernetes exec has no environment of its own: the request, secrets and all, goes on stdin, where the
+    real command runner reads it."""
+    host, answer, seen = exec_server
+    answer["execute"] = True
+    secret = "sk-not-in-any-command-line"
+    request = {"command": 'echo "$KEY"', "cwd": "/", "env": {"KEY": secret}, "timeout_s": 10, "output_bytes": 100}
+    argv = [sys.executable, limited_exec.__file__]
+    exit_code, stdout, _ = KubernetesExec(api(host=host), NAMESPACE, "env-pod").run(argv, private=json.dumps(request))
+    assert exit_code == 0 and json.loads(stdout)["stdout"] == f"{secret}\n"
+    assert seen[0]["stdin"] == ["True"] and secret not in json.dumps(seen[0]["command"])
 
 
 def test_an_exec_cut_off_without_a_status_is_an_infrastructure_error(exec_server, cluster):

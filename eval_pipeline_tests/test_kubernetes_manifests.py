@@ -19,7 +19,7 @@ from eval_pipeline.campaign import load_campaign
 from eval_pipeline.defs import STAGE_TAG, build_definitions, stage_job_name
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.kubernetes import KubernetesSandbox
-from eval_pipeline.sandbox.pod_manifest import MANAGED_BY, label_value
+from eval_pipeline.sandbox.pod_manifest import MANAGED_BY, NETWORK_LABEL, NETWORK_OPTED_IN, label_value
 
 K8S_DIR = Path(__file__).parents[1] / "k8s"
 KUBERNETES_VERSION = "1.31"
@@ -62,8 +62,12 @@ def test_a_manifest_with_an_unknown_field_is_rejected():
         validate({**quota, "spec": {**quota["spec"], "hardd": {"pods": "1"}}})
 
 
-def rendered_pod(limits: ResourceLimits, instance_id: str = "owner__repo-1234", **settings) -> dict:
-    sandbox = KubernetesSandbox(Path("/unused"), limits, SandboxSettings.from_mapping(settings), "nightly-2026")
+def rendered_pod(
+    limits: ResourceLimits, instance_id: str = "owner__repo-1234", network: bool = False, **settings
+) -> dict:
+    sandbox = KubernetesSandbox(
+        Path("/unused"), limits, SandboxSettings.from_mapping(settings), "nightly-2026", network
+    )
     return sandbox.pod_manifest(instance_id, "registry.example.com/eval-pipeline-instance:abc")
 
 
@@ -113,6 +117,18 @@ def test_the_network_policy_denies_environment_pods_all_egress():
     selector = policy["spec"]["podSelector"]["matchLabels"]
     assert selector == MANAGED_BY and selector.items() <= pod["metadata"]["labels"].items()
     assert "Egress" in policy["spec"]["policyTypes"] and policy["spec"]["egress"] == []
+
+
+def test_a_campaign_that_opted_a_variant_into_network_labels_its_own_pods_for_an_egress_policy():
+    """The deny-all policy still selects them (its own trials get none, per command); the label is what an
+    operator's policy allowing egress selects, and the pods are others than a closed campaign's."""
+    (policy,) = by_kind("NetworkPolicy")
+    closed, opened = rendered_pod(ResourceLimits()), rendered_pod(ResourceLimits(), network=True)
+    validate(opened)
+    assert NETWORK_LABEL not in closed["metadata"]["labels"]
+    assert opened["metadata"]["labels"][NETWORK_LABEL] == NETWORK_OPTED_IN
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= opened["metadata"]["labels"].items()
+    assert opened["metadata"]["name"] != closed["metadata"]["name"]
 
 
 def test_rbac_lets_the_run_pods_service_account_do_what_the_backend_does():

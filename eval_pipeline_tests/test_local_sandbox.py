@@ -10,6 +10,7 @@ from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.gitutil import git
 from eval_pipeline.outcomes import ImageBuildFailed
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
+from eval_pipeline.sandbox.limited_exec import run_limited
 from eval_pipeline.sandbox.local import LocalSandbox
 
 
@@ -65,6 +66,18 @@ def test_each_trial_sees_its_own_workspace_at_the_environment_s_path(shared_sand
     assert git(["status", "--porcelain"], repo) == "", "the environment itself is untouched"
 
 
+def test_a_trial_has_no_network_but_its_own_loopback(shared_sandbox, environment):
+    probe = (
+        "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; python -c 'import socket; s = socket.socket(); "
+        's.bind(("127.0.0.1", 0)); s.listen(); socket.create_connection(s.getsockname()); print("loopback works")\''
+    )
+    with shared_sandbox.workspace(environment, "offline") as workspace:
+        assert workspace.run(probe, timeout_s=30).stdout.splitlines() == ["lo", "loopback works"]
+    with pytest.raises(ValueError, match="no variant opted in"):
+        with shared_sandbox.workspace(environment, "online", network=True):
+            pass
+
+
 def test_commands_run_in_the_environment_virtualenv_and_only_see_its_packages(shared_sandbox, environment):
     with shared_sandbox.workspace(environment, "venv") as workspace:
         result = workspace.run("python -c 'import sys, pytest; print(sys.prefix)'", timeout_s=30)
@@ -102,6 +115,33 @@ def test_timeout_kills_the_whole_process_group(shared_sandbox, environment, tmp_
     assert time.monotonic() - started < 5
     time.sleep(2.5)
     assert not marker.exists(), "a background child outlived the timeout"
+
+
+def running(tag: str) -> list[int]:
+    """The live (not zombie) processes whose command line holds `tag`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline, open(f"/proc/{entry}/stat") as stat:
+                if tag.encode() in cmdline.read() and stat.read().rpartition(")")[2].split()[0] != "Z":
+                    pids.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="a trial's uid is given by root")
+def test_a_setsid_process_escapes_its_process_group_but_not_its_trial_s_uid():
+    """What a pod's trial could leave running: killing the command's group misses a new session (the attack,
+    as on the local backend, with no uid), ending every process of the trial's uid does not (pods)."""
+    for uid in (None, 54321):
+        tag = f"{60 + (uid or 0) / 1e6:.6f}"
+        run_limited(f"setsid sleep {tag} </dev/null >/dev/null 2>&1 &", "/", {"PATH": os.defpath}, 10, 1000, uid=uid)
+        time.sleep(0.3)  # a SIGKILL is delivered at once; the exit takes a moment
+        survivors = running(tag)
+        for pid in survivors:
+            os.kill(pid, 9)
+        assert bool(survivors) == (uid is None), f"uid {uid}: {survivors}"
 
 
 def test_output_is_capped_and_drained(tmp_path, prepare, instance):

@@ -232,6 +232,7 @@ def test_results_and_folders_come_from_the_store_alone(identities, portfolio, sh
     assert outcome["durations_s"]["evaluation"] > 0 and outcome["resources"]["requested"]["memory_ceiling_mb"] == 1024
     lineage = json.loads((oracle / "lineage.json").read_text())
     assert lineage["environment_key"] == code_issue.environment_key
+    assert lineage["network"] is False, "no variant of the campaign opted into network"
     assert lineage["artifacts"]["generation"] == code_issue.generation_key
     assert lineage["grading_version"] == GRADING_VERSION and lineage["agent_config"] == make_agent("oracle").config
     kept = [json.loads(line) for line in (oracle / "attempts.jsonl").read_text().splitlines()]

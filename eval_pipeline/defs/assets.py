@@ -100,6 +100,7 @@ def _trial_lineage(
         "agent": trial.variant.agent,
         "agent_config_hash": generation.agent_config_hash,
         "seed": trial.seed,
+        "network": trial.variant.network,  # its agent's workspace had network (the variant opted in); grading never
     }
 
 

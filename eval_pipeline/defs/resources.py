@@ -53,4 +53,6 @@ class EvalPipelineResource(ConfigurableResource):
 
     def sandbox(self, campaign: Campaign, task: Task | None = None) -> SandboxBackend:
         """The campaign's sandbox, under `task`'s own resources when given (terminal tasks set theirs)."""
-        return make_sandbox(campaign.sandbox, self.paths.sandboxes, campaign.limits_for(task), campaign.name)
+        return make_sandbox(
+            campaign.sandbox, self.paths.sandboxes, campaign.limits_for(task), campaign.name, campaign.network
+        )

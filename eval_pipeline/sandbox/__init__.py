@@ -34,12 +34,15 @@ BACKENDS = {
 }
 
 
-def make_sandbox(settings: SandboxSettings, root: Path, limits: ResourceLimits, campaign: str) -> SandboxBackend:
-    """The backend `settings.backend`, keeping its state under `root/<backend>`, labelled for `campaign`."""
+def make_sandbox(
+    settings: SandboxSettings, root: Path, limits: ResourceLimits, campaign: str, network: bool = False
+) -> SandboxBackend:
+    """The backend `settings.backend`, keeping its state under `root/<backend>`, labelled for `campaign`;
+    `network` when a variant of the campaign opted into network (SandboxBackend)."""
     if settings.backend not in BACKENDS:
         raise ValueError(
             f"sandbox.backend: unknown backend {settings.backend!r} (known: {', '.join(sorted(BACKENDS))})"
         )
     module, _, name = BACKENDS[settings.backend].partition(":")
     backend: type[SandboxBackend] = getattr(importlib.import_module(module), name)
-    return backend(root / settings.backend, limits, settings, campaign)
+    return backend(root / settings.backend, limits, settings, campaign, network)

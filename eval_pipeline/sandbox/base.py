@@ -207,12 +207,20 @@ class EnvironmentHandle:
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
+# The harness directory's one part that the workspace's commands may write (`out/junit.xml`, a log, a diff):
+# everything else there is the harness's, which commands may read but not change.
+OUTPUT_DIR = "out"
+
+
 class Workspace(ABC):
     """An isolated copy of an environment's repository, for one agent run or one grading.
 
     Commands run with the repository as working directory. The harness directory
     lies outside the repository, so a patch applied to the repository cannot
     reach what the harness writes or reads there (patches, test reports).
+    Commands write their outputs for the harness under OUTPUT_DIR; where a
+    backend isolates trials (pods), nothing else of the harness directory is
+    theirs to write, and the harness never writes under OUTPUT_DIR.
 
     `git_env` tells the harness's own git commands where the repository's git
     directory is when it is kept outside the working tree (a terminal task's
@@ -253,15 +261,28 @@ class Workspace(ABC):
 
 
 class SandboxBackend(ABC):
-    """Prepares environments and forks workspaces from them under resource limits."""
+    """Prepares environments and forks workspaces from them under resource limits.
+
+    `network` says whether any variant of the campaign opted into network: only then may a workspace be
+    opened with `network=True`, and only then do backends give their environments one at all. Grading and
+    every variant that did not opt in run without network either way.
+    """
 
     name: str
 
-    def __init__(self, root: Path, limits: ResourceLimits, settings: SandboxSettings, campaign: str) -> None:
+    def __init__(
+        self, root: Path, limits: ResourceLimits, settings: SandboxSettings, campaign: str, network: bool = False
+    ) -> None:
         self.root = root
         self.limits = limits
         self.settings = settings
         self.campaign = campaign
+        self.network = network
+
+    def check_network(self, network: bool) -> None:
+        """Refuse a workspace with network on a backend whose campaign opted no variant in."""
+        if network and not self.network:
+            raise ValueError(f"campaign {self.campaign}: a workspace asked for network, but no variant opted in")
 
     @abstractmethod
     def environment_key(self, instance: Task, spec: EnvironmentSpec) -> str:
@@ -272,8 +293,11 @@ class SandboxBackend(ABC):
         """Make the instance's environment ready, once; later calls return the same one."""
 
     @abstractmethod
-    def workspace(self, environment: EnvironmentHandle, label: str) -> AbstractContextManager[Workspace]:
-        """A fresh workspace forked from the environment, removed on exit."""
+    def workspace(
+        self, environment: EnvironmentHandle, label: str, network: bool = False
+    ) -> AbstractContextManager[Workspace]:
+        """A fresh workspace forked from the environment, removed on exit; its commands reach no network unless
+        `network` (a variant that opted in, see `check_network`)."""
 
     @abstractmethod
     def enforced_limits(self) -> dict[str, bool]:

@@ -5,7 +5,8 @@ reached through the `docker` SDK (DOCKER_HOST selects the engine).
 
 In `pod` mode each instance gets one long-lived container, started once, that
 serves many trials: each workspace is a copy of /testbed under /workspaces,
-owned by its own uid and closed to every other (mode 0700), and each of its
+under a uid of its own and closed to every other (exec_workspace.py says how
+nothing of a trial outlives it or reaches the harness), and each of its
 commands sees it at /testbed (its own mount namespace), so the environment's
 installs import the trial's code while /testbed itself stays untouched. At most
 `pod_parallelism` trials share a pod at once, and the pod's cgroup limits are
@@ -14,6 +15,13 @@ the trial's. In `strict` mode every workspace gets a fresh container from the
 instance image, with the trial's limits. A terminal task always runs as Harbor
 runs it: its own image, a container per workspace, the agent as root in its
 WORKDIR (terminal_tasks.py).
+
+No trial has a network by default: pods and strict containers start with the
+engine's network `none` unless a variant of the campaign opted in
+(`SandboxBackend.network`), and even then every command of a trial that did
+not opt in runs in a network namespace of its own with only loopback
+(limited_exec.py), since a pod serves every variant. A terminal task keeps its
+own `allow_internet`.
 
 Every command runs through limited_exec.py inside the container, as root
 dropping to the workspace's uid: timeout, capped output and the cgroup's OOM
@@ -60,12 +68,14 @@ from eval_pipeline.sandbox.images import (
     instance_layer,
     task_layers,
 )
+from eval_pipeline.sandbox.limited_exec import REQUEST_ENV
 from eval_pipeline.swebench_specs import requirements_text
 from eval_pipeline.tasks import Task, TaskImage
 
 # Commands are timed out inside the container; the client waits as long as they may run.
 CLIENT_TIMEOUT_S = 24 * 3600
-FIRST_TRIAL_UID = 20000
+# A container's network, as environment handles record it: the engine's default network, or none at all.
+ENGINE_NETWORK, NO_NETWORK = "engine default", "none"
 _ENGINE_FAILURES = (docker.errors.DockerException, requests.exceptions.RequestException)
 
 logger = logging.getLogger(__name__)
@@ -94,11 +104,15 @@ class EngineExec(PodExec):
         self.container = container
         self.name = container.name
 
-    def run(self, argv: list[str], timeout_s: float = HARNESS_COMMAND_TIMEOUT_S) -> tuple[int, bytes, bytes]:
-        """The engine's socket has its own long timeout (CLIENT_TIMEOUT_S); `timeout_s` is not needed here."""
+    def run(
+        self, argv: list[str], timeout_s: float = HARNESS_COMMAND_TIMEOUT_S, private: str | None = None
+    ) -> tuple[int, bytes, bytes]:
+        """The engine's socket has its own long timeout (CLIENT_TIMEOUT_S); `timeout_s` is not needed here.
+        `private` goes in the exec's environment: a root process's, which no trial uid can read."""
         api = self.container.client.api
+        environment = {REQUEST_ENV: private} if private is not None else None
         try:
-            exec_id = api.exec_create(self.container.id, argv, user="0")["Id"]
+            exec_id = api.exec_create(self.container.id, argv, user="0", environment=environment)["Id"]
             stdout, stderr = api.exec_start(exec_id, demux=True)
             return api.exec_inspect(exec_id)["ExitCode"], stdout or b"", stderr or b""
         except _ENGINE_FAILURES as error:
@@ -117,36 +131,35 @@ class EngineExec(PodExec):
 
 
 class ContainerWorkspace(ExecWorkspace):
-    """An exec workspace whose harness files move as tar archives, one engine call each."""
+    """An exec workspace whose harness files are written as tar archives, one engine call each."""
 
     def __init__(
         self,
         container: Container,
         root: str,
-        uid: int | None,
         extra_env: Mapping[str, str],
         output_bytes: int,
         task: TaskLayout | None = None,
+        network: bool = False,
     ) -> None:
-        super().__init__(EngineExec(container), root, uid, extra_env, output_bytes, task)
+        super().__init__(EngineExec(container), root, extra_env, output_bytes, task, network)
         self.container = container
 
     def write_harness_file(self, name: str, content: str) -> str:
+        """Root's file, readable (not writable) by the workspace's uid: the harness directory above it is
+        root's and open to the uid's group only."""
         data = content.encode()
+        path = self._writable_harness_path(name)
         at_harbor_path = bool(self.task and self.task.path(name))
-        destination, relative = (
-            ("/", self.harness_path(name).lstrip("/")) if at_harbor_path else (f"{self.root}/harness", name)
-        )
-        owner, private = (self.uid, True) if self.uid is not None else (0, False)
+        destination, relative = ("/", path.lstrip("/")) if at_harbor_path else (f"{self.root}/harness", name)
         archive = io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w") as tar:
-            for parent in reversed(Path(relative).parents[:-1]):  # the workspace's uid owns every directory
+            for parent in reversed(Path(relative).parents[:-1]):
                 directory = tarfile.TarInfo(str(parent))
-                directory.type, directory.uid, directory.gid = tarfile.DIRTYPE, owner, owner
-                directory.mode = 0o700 if private else 0o755
+                directory.type, directory.mode = tarfile.DIRTYPE, 0o755
                 tar.addfile(directory)
             info = tarfile.TarInfo(relative)
-            info.size, info.uid, info.gid, info.mode = len(data), owner, owner, 0o600 if private else 0o644
+            info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
         try:
             written = self.container.put_archive(destination, archive.getvalue())
@@ -155,20 +168,6 @@ class ContainerWorkspace(ExecWorkspace):
         if not written:
             raise self.pod.failure(f"could not write {name}")
         return self.harness_path(name)
-
-    def read_harness_file(self, name: str) -> bytes | None:
-        try:
-            chunks, _ = self.container.get_archive(self.harness_path(name))
-        except docker.errors.NotFound as error:
-            failure = self.pod.failure(f"reading {name}: {error}")
-            if isinstance(failure, SandboxLost):
-                raise failure from error
-            return None  # the container is fine; no command wrote the file
-        except _ENGINE_FAILURES as error:
-            raise self.pod.failure(f"reading {name}: {error}") from error
-        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
-            member = tar.extractfile(tar.getmembers()[0])
-            return member.read() if member else None
 
 
 _clients: dict[tuple[int, str], docker.DockerClient] = {}
@@ -300,17 +299,18 @@ class ContainerSandbox(SandboxBackend):
                     "mode": "strict",
                     "task": self._task_layout(own_image, record["tag"]),
                     # The task's own allow_internet decides: the engine's default network, or none at all.
-                    "network": "engine default" if own_image.allow_internet else "none",
+                    "network": ENGINE_NETWORK if own_image.allow_internet else NO_NETWORK,
                     "storage_mb": own_image.storage_mb,
                     "from_image": self.settings.task_base_image or "the task's own",
                 },
             )
-        limits_id = stable_hash(self._container_limits(self.settings.pod_parallelism))[:8]
+        network = ENGINE_NETWORK if self.network else NO_NETWORK
+        limits_id = stable_hash([self._container_limits(self.settings.pod_parallelism), network])[:8]
         handle = EnvironmentHandle(
             backend=self.name,
             instance_id=instance.instance_id,
             key=record["environment_key"],
-            # The pod's limits are part of its identity: another allocation must never reuse it.
+            # The pod's limits and network are part of its identity: another allocation must never reuse it.
             location=f"eval-pod-{_slug(self.campaign)}-{_slug(instance.instance_id)}-{limits_id}",
             details={
                 "image": record["tag"],
@@ -318,6 +318,8 @@ class ContainerSandbox(SandboxBackend):
                 "mode": self.settings.mode,
                 "python": spec.python or "base image's",
                 "trial_view": "mount namespace",
+                # The pod's (or strict container's) network; a trial that did not opt in has none either way.
+                "network": network,
             },
         )
         if self.settings.mode == "pod":
@@ -327,16 +329,16 @@ class ContainerSandbox(SandboxBackend):
     def _security_options(self) -> list[str]:
         """Each trial command enters a user and mount namespace of its own (its view of /testbed). Podman's
         default seccomp profile allows that; Docker Engine's allows it only with CAP_SYS_ADMIN, a far larger
-        grant than lifting the filter, so there the filter is lifted instead."""
+        grant than lifting the filter, so there the filter is lifted instead. No process may regain privileges
+        (set-uid files), as the Kubernetes pod's security context says too."""
         if not hasattr(self, "_engine_name"):
             with engine_errors("asking the engine for its version"):
                 components = self.client.version().get("Components") or [{}]
             self._engine_name = str(components[0].get("Name", ""))
-        return [] if "Podman" in self._engine_name else ["seccomp=unconfined"]
+        return ["no-new-privileges", *([] if "Podman" in self._engine_name else ["seccomp=unconfined"])]
 
-    def _start(
-        self, image: str, name: str, labels: Mapping[str, str], trials: int, network: str | None = None
-    ) -> Container:
+    def _start(self, image: str, name: str, labels: Mapping[str, str], trials: int, network: str) -> Container:
+        """Start a container on `network` (ENGINE_NETWORK or NO_NETWORK)."""
         with engine_errors(f"starting {name}"):
             try:
                 return self.client.containers.run(
@@ -346,7 +348,7 @@ class ContainerSandbox(SandboxBackend):
                     detach=True,
                     labels=dict(labels),
                     security_opt=self._security_options(),
-                    **({"network_mode": network} if network else {}),
+                    **({"network_mode": "none"} if network != ENGINE_NETWORK else {}),
                     **self._container_limits(trials),
                 )
             except docker.errors.APIError as error:
@@ -365,7 +367,8 @@ class ContainerSandbox(SandboxBackend):
             except docker.errors.NotFound:
                 pass
         labels = self._labels(**{"eval_pipeline.instance": handle.instance_id, "eval_pipeline.role": "pod"})
-        return self._start(handle.details["image"], handle.location, labels, self.settings.pod_parallelism)
+        network = handle.details.get("network", NO_NETWORK)
+        return self._start(handle.details["image"], handle.location, labels, self.settings.pod_parallelism, network)
 
     @contextmanager
     def pod_slot(self, handle: EnvironmentHandle) -> Iterator[int]:
@@ -390,10 +393,16 @@ class ContainerSandbox(SandboxBackend):
         return {"SSL_CERT_FILE": CA_BUNDLE, "REQUESTS_CA_BUNDLE": CA_BUNDLE, "PIP_CERT": CA_BUNDLE}
 
     @contextmanager
-    def workspace(self, environment: EnvironmentHandle, label: str) -> Iterator[ContainerWorkspace]:
+    def workspace(
+        self, environment: EnvironmentHandle, label: str, network: bool = False
+    ) -> Iterator[ContainerWorkspace]:
+        self.check_network(network)
         if self.settings.mode == "pod" and "task" not in environment.details:
-            with self.pod_slot(environment) as slot, self._used(self._pod(environment), f"slot{slot}", slot) as ws:
-                yield ws
+            with (
+                self.pod_slot(environment) as slot,
+                self._used(self._pod(environment), f"slot{slot}", network=network) as workspace,
+            ):
+                yield workspace
             return
         labels = self._labels(
             **{
@@ -403,10 +412,14 @@ class ContainerSandbox(SandboxBackend):
             }
         )
         name = f"eval-trial-{_slug(self.campaign)}-{_slug(label)}-{uuid.uuid4().hex[:8]}"
-        network = "none" if environment.details.get("network") == "none" else None
-        container = self._start(environment.details["image"], name, labels, trials=1, network=network)
+        task = environment.details.get("task")
+        if task:  # its own allow_internet decided at prepare
+            engine_network = environment.details.get("network", NO_NETWORK)
+        else:
+            engine_network = ENGINE_NETWORK if network else NO_NETWORK
+        container = self._start(environment.details["image"], name, labels, 1, engine_network)
         try:
-            with self._used(container, "trial", 0, environment.details.get("task")) as workspace:
+            with self._used(container, "trial", task, network) as workspace:
                 yield workspace
         finally:
             try:
@@ -416,17 +429,17 @@ class ContainerSandbox(SandboxBackend):
 
     @contextmanager
     def _used(
-        self, container: Container, name: str, slot: int, task: Mapping[str, Any] | None = None
+        self, container: Container, name: str, task: Mapping[str, Any] | None = None, network: bool = False
     ) -> Iterator[ContainerWorkspace]:
-        """A workspace made in `container` for the duration of the block, under the slot's own uid; a terminal
+        """A workspace made in `container` for the duration of the block, under a uid of its own; a terminal
         task's is its container's WORKDIR, worked on as root, as its author expects."""
         if task:
             workspace = ContainerWorkspace(
-                container, f"{HARNESS_ROOT}/trial", None, {}, self.limits.output_bytes, TaskLayout(**task)
+                container, f"{HARNESS_ROOT}/trial", {}, self.limits.output_bytes, TaskLayout(**task)
             )
         else:
             workspace = ContainerWorkspace(
-                container, f"{WORKSPACES}/{name}", FIRST_TRIAL_UID + slot, self.extra_env(), self.limits.output_bytes
+                container, f"{WORKSPACES}/{name}", self.extra_env(), self.limits.output_bytes, network=network
             )
         with workspace.created():
             yield workspace

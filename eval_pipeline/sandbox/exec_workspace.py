@@ -1,12 +1,24 @@
 """A trial's workspace inside a long-lived environment pod, reached only by exec.
 
 The container and Kubernetes backends share this: a workspace is a copy of
-/testbed under /workspaces owned by its own uid (mode 0700), and every command
-runs through limited_exec.py in the pod, as root dropping to that uid, which
-enforces the timeout and output cap and reads the cgroup's OOM counter there.
-Each command runs in its own mount namespace where the workspace is mounted at
-/testbed, so the environment's editable installs import the trial's code and
-concurrent trials in one pod each see only their own files there.
+/testbed under /workspaces, and every command runs through limited_exec.py in
+the pod, as root dropping to the workspace's uid, which enforces the timeout and
+output cap and reads the cgroup's OOM counter there. Each command runs in its
+own mount namespace where the workspace is mounted at /testbed, so the
+environment's editable installs import the trial's code and concurrent trials in
+one pod each see only their own files there.
+
+Nothing of one trial reaches another or the harness (`create`): each workspace
+gets a uid no other workspace of the pod holds while it lives (claimed in the
+pod, `TRIAL_UIDS`), every process of that uid ends with each command and with
+the workspace, and its files in world-writable places go with it. The uid owns
+its repository, home and temporary directory and the harness's `out/` (what its
+commands write for the harness: test reports, logs); the workspace root and
+every other harness file are root's, readable by the uid's group only, so it
+can neither rewrite what the harness later applies nor rename the workspace
+away, and other uids cannot read any of it. Requests and harness files travel
+on an exec's private input (`PodExec.run`), never in a command line.
+
 Only the way an exec reaches the pod differs (`PodExec`): the Docker Engine
 API, or the Kubernetes API's exec subresource.
 """
@@ -24,23 +36,57 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from eval_pipeline.outcomes import InfrastructureError
-from eval_pipeline.sandbox.base import ExecResult, Workspace
+from eval_pipeline.sandbox.base import OUTPUT_DIR, ExecResult, Workspace
 from eval_pipeline.sandbox.images import ENV_VENV, EXEC_SCRIPT, PATH, TASK_GIT_DIR, TESTBED, WORKSPACES
+from eval_pipeline.sandbox.limited_exec import REQUEST_ENV
 
-# Harness files travel base64-encoded in exec arguments, each well under Linux's 128 KiB per argument.
+# The uids trials get: clear of the image's own users, under 65534 (nobody) and so within the 65536 ids a
+# rootless engine maps into a container.
+TRIAL_UIDS = range(20000, 65534)
+UID_CLAIMS = f"{WORKSPACES}/.uids"
+# Harness files travel base64-encoded on an exec's private input, each chunk well under Linux's 128 KiB
+# for one environment string.
 FILE_CHUNK_BYTES = 48 * 1024
 _APPEND_BASE64 = (
     "import base64, os, sys\n"
-    "path, mode, data = sys.argv[1], sys.argv[2], base64.b64decode(sys.argv[3])\n"
+    f"data = os.environ.get({REQUEST_ENV!r}) or sys.stdin.readline()\n"
+    "path, mode = sys.argv[1], sys.argv[2]\n"
     "os.makedirs(os.path.dirname(path), exist_ok=True)\n"
-    "with open(path, mode) as f: f.write(data)\n"
+    "with open(path, mode) as f: f.write(base64.b64decode(data))\n"
 )
+# A link (planted by the uid in `out/`) is never followed: it could name another trial's file. No process of
+# the uid runs between the check and the read (each command ends them all).
 _PRINT_BASE64 = (
-    "import base64, sys\n"
-    "try: data = open(sys.argv[1], 'rb').read()\n"
+    "import base64, os, sys\n"
+    "path = sys.argv[1]\n"
+    "try: data = open(path, 'rb').read() if os.path.realpath(path) == path else sys.exit(3)\n"
     "except FileNotFoundError: sys.exit(3)\n"
     "sys.stdout.write(base64.b64encode(data).decode())\n"
 )
+# Claims the next free uid of the pod (mkdir is atomic), round-robin from where the last claim stopped, so a
+# uid is reused as late as possible; prints it, or exits BUSY_EXIT when all are held. A claim left by a
+# crashed run is never broken: its uid is simply not used again in this pod.
+_CLAIM_UID = """
+import fcntl, os, sys
+claims, first, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+os.makedirs(claims, mode=0o700, exist_ok=True)
+with open(os.path.join(claims, "next"), "a+") as counter:
+    fcntl.flock(counter, fcntl.LOCK_EX)
+    counter.seek(0)
+    start = int(counter.read() or 0)
+    for step in range(count):
+        uid = first + (start + step) % count
+        try:
+            os.mkdir(os.path.join(claims, str(uid)))
+        except FileExistsError:
+            continue
+        counter.seek(0)
+        counter.truncate()
+        counter.write(str((start + step + 1) % count))
+        print(uid)
+        sys.exit(0)
+sys.exit(75)
+"""
 MISSING_FILE_EXIT = 3
 # How long a harness command (a workspace copy, a file transfer) may take before its exec counts as hung.
 HARNESS_COMMAND_TIMEOUT_S = 1800.0
@@ -57,9 +103,15 @@ class PodExec(ABC):
     name: str
 
     @abstractmethod
-    def run(self, argv: list[str], timeout_s: float = HARNESS_COMMAND_TIMEOUT_S) -> tuple[int, bytes, bytes]:
+    def run(
+        self, argv: list[str], timeout_s: float = HARNESS_COMMAND_TIMEOUT_S, private: str | None = None
+    ) -> tuple[int, bytes, bytes]:
         """Run `argv`; a failure to reach the pod, or no answer within `timeout_s`, raises a typed
-        InfrastructureError. Commands time themselves out in the pod; `timeout_s` catches a lost connection."""
+        InfrastructureError. Commands time themselves out in the pod; `timeout_s` catches a lost connection.
+
+        `private` (one line: a request, a file's chunk) reaches `argv`'s root process and no other uid: in
+        its environment as REQUEST_ENV, or as a line on its stdin (limited_exec.read_request takes either).
+        """
 
     @abstractmethod
     def failure(self, message: str) -> InfrastructureError:
@@ -85,51 +137,66 @@ class TaskLayout:
 
 
 class ExecWorkspace(Workspace):
-    """A workspace in a pod: a copy of /testbed under the slot's uid, seen at /testbed by its commands; or, with a
-    `task` layout, a terminal task's own container, where the WORKDIR itself is the workspace."""
+    """A workspace in a pod: a copy of /testbed under a uid of its own, seen at /testbed by its commands, with
+    no network unless `network` (its variant opted in); or, with a `task` layout, a terminal task's own
+    container, where the WORKDIR itself is the workspace and the task's own network setting holds."""
 
     def __init__(
         self,
         pod: PodExec,
         root: str,
-        uid: int | None,
         extra_env: Mapping[str, str],
         output_bytes: int,
         task: TaskLayout | None = None,
+        network: bool = False,
     ) -> None:
         self.pod = pod
         self.root = root
         self.repo = task.workdir if task else f"{root}/repo"
-        self.uid = uid
+        self.uid: int | None = None  # claimed by `create`; a task works as root
         self.task = task
+        self.network = network
         self._extra_env = extra_env
         self._output_bytes = output_bytes
         if task:
             self.git_env = {"GIT_DIR": TASK_GIT_DIR, "GIT_WORK_TREE": task.workdir}
             self.base_revision = task.base_commit
 
-    def _as_root(self, argv: list[str]) -> bytes:
-        exit_code, stdout, stderr = self.pod.run(argv)
+    def _as_root(self, argv: list[str], private: str | None = None) -> bytes:
+        exit_code, stdout, stderr = self.pod.run(argv, private=private)
         if exit_code != 0:
             raise self.pod.failure(f"{shlex.join(argv)[:200]} failed (exit {exit_code}): {stderr[-2000:]!r}")
         return stdout
 
     def create(self) -> None:
-        root, uid = self.root, self.uid
+        """Claim a uid, copy /testbed for it, and lay out who owns what (the module's docstring says why)."""
+        root = self.root
         if self.task:
-            self._as_root(["mkdir", "-p", "-m", "700", f"{root}/harness"])
+            self._as_root(["mkdir", "-p", "-m", "700", f"{root}/harness/{OUTPUT_DIR}"])
+            return
+        made = " ".join(f"{root}/{name}" for name in ("home", "tmp", f"harness/{OUTPUT_DIR}"))
+        owned = f"{root}/repo {made}"
+        claim = shlex.join(["python3", "-c", _CLAIM_UID, UID_CLAIMS, str(TRIAL_UIDS.start), str(len(TRIAL_UIDS))])
+        script = (
+            f"uid=$({claim}) && rm -rf {root} && mkdir -p {made} && cp -a {TESTBED} {root}/repo"
+            f' && chown -R "$uid:$uid" {owned} && chmod 700 {owned}'
+            f' && chown "0:$uid" {root} {root}/harness && chmod 750 {root} {root}/harness && echo "$uid"'
+        )
+        self.uid = int(self._as_root(["sh", "-c", script]))
+
+    def destroy(self) -> None:
+        """End every process of the uid and remove its files, then the workspace; only then free the uid
+        (a sweep that failed keeps it claimed, so no later trial inherits what it missed)."""
+        if self.uid is None:
+            self._as_root(["rm", "-rf", self.root])
             return
         self._as_root(
             [
                 "sh",
                 "-c",
-                f"rm -rf {root} && mkdir -p {root}/harness {root}/home {root}/tmp && cp -a {TESTBED} {root}/repo"
-                f" && chown -R {uid}:{uid} {root} && chmod 700 {root}",
+                f"python3 {EXEC_SCRIPT} --sweep {self.uid} && rm -rf {self.root} && rmdir {UID_CLAIMS}/{self.uid}",
             ]
         )
-
-    def destroy(self) -> None:
-        self._as_root(["rm", "-rf", self.root])
 
     @contextmanager
     def created(self) -> Iterator["ExecWorkspace"]:
@@ -145,12 +212,12 @@ class ExecWorkspace(Workspace):
 
     def _placement(self) -> dict:
         """Where and as whom a command runs: a task as root in its WORKDIR with its image's variables; a pod
-        trial as its slot's uid, seeing its workspace at /testbed, with the environment's venv first on PATH."""
+        trial as its own uid, seeing its workspace at /testbed, with the environment's venv first on PATH."""
         if self.task:
             return {"cwd": self.task.workdir, "env": dict(self.task.env)}
         return {
             "cwd": TESTBED,
-            "view": {"source": self.repo, "target": TESTBED},
+            "view": {"source": self.repo, "target": TESTBED, "network": self.network},
             "uid": self.uid,
             "env": {
                 "PATH": PATH,
@@ -172,7 +239,7 @@ class ExecWorkspace(Workspace):
             "watch_cgroup_oom": True,
         }
         exit_code, stdout, stderr = self.pod.run(
-            ["python3", EXEC_SCRIPT, json.dumps(request)], timeout_s=timeout_s + EXEC_MARGIN_S
+            ["python3", EXEC_SCRIPT], timeout_s=timeout_s + EXEC_MARGIN_S, private=json.dumps(request)
         )
         if exit_code != 0 or not stdout:
             raise self.pod.failure(f"the command runner failed (exit {exit_code}): {stderr[-2000:]!r}")
@@ -182,13 +249,17 @@ class ExecWorkspace(Workspace):
         return (self.task and self.task.path(name)) or f"{self.root}/harness/{name}"
 
     def write_harness_file(self, name: str, content: str) -> str:
-        path, data = self.harness_path(name), content.encode()
+        path, data = self._writable_harness_path(name), content.encode()
         for start in range(0, max(len(data), 1), FILE_CHUNK_BYTES):
             chunk = base64.b64encode(data[start : start + FILE_CHUNK_BYTES]).decode()
-            self._as_root(["python3", "-c", _APPEND_BASE64, path, "ab" if start else "wb", chunk])
-        if self.uid is not None:  # the workspace's uid owns what it may read: the harness directories, and the file
-            self._as_root(["sh", "-c", f"chown -R {self.uid}:{self.uid} {self.root}/harness && chmod 600 {path}"])
+            self._as_root(["python3", "-c", _APPEND_BASE64, path, "ab" if start else "wb"], private=chunk)
         return path
+
+    def _writable_harness_path(self, name: str) -> str:
+        """Where the harness writes `name`, as root: never under `out/`, which the workspace's uid controls."""
+        if not self.task and (name == OUTPUT_DIR or name.startswith(f"{OUTPUT_DIR}/")):
+            raise ValueError(f"{name}: {OUTPUT_DIR}/ is for the workspace's commands to write, not the harness")
+        return self.harness_path(name)
 
     def read_harness_file(self, name: str) -> bytes | None:
         exit_code, stdout, stderr = self.pod.run(["python3", "-c", _PRINT_BASE64, self.harness_path(name)])

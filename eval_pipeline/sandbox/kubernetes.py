@@ -9,8 +9,12 @@ namespace (EVAL_PIPELINE_K8S_NAMESPACE), created idempotently, waited on
 until ready, labelled so that the janitor can find leaked pods; its requests
 are the task's floors and its limits the ceilings, times `pod_parallelism`.
 Trials run in workspaces inside it, as in the container backend, through the
-API's exec subresource; the pod gets no service account token, and
-k8s/networkpolicy.yaml denies it egress.
+API's exec subresource (a command's request on its stdin, never in its
+command line); the pod gets no service account token, and
+k8s/networkpolicy.yaml denies it egress. A campaign with a variant that opted
+into network labels its pods (NETWORK_LABEL) for a policy of the operator's
+that allows what it needs; trials that did not opt in still get no network,
+each command in a network namespace of its own (limited_exec.py).
 """
 
 import json
@@ -30,7 +34,7 @@ from websocket import WebSocketException
 from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
 from eval_pipeline.outcomes import ImageBuildFailed, InfrastructureError, SandboxLost
 from eval_pipeline.sandbox.base import EnvironmentHandle, SandboxBackend, SandboxError
-from eval_pipeline.sandbox.container import FIRST_TRIAL_UID, ContainerSandbox
+from eval_pipeline.sandbox.container import ContainerSandbox
 from eval_pipeline.sandbox.exec_workspace import HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec, claimed_slot
 from eval_pipeline.sandbox.images import WORKSPACES
 from eval_pipeline.sandbox.pod_manifest import (
@@ -67,7 +71,10 @@ class KubernetesExec(PodExec):
     def __init__(self, core: k8s.CoreV1Api, namespace: str, name: str) -> None:
         self.core, self.namespace, self.name = core, namespace, name
 
-    def run(self, argv: list[str], timeout_s: float = HARNESS_COMMAND_TIMEOUT_S) -> tuple[int, bytes, bytes]:
+    def run(
+        self, argv: list[str], timeout_s: float = HARNESS_COMMAND_TIMEOUT_S, private: str | None = None
+    ) -> tuple[int, bytes, bytes]:
+        """An exec has no environment of its own to give: `private` goes as one line on the command's stdin."""
         try:
             session = stream(
                 self.core.connect_get_namespaced_pod_exec,
@@ -75,12 +82,14 @@ class KubernetesExec(PodExec):
                 self.namespace,
                 container=CONTAINER,
                 command=argv,
-                stdin=False,
+                stdin=private is not None,
                 stdout=True,
                 stderr=True,
                 tty=False,
                 _preload_content=False,
             )
+            if private is not None:
+                session.write_stdin(private + "\n")
             session.run_forever(timeout=timeout_s)
             if session.is_open():
                 session.close()
@@ -171,8 +180,11 @@ class KubernetesSandbox(SandboxBackend):
 
     def pod_manifest(self, instance_id: str, image: str) -> dict[str, Any]:
         resources = pod_resources(self.limits, self.settings.pod_parallelism)
-        name = pod_name(self.campaign, instance_id, f"{self.campaign}|{instance_id}|{image}|{resources}")
-        return environment_pod_manifest(name, self.settings.namespace, image, self.campaign, instance_id, resources)
+        identity = f"{self.campaign}|{instance_id}|{image}|{resources}" + ("|network" if self.network else "")
+        name = pod_name(self.campaign, instance_id, identity)
+        return environment_pod_manifest(
+            name, self.settings.namespace, image, self.campaign, instance_id, resources, self.network
+        )
 
     def prepare(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
         if instance.own_image is not None:
@@ -255,9 +267,10 @@ class KubernetesSandbox(SandboxBackend):
         return KubernetesExec(self.core, self.settings.namespace, environment.location)
 
     @contextmanager
-    def workspace(self, environment: EnvironmentHandle, label: str) -> Iterator[ExecWorkspace]:
+    def workspace(self, environment: EnvironmentHandle, label: str, network: bool = False) -> Iterator[ExecWorkspace]:
         """A workspace in the instance's pod (recreated if it was lost), in one of its `pod_parallelism` slots,
         claimed in the pod itself: the run pods that share an environment pod share nothing else."""
+        self.check_network(network)
         manifest = self.pod_manifest(environment.instance_id, environment.details["image"])
         if manifest["metadata"]["name"] != environment.location:
             raise SandboxError(
@@ -268,11 +281,7 @@ class KubernetesSandbox(SandboxBackend):
         pod = self.pod_exec(environment)
         with claimed_slot(pod, self.settings.pod_parallelism, poll_s=self.poll_interval_s) as slot:
             workspace = ExecWorkspace(
-                pod,
-                f"{WORKSPACES}/slot{slot}",
-                FIRST_TRIAL_UID + slot,
-                self.images.extra_env(),
-                self.limits.output_bytes,
+                pod, f"{WORKSPACES}/slot{slot}", self.images.extra_env(), self.limits.output_bytes, network=network
             )
             with workspace.created():
                 yield workspace

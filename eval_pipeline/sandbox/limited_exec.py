@@ -2,9 +2,14 @@
 
 Standard library only, and compatible with Python 3.9: the local backend
 imports it, and the container backend copies this file into its base image
-and runs it as root (`python3 limited_exec.py REQUEST_JSON`), where it drops to
-the trial's uid for the command and prints one JSON result (`--reap` makes it
-an environment pod's PID 1).
+and runs it as root (`python3 limited_exec.py`), where it drops to the trial's
+uid for the command and prints one JSON result (`--reap` makes it an
+environment pod's PID 1; `--sweep UID` ends a trial, see `sweep_uid`). The
+request (command, environment, limits) arrives in the exec's environment
+(REQUEST_ENV) or as one line on stdin, never as an argument: a process's
+command line is readable by every uid in the pod, and the request carries the
+agent's secrets (`pass_env`), while a root process's environment and stdin
+are not.
 
 A `view` runs the command in a mount namespace of its own (inside a user
 namespace, so no privilege beyond the container's defaults is needed) where
@@ -17,15 +22,20 @@ result, and gigabytes of output never leave the container.
 """
 
 import ctypes
+import fcntl
 import json
 import math
 import os
 import resource
+import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
+import warnings
 
 _HAS_AFFINITY = hasattr(os, "sched_setaffinity")  # Linux; not macOS
 _OOM_COUNTERS = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events")
@@ -35,10 +45,15 @@ _PR_SET_CHILD_SUBREAPER = 36
 _REAP_GRACE_S = 2.0
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _MS_BIND = 4096
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
 _LIBC = ctypes.CDLL(None, use_errno=True)
+REQUEST_ENV = "EVAL_PIPELINE_EXEC_REQUEST"
+# Where any uid may leave files that outlive its workspace: a trial's are removed when it ends.
+WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
 
 
 class ViewUnavailable(OSError):
@@ -67,18 +82,31 @@ def _identity_map(kind, uid):
     return "".join(f"{inside} {inside} {count}\n" for inside, _, count in ranges)
 
 
+def _bring_up_loopback():
+    """Bring `lo` up in a new network namespace (it starts down), so that a command's own servers on
+    localhost still work while it reaches nothing else."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        request = struct.pack("16sh14x", b"lo", 0)
+        flags = struct.unpack("16sh14x", fcntl.ioctl(probe, _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(probe, _SIOCSIFFLAGS, struct.pack("16sh14x", b"lo", flags | _IFF_UP))
+
+
 class _View:
     """The trial's workspace (`source`) at the environment's path (`target`), in the command's own namespaces.
 
-    The child unshares a user and a mount namespace before exec and waits; this
+    The child unshares a user and a mount namespace before exec and waits; unless
+    `network` is allowed it unshares a network namespace too, where only its own
+    loopback exists (a pod's network is shared by every variant on it, so a trial
+    that did not opt in is cut off here, per command, not per pod). This
     process (in the parent namespace, where writing another namespace's id maps
     is allowed) writes its id maps from a thread; the child then bind-mounts the
     workspace and enters it. Mounts made there never reach the rest of the system,
     and a trial process cannot undo them: they are locked to its less privileged namespace.
     """
 
-    def __init__(self, source, target, uid):
+    def __init__(self, source, target, uid, network=False):
         self.source, self.target = source.encode(), target.encode()
+        self.network = network
         self.to_parent = os.pipe()
         self.to_child = os.pipe()
         self.error = None
@@ -104,12 +132,14 @@ class _View:
 
     def enter(self):
         """Runs in the forked child before exec."""
-        _libc_call("unshare", _CLONE_NEWUSER | _CLONE_NEWNS)
+        _libc_call("unshare", _CLONE_NEWUSER | _CLONE_NEWNS | (0 if self.network else _CLONE_NEWNET))
         os.write(self.to_parent[1], str(os.getpid()).encode())
         if os.read(self.to_child[0], 1) != b"1":
             raise ViewUnavailable("the id maps of the trial's user namespace could not be written")
         _libc_call("mount", None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None)
         _libc_call("mount", self.source, self.target, None, ctypes.c_ulong(_MS_BIND | _MS_REC), None)
+        if not self.network:
+            _bring_up_loopback()
 
     def close(self):
         """After the child exec'd (or failed): the child's ends first, so a waiting helper sees end of file."""
@@ -131,6 +161,69 @@ def _become_subreaper():
         _LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+def end_processes_of(uid):
+    """SIGKILL every process of `uid`, from a forked child that setuid()s to it and calls kill(-1, SIGKILL).
+
+    Why this ends every process of a trial where killing its process group did not: a process can leave
+    its group (setsid) but not its uid, and each trial in a pod has a uid of its own, the only id mapped in
+    its user namespace (nothing to change to; set-uid files are ignored there). kill(-1) signals under the
+    lock fork takes, and a process with a pending SIGKILL cannot fork, so none escapes by forking. The
+    child sends it, not this runner: as root, kill(-1) would end every process in the pod.
+    """
+    if not uid:
+        raise ValueError("only a trial's own uid is swept, never root's")
+    for _ in range(100):  # under an exhausted pids limit, fork fails until the killed group is reaped
+        try:
+            with warnings.catch_warnings():  # forking a threaded process is safe here: the child only signals
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            break
+        except BlockingIOError:
+            time.sleep(0.02)
+    else:
+        raise OSError(f"cannot fork to end the processes of uid {uid}")
+    if pid == 0:
+        code = 0
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # no process of the uid was left
+        except BaseException:  # noqa: BLE001 - the parent reports a failed sweep by its exit code
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise OSError(f"could not end the processes of uid {uid}")
+
+
+def remove_files_of(uid, places=WORLD_WRITABLE):
+    """Remove what `uid` left in `places` (world-writable directories), without following links."""
+    for place in places:
+        for top, directories, files in os.walk(place):
+            for name in list(directories) + files:
+                path = os.path.join(top, name)
+                try:
+                    info = os.lstat(path)
+                    if info.st_uid != uid:
+                        continue
+                    if name in directories and not os.path.islink(path):
+                        directories.remove(name)
+                        shutil.rmtree(path, ignore_errors=True)
+                    else:
+                        os.unlink(path)
+                except OSError:
+                    continue  # gone meanwhile
+
+
+def sweep_uid(uid):
+    """End a trial in a pod: its processes, then its files outside its workspace (the caller removes that)."""
+    end_processes_of(uid)
+    remove_files_of(uid)
 
 
 def _reap_orphans(deadline):
@@ -286,9 +379,11 @@ def run_limited(
 ):
     """Run `sh -c command` in its own process group; kill the group on timeout. Returns a JSON-ready dict.
 
-    `view` ({"source": workspace, "target": environment path}) runs the command with the workspace
-    mounted at the environment's path, `cwd` then being inside `target`; ViewUnavailable is raised
-    when the system refuses the namespaces that takes.
+    `view` ({"source": workspace, "target": environment path, "network": allowed}) runs the command
+    with the workspace mounted at the environment's path, `cwd` then being inside `target`, and with
+    no network but its own loopback unless `network` is true; ViewUnavailable is raised when the
+    system refuses the namespaces that takes. With a `uid` (a pod's trial), every process of that uid
+    is ended once the command has (`end_processes_of`), whatever group or session it moved to.
 
     For hosts without cgroups, `memory_ceiling_mb` is enforced on the process
     group's resident memory (watched, and checked against the peak at exit)
@@ -312,7 +407,7 @@ def run_limited(
     ]
     for reader in readers:
         reader.start()
-    namespaces = _View(view["source"], view["target"], uid) if view else None
+    namespaces = _View(view["source"], view["target"], uid, view.get("network", False)) if view else None
     try:
         process = subprocess.Popen(
             ["/bin/sh", "-c", command],
@@ -351,6 +446,8 @@ def run_limited(
             watch.exited.set()
     process.returncode = os.waitstatus_to_exitcode(status)
     kill_group()  # background children left behind would hold the pipes open
+    if uid:
+        end_processes_of(uid)  # and those that left the group (setsid), which would outlive the command
     for reader in readers:
         reader.join()
     if watch_cgroup_oom:
@@ -388,10 +485,18 @@ def reap_forever():
             time.sleep(1)
 
 
+def read_request():
+    """The request from the exec's environment or one line of stdin (JSON has no raw newline)."""
+    text = os.environ.pop(REQUEST_ENV, None)
+    return json.loads(text if text is not None else sys.stdin.readline())
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "--reap":
+    if sys.argv[1:2] == ["--reap"]:
         reap_forever()
+    if sys.argv[1:2] == ["--sweep"]:
+        sys.exit(sweep_uid(int(sys.argv[2])))
     try:
-        print(json.dumps(run_limited(**json.loads(sys.argv[1]))))
+        print(json.dumps(run_limited(**read_request())))
     except ViewUnavailable as error:
         sys.exit(f"{error} (the engine's seccomp profile or the kernel forbids user namespaces)")

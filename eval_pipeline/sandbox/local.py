@@ -7,7 +7,8 @@ built once under a lock); each workspace is a copy-on-write copy
 of that repository. Every command of a trial runs in its own mount namespace
 where its workspace is mounted at the environment's repository path (see
 limited_exec.py), so editable installs and absolute paths resolve to the
-trial's files while the shared environment stays untouched. Commands run in
+trial's files while the shared environment stays untouched, and with no
+network but its own loopback unless the trial's variant opted in. Commands run in
 their own process group with a timeout, a memory ceiling (watched on the
 group's resident memory), the CPU ceiling as a core affinity, and capped
 output. An environment directory that vanished is SandboxLost, as a lost pod
@@ -44,6 +45,7 @@ from eval_pipeline.gitutil import STRIP_HISTORY, clone_at
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import ImageBuildFailed, SandboxLost
 from eval_pipeline.sandbox.base import (
+    OUTPUT_DIR,
     EnvironmentHandle,
     ExecResult,
     ResourceLimits,
@@ -106,10 +108,19 @@ def views_unavailable() -> str:
 
 
 class LocalWorkspace(Workspace):
-    """A workspace directory (`root/repo`, `root/harness`); with `view_target`, commands see `root/repo` there."""
+    """A workspace directory (`root/repo`, `root/harness`); with `view_target`, commands see `root/repo` there,
+    with network only when `network`."""
 
-    def __init__(self, root: Path, venv_dir: Path, limits: ResourceLimits, view_target: Path | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        venv_dir: Path,
+        limits: ResourceLimits,
+        view_target: Path | None = None,
+        network: bool = False,
+    ) -> None:
         self.root = root
+        self.network = network
         self.repo = root / "repo"
         self.harness = root / "harness"
         self._venv = venv_dir
@@ -133,7 +144,11 @@ class LocalWorkspace(Workspace):
         }
 
     def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
-        view = {"source": str(self.repo), "target": str(self._view_target)} if self._view_target else None
+        view = (
+            {"source": str(self.repo), "target": str(self._view_target), "network": self.network}
+            if self._view_target
+            else None
+        )
         try:
             result = run_limited(
                 command,
@@ -303,7 +318,8 @@ class LocalSandbox(SandboxBackend):
             (site_packages / "zz_eval_pipeline_harness_pytest.pth").write_text(f"{lent}\n")
 
     @contextmanager
-    def workspace(self, environment: EnvironmentHandle, label: str) -> Iterator[LocalWorkspace]:
+    def workspace(self, environment: EnvironmentHandle, label: str, network: bool = False) -> Iterator[LocalWorkspace]:
+        self.check_network(network)
         source = Path(environment.location)
         if not (source / ".ready").is_file():
             raise SandboxLost(f"the environment of {environment.instance_id} at {source} is gone")
@@ -311,8 +327,8 @@ class LocalSandbox(SandboxBackend):
         root.mkdir(parents=True)
         try:
             _fork_tree(source / "repo", root / "repo")
-            (root / "harness").mkdir()
+            (root / "harness" / OUTPUT_DIR).mkdir(parents=True)
             view = source / "repo" if environment.details.get("trial_view") != "copy" else None
-            yield LocalWorkspace(root, source / "venv", self.limits, view_target=view)
+            yield LocalWorkspace(root, source / "venv", self.limits, view_target=view, network=network)
         finally:
             shutil.rmtree(root, ignore_errors=True)

@@ -15,6 +15,10 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "eval-pipeline"}
 CAMPAIGN_LABEL = "eval-pipeline/campaign"
 INSTANCE_LABEL = "eval-pipeline/instance"
 ROLE_LABEL = "eval-pipeline/role"
+# On the pods of a campaign with a variant that opted into network: what a policy allowing egress selects
+# (k8s/networkpolicy.yaml denies every environment pod everything otherwise).
+NETWORK_LABEL = "eval-pipeline/network"
+NETWORK_OPTED_IN = "opted-in"
 INSTANCE_ANNOTATION = "eval-pipeline/instance-id"  # the exact id; a label value may have been shortened
 CONTAINER = "environment"
 
@@ -56,9 +60,16 @@ def pod_resources(limits: ResourceLimits, trials: int = 1) -> dict[str, dict[str
 
 
 def environment_pod_manifest(
-    name: str, namespace: str, image: str, campaign: str, instance_id: str, resources: dict[str, Any]
+    name: str,
+    namespace: str,
+    image: str,
+    campaign: str,
+    instance_id: str,
+    resources: dict[str, Any],
+    network: bool = False,
 ) -> dict[str, Any]:
-    """The environment pod: the instance image idling under the command runner, ready once /testbed exists."""
+    """The environment pod: the instance image idling under the command runner, ready once /testbed exists;
+    labelled NETWORK_LABEL when `network` (a variant of its campaign opted in)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -70,6 +81,7 @@ def environment_pod_manifest(
                 CAMPAIGN_LABEL: label_value(campaign),
                 INSTANCE_LABEL: label_value(instance_id),
                 ROLE_LABEL: "environment",
+                **({NETWORK_LABEL: NETWORK_OPTED_IN} if network else {}),
             },
             "annotations": {INSTANCE_ANNOTATION: instance_id},
         },
