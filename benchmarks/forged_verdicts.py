@@ -19,7 +19,7 @@ from pathlib import Path
 from eval_pipeline.demo_benchmark import build_demo_benchmark
 from eval_pipeline.grading import grade
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
-from eval_pipeline_tests.forgeries import FORGERIES, as_swebench_runs_it
+from eval_pipeline_tests.forgeries import EVASIONS, FORGERIES, as_swebench_runs_it
 
 
 def main() -> None:
@@ -34,13 +34,14 @@ def main() -> None:
     )
     sandbox = make_sandbox(settings, root / "sandbox", ResourceLimits(memory_ceiling_mb=1024), "forged-verdicts")
     instances = [instance for instance in benchmark.instances if instance.own_image is None]
-    table: dict[str, list[tuple[str, tuple[str, ...]]]] = {case: [] for case in [*FORGERIES, "oracle"]}
+    forgeries = {**FORGERIES, **EVASIONS}
+    table: dict[str, list[tuple[str, tuple[str, ...]]]] = {case: [] for case in [*forgeries, "oracle"]}
     started = time.monotonic()
     try:
         for instance in instances:
             spec = as_swebench_runs_it(benchmark.environment_for(instance))
             environment = sandbox.prepare(instance, spec, benchmark.source)
-            patches = {case: forge(benchmark, instance) for case, forge in FORGERIES.items()}
+            patches = {case: forge(benchmark, instance) for case, forge in forgeries.items()}
             for case, patch in {**patches, "oracle": instance.patch}.items():
                 with sandbox.workspace(environment, "forged") as workspace:
                     verdict = grade(instance, spec, patch, workspace, 120)

@@ -50,6 +50,7 @@ from eval_pipeline.benchmark import EnvironmentSpec, Instance
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.patch_audit import AuditFlag, audit_patch
 from eval_pipeline.patches import apply_patch, patch_paths, patch_problem
+from eval_pipeline.pytest_launcher import XFAIL_CALLED
 from eval_pipeline.pytest_run import LAUNCHER_NAME, LAUNCHER_SOURCE, Canary, launched_command
 from eval_pipeline.sandbox import ExecResult, Workspace
 from eval_pipeline.swebench_specs import log_parser, test_directives
@@ -74,8 +75,9 @@ TEST_INFRASTRUCTURE = (
     "test_*.py",
     "*_test.py",
 )
-# Directories whose files configure the run: package metadata (a `pytest11` entry point is a plugin pytest loads
-# on its own) and pytest's cache (which `--lf` and `--sw` read to choose the tests).
+# Directories whose files configure the run, matched in any case as importlib.metadata matches them: package
+# metadata (a `pytest11` entry point is a plugin pytest loads on its own) and pytest's cache (which `--lf` and
+# `--sw` read to choose the tests).
 TEST_INFRASTRUCTURE_DIRS = ("*.dist-info", "*.egg-info", ".pytest_cache")
 # Written by the tests' command, run as the workspace's uid: under the harness's `out/`, the one place it may write.
 REPORT_NAME = "out/junit.xml"
@@ -108,13 +110,16 @@ def _node_id(testcase: ElementTree.Element) -> str:
 
 
 def _junit_status(testcase: ElementTree.Element) -> str:
+    """A test's status; an expected failure declared by a call (pytest_launcher.py labels it), which code under
+    test can make, is a skip: no regression, and no pass either."""
     children = {child.tag: child for child in testcase}
     if "error" in children:
         return ERROR
     if "failure" in children:
         return FAILED
     if "skipped" in children:
-        return XFAIL if children["skipped"].get("type") == "pytest.xfail" else SKIPPED
+        called = testcase.find(f"properties/property[@name='{XFAIL_CALLED[0]}'][@value='{XFAIL_CALLED[1]}']")
+        return XFAIL if children["skipped"].get("type") == "pytest.xfail" and called is None else SKIPPED
     return PASSED
 
 
@@ -169,7 +174,7 @@ def decide(instance: Instance, tests: dict[str, str]) -> Outcome:
 
 def _is_test_infrastructure(path: PurePosixPath) -> bool:
     return any(fnmatch(path.name, pattern) for pattern in TEST_INFRASTRUCTURE) or any(
-        fnmatch(part, pattern) for part in path.parts[:-1] for pattern in TEST_INFRASTRUCTURE_DIRS
+        fnmatch(part.lower(), pattern) for part in path.parts[:-1] for pattern in TEST_INFRASTRUCTURE_DIRS
     )
 
 
@@ -233,26 +238,22 @@ def _test_statuses(spec: EnvironmentSpec, workspace: Workspace) -> dict[str, str
 
 def _test_command(spec: EnvironmentSpec, directives: list[str], workspace: Workspace, canary: Canary | None) -> str:
     """The spec's test command on the test directives, its output to the harness's log, as SWE-bench runs it;
-    with a canary, pytest started by the harness's launcher (pytest_run.py)."""
-    runner = spec.test_cmd
-    if canary is not None:
-        runner = launched_command(spec.test_cmd, workspace.write_harness_file(LAUNCHER_NAME, LAUNCHER_SOURCE), canary)
-    junit = (
-        f" --junitxml={shlex.quote(workspace.harness_path(REPORT_NAME))} -o junit_family=xunit1"
-        if spec.uses_pytest
-        else ""
-    )
+    under pytest, started by the harness's launcher where it can be, with the canary's file written and run."""
+    out = shlex.quote(workspace.harness_path("out"))
     log = shlex.quote(workspace.harness_path(LOG_NAME))
-    return f"mkdir -p {shlex.quote(workspace.harness_path('out'))} && {runner}{junit} {shlex.join(directives)} > {log} 2>&1"
+    if not spec.uses_pytest:
+        return f"mkdir -p {out} && {spec.test_cmd} {shlex.join(directives)} > {log} 2>&1"
+    runner = launched_command(spec.test_cmd, workspace.write_harness_file(LAUNCHER_NAME, LAUNCHER_SOURCE))
+    junit = f"--junitxml={shlex.quote(workspace.harness_path(REPORT_NAME))} -o junit_family=xunit1"
+    prepare = f"mkdir -p {out}" + (f" && {canary.write_command()}" if canary else "")
+    tests = shlex.join([*directives, *([canary.file] if canary else [])])
+    return f"{prepare} && {runner} {junit} {tests} > {log} 2>&1"
 
 
 def _canary_for(spec: EnvironmentSpec, directives: list[str]) -> Canary | None:
-    """A canary for a run the launcher can start (pytest, given test files); None otherwise."""
+    """A canary for a pytest run given test files; None otherwise."""
     files = [directive for directive in directives if directive.endswith(".py")]
-    if not files or not spec.uses_pytest:
-        return None
-    canary = Canary.new(files[0])
-    return canary if launched_command(spec.test_cmd, LAUNCHER_NAME, canary) else None
+    return Canary.beside(files[0]) if files and spec.uses_pytest else None
 
 
 def _forged(canary: Canary | None, statuses: dict[str, str], outcome: Outcome) -> str:

@@ -13,9 +13,12 @@ repository's own runner, not a reach into another's.
 """
 
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
+
+from eval_pipeline.patches import header_path
 
 # Module names that, found first on sys.path, replace the runner or its plugin machinery.
 RUNNER_MODULES = ("pytest", "_pytest", "pluggy", "py", "iniconfig", "xdist")
@@ -45,7 +48,6 @@ _RUNNER_INTERNALS = re.compile(
     r"\bCallInfo\b|hookwrapper|\bLogXML\b|junitxml|sys\.modules\[\s*['\"]_?pytest"
 )
 TEST_DIRECTORIES = ("test", "tests", "testing")
-_FILE_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$")
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,8 @@ def _file_changes(patch: str) -> list[_FileChange]:
     changes: list[_FileChange] = []
     section = ""  # the ini or toml section the hunk's lines are in, as far as the hunk shows it
     for line in patch.splitlines():
-        if header := _FILE_HEADER.match(line):
-            changes.append(_FileChange(header[2]))
+        if path := header_path(line):
+            changes.append(_FileChange(path))
         elif not changes:
             continue
         elif line.startswith(("new file mode", "new mode")):
@@ -101,11 +103,19 @@ def _in_runner_package(path: PurePosixPath) -> bool:
     return any(part in ("pytest", "_pytest", "pluggy") for part in path.parts[:-1])
 
 
+def _on_the_tests_path(path: PurePosixPath) -> bool:
+    """Where pytest's runs put a directory first on sys.path: the repository's root, and the tests' directories."""
+    return len(path.parts) == 1 or path.parts[-2] in TEST_DIRECTORIES
+
+
 def _shadows_runner(change: _FileChange, path: PurePosixPath) -> bool:
-    """A new module or package named as the runner's: first on sys.path, it would be imported in its place."""
+    """A new module or package named as the runner's, or a new module named as the standard library's where the
+    tests' sys.path finds it first: either would be imported in the real one's place."""
     if not change.new:
         return False
-    if path.suffix == ".py" and path.stem in RUNNER_MODULES:
+    if path.suffix == ".py" and (
+        path.stem in RUNNER_MODULES or (path.stem in sys.stdlib_module_names and _on_the_tests_path(path))
+    ):
         return True
     return path.name == "__init__.py" and len(path.parts) > 1 and path.parts[-2] in RUNNER_MODULES
 
@@ -118,10 +128,10 @@ def _flags_of(change: _FileChange) -> list[AuditFlag]:
     path = PurePosixPath(change.path)
     flags = []
     if _shadows_runner(change, path):
-        flags.append(AuditFlag("shadows_runner", change.path, f"a new module named as the runner's `{path.stem}`"))
+        flags.append(AuditFlag("shadows_runner", change.path, f"a new module that shadows `{path.stem}`"))
     if path.name in RUNNER_CONFIG_FILES or path.suffix == ".pth":
         flags.append(AuditFlag("runner_config", change.path, "a file pytest or Python reads as configuration"))
-    elif any(part.endswith(PLUGIN_METADATA) for part in path.parts[:-1]):
+    elif any(part.lower().endswith(PLUGIN_METADATA) for part in path.parts[:-1]):  # matched as importlib does
         flags.append(AuditFlag("runner_config", change.path, "package metadata, whose entry points pytest loads"))
     elif path.name in SHARED_CONFIG_FILES and change.pytest_lines:
         flags.append(AuditFlag("runner_config", change.path, "pytest settings in a shared configuration file"))

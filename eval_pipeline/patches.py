@@ -14,7 +14,11 @@ from eval_pipeline.sandbox import ExecResult, Workspace
 PATCH_TIMEOUT_S = 120.0
 # Far above any real fix (SWE-bench gold patches are kilobytes), far below what hurts the harness.
 MAX_PATCH_BYTES = 10 * 2**20
-_DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
+_QUOTED_OR_PLAIN = r'("(?:[^"\\]|\\.)*"|\S+)'
+_DIFF_HEADER = re.compile(rf"^diff --git {_QUOTED_OR_PLAIN} {_QUOTED_OR_PLAIN}$", re.MULTILINE)
+# git's C-style quoting of a path with unusual characters: these escapes, and octal bytes (\164 is "t").
+_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+_ESCAPE = re.compile(r'\\([0-7]{3}|[abtnvfr"\\])')
 _PATH_LINE = re.compile(r"^(?:--- |\+\+\+ |rename from |rename to |copy from |copy to )(.+)$", re.MULTILINE)
 _BINARY_ATTRIBUTES = "binary.gitattributes"
 # Written by a command run as the workspace's uid: under the harness's `out/`, the one place it may write.
@@ -25,14 +29,32 @@ class WorkspaceDiffError(RuntimeError):
     """The workspace could not be turned into a patch (its repository is gone, or the patch is too large)."""
 
 
+def _unquote(quoted: str) -> str:
+    """The path git and GNU patch write for a C-quoted name (`"\\164ests/conf\\164est.py"` is
+    tests/conftest.py): every check must see the name the tools will write, not its spelling."""
+
+    def byte(match: re.Match[str]) -> str:
+        code = match[1]
+        return chr(int(code, 8) if code.isdigit() else _ESCAPES[code])
+
+    latin = _ESCAPE.sub(byte, quoted[1:-1])
+    return latin.encode("latin-1", errors="surrogateescape").decode("utf-8", errors="surrogateescape")
+
+
 def _strip_path(raw: str) -> str | None:
-    """A path as a patch line names it, without quotes, timestamp and a/ b/ prefix; None for /dev/null."""
+    """A path as a patch line names it, unquoted, without timestamp and a/ b/ prefix; None for /dev/null."""
     path = raw.split("\t", 1)[0].strip()
     if len(path) >= 2 and path[0] == path[-1] == '"':
-        path = path[1:-1]
+        path = _unquote(path)
     if path == "/dev/null":
         return None
     return path[2:] if path[:2] in ("a/", "b/") else path
+
+
+def header_path(line: str) -> str | None:
+    """The path a `diff --git` line names (its b/ side), unquoted; None for any other line."""
+    match = _DIFF_HEADER.fullmatch(line)
+    return _strip_path(match[2]) if match else None
 
 
 def patch_paths(patch: str) -> list[str]:

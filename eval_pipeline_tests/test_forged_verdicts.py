@@ -19,7 +19,7 @@ from eval_pipeline.grading import REPORT_NAME, grade, parse_junit
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.patches import apply_patch
 from eval_pipeline_tests.conftest import prepare_on
-from eval_pipeline_tests.forgeries import FORGERIES, as_swebench_runs_it
+from eval_pipeline_tests.forgeries import EVASIONS, FORGERIES, as_swebench_runs_it
 
 IN_PROCESS = "in-process report rewriting"
 
@@ -34,13 +34,13 @@ def one_per_repository(benchmark):
     return list({instance.repo: instance for instance in code_issues(benchmark)}.values())
 
 
-def verdicts(sandbox, benchmark, instances) -> dict[tuple[str, str], tuple[Outcome, set[str]]]:
+def verdicts(sandbox, benchmark, instances, forgeries=FORGERIES) -> dict[tuple[str, str], tuple[Outcome, set[str]]]:
     """{(instance, case): (outcome, audit flag kinds)} for each instance, every forgery and the oracle."""
     found = {}
     for instance in instances:
         spec = as_swebench_runs_it(benchmark.environment_for(instance))
         environment = prepare_on(sandbox, benchmark, instance)
-        patches = {case: forge(benchmark, instance) for case, forge in FORGERIES.items()}
+        patches = {case: forge(benchmark, instance) for case, forge in forgeries.items()}
         for case, patch in {**patches, "oracle": instance.patch}.items():
             with sandbox.workspace(environment, "forged") as workspace:
                 verdict = grade(instance, spec, patch, workspace, 120)
@@ -88,3 +88,29 @@ def test_no_forgery_resolves_on_the_local_backend(demo_benchmark, shared_sandbox
 def test_no_forgery_resolves_in_containers(demo_benchmark, container_sandbox, mode):
     instances = one_per_repository(demo_benchmark)
     assert_nothing_forged(verdicts(container_sandbox(mode=mode), demo_benchmark, instances), instances)
+
+
+def assert_no_evasion_resolves(found, instances) -> None:
+    """The second round: none resolves, the in-process ones are caught by the canary or the xfail label, and the
+    oracle still resolves every instance."""
+    outcomes = {key: outcome for key, (outcome, _) in found.items()}
+    resolved = [key for key, outcome in outcomes.items() if outcome is Outcome.RESOLVED and key[1] != "oracle"]
+    assert resolved == [], f"forged passes: {resolved}"
+    assert [outcomes[i.instance_id, "oracle"] for i in instances] == [Outcome.RESOLVED] * len(instances)
+    for case in ("JUnit report rewritten at exit", "canary-aware report rewriting", "root pdb.py"):
+        assert {outcomes[i.instance_id, case] for i in instances} <= {Outcome.REPORT_FORGED, Outcome.UNRESOLVED}
+    refused = ("unchecked .pyc under a quoted name", ".git/config filter under an escaped name")
+    assert {outcomes[i.instance_id, case] for i in instances for case in refused} == {Outcome.PATCH_APPLY_FAILED}
+
+
+@pytest.mark.slow
+def test_no_evasion_resolves_on_the_local_backend(demo_benchmark, shared_sandbox):
+    instances = code_issues(demo_benchmark)
+    assert_no_evasion_resolves(verdicts(shared_sandbox, demo_benchmark, instances, EVASIONS), instances)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["pod", "strict"])
+def test_no_evasion_resolves_in_containers(demo_benchmark, container_sandbox, mode):
+    instances = one_per_repository(demo_benchmark)
+    assert_no_evasion_resolves(verdicts(container_sandbox(mode=mode), demo_benchmark, instances, EVASIONS), instances)

@@ -68,6 +68,7 @@ def make_campaign(test_timeout_s: float = TEST_TIMEOUT_S, hostile_code: str = ME
                     "params": {"command": hostile_command("calclib/arith.py", hostile_code)},
                 },
             ],
+            "sandbox": {"allow_untrusted_agents_locally": True},  # the hostile agent is the test's own
             "timeouts": {"tests_s": test_timeout_s},
             "retries": {"max_retries": MAX_RETRIES, "delay_s": 0},
         },
