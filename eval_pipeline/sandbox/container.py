@@ -51,7 +51,7 @@ from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
 from eval_pipeline.gitutil import clone_at
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import InfrastructureError, SandboxLost
-from eval_pipeline.sandbox.base import EnvironmentHandle, SandboxBackend, SandboxError
+from eval_pipeline.sandbox.base import OUTPUT_DIR, EnvironmentHandle, SandboxBackend, SandboxError
 from eval_pipeline.sandbox.exec_workspace import HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec, TaskLayout
 from eval_pipeline.sandbox.images import (
     CA_BUNDLE,
@@ -131,7 +131,7 @@ class EngineExec(PodExec):
 
 
 class ContainerWorkspace(ExecWorkspace):
-    """An exec workspace whose harness files are written as tar archives, one engine call each."""
+    """An exec workspace whose harness files move as tar archives, one engine call each."""
 
     def __init__(
         self,
@@ -140,9 +140,9 @@ class ContainerWorkspace(ExecWorkspace):
         extra_env: Mapping[str, str],
         output_bytes: int,
         task: TaskLayout | None = None,
-        network: bool = False,
+        cut_network: bool = True,
     ) -> None:
-        super().__init__(EngineExec(container), root, extra_env, output_bytes, task, network)
+        super().__init__(EngineExec(container), root, extra_env, output_bytes, task, cut_network)
         self.container = container
 
     def write_harness_file(self, name: str, content: str) -> str:
@@ -168,6 +168,29 @@ class ContainerWorkspace(ExecWorkspace):
         if not written:
             raise self.pod.failure(f"could not write {name}")
         return self.harness_path(name)
+
+    def read_harness_file(self, name: str) -> bytes | None:
+        """Through the engine's archive, whose output an exec under load can lose. The archive follows a final
+        link, so one (planted by the uid in out/: it could name another trial's file) is read as no file;
+        names under out/ are flat, so no directory on the way is the uid's."""
+        path = self.harness_path(name)
+        if name.startswith(f"{OUTPUT_DIR}/") and "/" in name.removeprefix(f"{OUTPUT_DIR}/"):
+            raise ValueError(f"{name}: names under {OUTPUT_DIR}/ are flat")
+        try:
+            chunks, stat = self.container.get_archive(path)
+        except docker.errors.NotFound as error:
+            failure = self.pod.failure(f"reading {name}: {error}")
+            if isinstance(failure, SandboxLost):
+                raise failure from error
+            return None  # the container is fine; no command wrote the file
+        except _ENGINE_FAILURES as error:
+            raise self.pod.failure(f"reading {name}: {error}") from error
+        if stat.get("linkTarget") not in ("", path):  # Docker names a link's target; Podman every path's own
+            return None
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+            member = tar.getmembers()[0]
+            content = tar.extractfile(member) if member.isfile() else None
+            return content.read() if content else None
 
 
 _clients: dict[tuple[int, str], docker.DockerClient] = {}
@@ -400,7 +423,9 @@ class ContainerSandbox(SandboxBackend):
         if self.settings.mode == "pod" and "task" not in environment.details:
             with (
                 self.pod_slot(environment) as slot,
-                self._used(self._pod(environment), f"slot{slot}", network=network) as workspace,
+                self._used(
+                    self._pod(environment), f"slot{slot}", cut_network=self.network and not network
+                ) as workspace,
             ):
                 yield workspace
             return
@@ -419,7 +444,7 @@ class ContainerSandbox(SandboxBackend):
             engine_network = ENGINE_NETWORK if network else NO_NETWORK
         container = self._start(environment.details["image"], name, labels, 1, engine_network)
         try:
-            with self._used(container, "trial", task, network) as workspace:
+            with self._used(container, "trial", task, cut_network=False) as workspace:  # its own network, or none
                 yield workspace
         finally:
             try:
@@ -429,7 +454,7 @@ class ContainerSandbox(SandboxBackend):
 
     @contextmanager
     def _used(
-        self, container: Container, name: str, task: Mapping[str, Any] | None = None, network: bool = False
+        self, container: Container, name: str, task: Mapping[str, Any] | None = None, cut_network: bool = True
     ) -> Iterator[ContainerWorkspace]:
         """A workspace made in `container` for the duration of the block, under a uid of its own; a terminal
         task's is its container's WORKDIR, worked on as root, as its author expects."""
@@ -439,7 +464,7 @@ class ContainerSandbox(SandboxBackend):
             )
         else:
             workspace = ContainerWorkspace(
-                container, f"{WORKSPACES}/{name}", self.extra_env(), self.limits.output_bytes, network=network
+                container, f"{WORKSPACES}/{name}", self.extra_env(), self.limits.output_bytes, cut_network=cut_network
             )
         with workspace.created():
             yield workspace

@@ -281,7 +281,11 @@ class KubernetesSandbox(SandboxBackend):
         pod = self.pod_exec(environment)
         with claimed_slot(pod, self.settings.pod_parallelism, poll_s=self.poll_interval_s) as slot:
             workspace = ExecWorkspace(
-                pod, f"{WORKSPACES}/slot{slot}", self.images.extra_env(), self.limits.output_bytes, network=network
+                pod,
+                f"{WORKSPACES}/slot{slot}",
+                self.images.extra_env(),
+                self.limits.output_bytes,
+                cut_network=not network,  # the pod has a network, whatever the policy lets through
             )
             with workspace.created():
                 yield workspace
