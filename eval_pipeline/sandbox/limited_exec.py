@@ -27,6 +27,7 @@ import json
 import math
 import os
 import resource
+import select
 import shutil
 import signal
 import socket
@@ -43,6 +44,7 @@ _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _WATCH_INTERVAL_S = 0.02
 _PR_SET_CHILD_SUBREAPER = 36
 _REAP_GRACE_S = 2.0
+_MAPS_TIMEOUT_S = 30.0  # how long a command's child waits for its parent to write its id maps
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
@@ -131,10 +133,15 @@ class _View:
             os.write(self.to_child[1], b"0")
 
     def enter(self):
-        """Runs in the forked child before exec."""
+        """Runs in the forked child before exec, which still holds every descriptor of its parent (close_fds
+        comes after this): it closes the parent's ends and waits a bounded time, so that a parent killed
+        meanwhile (Ctrl-C) never leaves it blocked forever, holding the command's own output pipes open."""
+        os.close(self.to_parent[0])
+        os.close(self.to_child[1])
         _libc_call("unshare", _CLONE_NEWUSER | _CLONE_NEWNS | (0 if self.network else _CLONE_NEWNET))
         os.write(self.to_parent[1], str(os.getpid()).encode())
-        if os.read(self.to_child[0], 1) != b"1":
+        answered, _, _ = select.select([self.to_child[0]], [], [], _MAPS_TIMEOUT_S)
+        if not answered or os.read(self.to_child[0], 1) != b"1":
             raise ViewUnavailable("the id maps of the trial's user namespace could not be written")
         _libc_call("mount", None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None)
         _libc_call("mount", self.source, self.target, None, ctypes.c_ulong(_MS_BIND | _MS_REC), None)
