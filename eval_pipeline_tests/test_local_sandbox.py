@@ -136,7 +136,9 @@ def test_a_setsid_process_escapes_its_process_group_but_not_its_trial_s_uid():
     as on the local backend, with no uid), ending every process of the trial's uid does not (pods)."""
     for uid in (None, 54321):
         tag = f"{60 + (uid or 0) / 1e6:.6f}"
-        run_limited(f"setsid sleep {tag} </dev/null >/dev/null 2>&1 &", "/", {"PATH": os.defpath}, 10, 1000, uid=uid)
+        # The command outlasts the background's setsid (a second): killed before it, the group would take it along.
+        command = f"setsid sleep {tag} </dev/null >/dev/null 2>&1 & sleep 1"
+        run_limited(command, "/", {"PATH": os.defpath}, 10, 1000, uid=uid)
         time.sleep(0.3)  # a SIGKILL is delivered at once; the exit takes a moment
         survivors = running(tag)
         for pid in survivors:
