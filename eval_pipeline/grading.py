@@ -58,7 +58,7 @@ from eval_pipeline.tasks import Task
 from eval_pipeline.terminal_tasks import REWARD_FILE, REWARD_JSON, TerminalTask
 
 # Bump when grading logic changes: evaluation artifacts are keyed by it and assets show as stale.
-GRADING_VERSION = "3"
+GRADING_VERSION = "4"
 # Files that decide how tests run rather than what the code does: a model patch's changes to them are undone.
 TEST_INFRASTRUCTURE = (
     "conftest.py",
