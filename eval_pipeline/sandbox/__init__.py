@@ -10,6 +10,7 @@ from eval_pipeline.sandbox.base import (
     SandboxBackend,
     SandboxError,
     SandboxSettings,
+    ToolChannel,
     Workspace,
 )
 
@@ -21,6 +22,7 @@ __all__ = [
     "SandboxBackend",
     "SandboxError",
     "SandboxSettings",
+    "ToolChannel",
     "Workspace",
     "make_sandbox",
 ]

@@ -207,6 +207,23 @@ class EnvironmentHandle:
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
+class ToolChannel(ABC):
+    """A byte stream to and from one tool server process (its stdin and its stdout), however the worker
+    reaches the environment: a local pipe, an engine's exec, a Kubernetes exec."""
+
+    @abstractmethod
+    def send(self, data: bytes) -> None:
+        """Write to the server's stdin; SandboxLost when the server is gone."""
+
+    @abstractmethod
+    def receive(self) -> bytes:
+        """The next bytes the server wrote to stdout, b"" once it has closed it."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """End the session: close the server's stdin (it exits) and release the stream."""
+
+
 # The harness directory's one part that the workspace's commands may write (`out/junit.xml`, a log, a diff):
 # everything else there is the harness's, which commands may read but not change.
 OUTPUT_DIR = "out"
@@ -240,6 +257,17 @@ class Workspace(ABC):
     @abstractmethod
     def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
         """Run a shell command under the backend's resource limits."""
+
+    @abstractmethod
+    def command_placement(self) -> dict[str, Any]:
+        """Where, as whom and under which limits this workspace's commands run: the arguments of
+        `limited_exec.run_limited` but the command and its timeout. `run` runs with it, and so does the
+        trial's tool server (tool_server.py), so a tool call is held to exactly what a command is."""
+
+    @abstractmethod
+    def open_tool_channel(self, session: Mapping[str, Any]) -> ToolChannel:
+        """Start a tool server (tool_server.py) for this workspace and return the stream to it; `session`
+        (its placement, limits and git settings) is its first line of input."""
 
     @abstractmethod
     def harness_path(self, name: str) -> str:

@@ -34,6 +34,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from eval_pipeline.outcomes import InfrastructureError
 from eval_pipeline.sandbox.base import OUTPUT_DIR, ExecResult, Workspace
@@ -215,11 +216,12 @@ class ExecWorkspace(Workspace):
             except InfrastructureError as error:  # the next workspace in this slot starts by removing it
                 logger.warning("could not remove workspace %s: %s", self.root, error)
 
-    def _placement(self) -> dict:
+    def command_placement(self) -> dict[str, Any]:
         """Where and as whom a command runs: a task as root in its WORKDIR with its image's variables; a pod
         trial as its own uid, seeing its workspace at /testbed, with the environment's venv first on PATH."""
+        limits = {"output_bytes": self._output_bytes, "watch_cgroup_oom": True}
         if self.task:
-            return {"cwd": self.task.workdir, "env": dict(self.task.env)}
+            return {"cwd": self.task.workdir, "env": {**self.task.env, **self._extra_env}, **limits}
         return {
             "cwd": TESTBED,
             "view": {"source": self.repo, "target": TESTBED, "network": not self.cut_network},
@@ -230,19 +232,14 @@ class ExecWorkspace(Workspace):
                 "HOME": f"{self.root}/home",
                 "TMPDIR": f"{self.root}/tmp",
                 "PYTHONDONTWRITEBYTECODE": "1",
+                **self._extra_env,
             },
+            **limits,
         }
 
     def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
-        placement = self._placement()
-        request = {
-            **placement,
-            "command": command,
-            "env": {**placement["env"], **self._extra_env, **(env or {})},
-            "timeout_s": timeout_s,
-            "output_bytes": self._output_bytes,
-            "watch_cgroup_oom": True,
-        }
+        placement = self.command_placement()
+        request = {**placement, "command": command, "env": {**placement["env"], **(env or {})}, "timeout_s": timeout_s}
         exit_code, stdout, stderr = self.pod.run(
             ["python3", EXEC_SCRIPT], timeout_s=timeout_s + EXEC_MARGIN_S, private=json.dumps(request)
         )

@@ -24,6 +24,7 @@ reach the rest of the file system. The container backend closes that gap.
 """
 
 import fcntl
+import json
 import os
 import shlex
 import shutil
@@ -51,6 +52,7 @@ from eval_pipeline.sandbox.base import (
     ResourceLimits,
     SandboxBackend,
     SandboxError,
+    ToolChannel,
     Workspace,
 )
 from eval_pipeline.sandbox.interpreters import find_interpreter
@@ -61,6 +63,7 @@ from eval_pipeline.tasks import Task
 # Bump when the layout of a prepared environment changes, so old ones are not reused.
 ENVIRONMENT_LAYOUT_VERSION = "3"
 INSTALL_TIMEOUT_S = 1800.0
+TOOL_SERVER = Path(__file__).with_name("tool_server.py")
 _INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "PIP_INDEX_URL")
 
 
@@ -107,6 +110,37 @@ def views_unavailable() -> str:
     return ""
 
 
+class PipeChannel(ToolChannel):
+    """A tool server run as a local process, over its stdin and stdout; its log goes to `log`."""
+
+    def __init__(self, argv: list[str], session: Mapping[str, Any], log: Path) -> None:
+        with log.open("ab") as stderr:
+            self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
+        self.send(json.dumps(session).encode() + b"\n")
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.process.stdin.write(data)
+            self.process.stdin.flush()
+        except (BrokenPipeError, ValueError) as error:
+            raise SandboxLost(f"the tool server (pid {self.process.pid}) is gone: {error}") from error
+
+    def receive(self) -> bytes:
+        return os.read(self.process.stdout.fileno(), 65536)
+
+    def close(self) -> None:
+        try:
+            self.process.stdin.close()
+        except BrokenPipeError:
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process.stdout.close()
+
+
 class LocalWorkspace(Workspace):
     """A workspace directory (`root/repo`, `root/harness`); with `view_target`, commands see `root/repo` there,
     with network only when `network`."""
@@ -143,26 +177,34 @@ class LocalWorkspace(Workspace):
             **(extra or {}),
         }
 
-    def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
+    def command_placement(self) -> dict[str, Any]:
         view = (
             {"source": str(self.repo), "target": str(self._view_target), "network": self.network}
             if self._view_target
             else None
         )
+        return {
+            "cwd": str(self._view_target or self.repo),
+            "env": self._environ(None),
+            "output_bytes": self._limits.output_bytes,
+            "memory_ceiling_mb": self._limits.effective_memory_ceiling_mb,
+            "cpu_ceiling": self._limits.effective_cpu_ceiling,
+            "view": view,
+        }
+
+    def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
+        placement = self.command_placement()
         try:
             result = run_limited(
-                command,
-                cwd=str(self._view_target or self.repo),
-                env=self._environ(env),
-                timeout_s=timeout_s,
-                output_bytes=self._limits.output_bytes,
-                memory_ceiling_mb=self._limits.effective_memory_ceiling_mb,
-                cpu_ceiling=self._limits.effective_cpu_ceiling,
-                view=view,
+                command=command, timeout_s=timeout_s, **{**placement, "env": {**placement["env"], **(env or {})}}
             )
         except ViewUnavailable as error:
             raise SandboxError(str(error)) from error
         return ExecResult(**result)
+
+    def open_tool_channel(self, session: Mapping[str, Any]) -> ToolChannel:
+        self.harness.mkdir(parents=True, exist_ok=True)
+        return PipeChannel([sys.executable, str(TOOL_SERVER)], session, self.harness / "tool_server.log")
 
     def harness_path(self, name: str) -> str:
         return str(self.harness / name)
