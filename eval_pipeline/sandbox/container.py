@@ -33,6 +33,8 @@ import io
 import logging
 import os
 import re
+import socket
+import struct
 import tarfile
 import tempfile
 import threading
@@ -51,7 +53,7 @@ from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
 from eval_pipeline.gitutil import clone_at
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import InfrastructureError, SandboxLost
-from eval_pipeline.sandbox.base import OUTPUT_DIR, EnvironmentHandle, SandboxBackend, SandboxError
+from eval_pipeline.sandbox.base import OUTPUT_DIR, EnvironmentHandle, SandboxBackend, SandboxError, ToolChannel
 from eval_pipeline.sandbox.exec_workspace import HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec, TaskLayout
 from eval_pipeline.sandbox.images import (
     CA_BUNDLE,
@@ -69,9 +71,13 @@ from eval_pipeline.sandbox.images import (
     task_layers,
 )
 from eval_pipeline.sandbox.limited_exec import REQUEST_ENV
+from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, runtime_archive, runtime_identity
 from eval_pipeline.swebench_specs import requirements_text
 from eval_pipeline.tasks import Task, TaskImage
 
+TOOLS_VOLUME_PREFIX = "eval-pipeline-tools-"
+TOOLS_MARKER = ".complete"
+_FILLED_VOLUMES: set[tuple[str, str]] = set()  # (engine, volume) filled by this process
 # Commands are timed out inside the container; the client waits as long as they may run.
 CLIENT_TIMEOUT_S = 24 * 3600
 # A container's network, as environment handles record it: the engine's default network, or none at all.
@@ -79,6 +85,14 @@ ENGINE_NETWORK, NO_NETWORK = "engine default", "none"
 _ENGINE_FAILURES = (docker.errors.DockerException, requests.exceptions.RequestException)
 
 logger = logging.getLogger(__name__)
+
+
+def _marker_archive() -> bytes:
+    """A tar holding TOOLS_MARKER: put last, it says the tool volume is complete."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        archive.addfile(tarfile.TarInfo(TOOLS_MARKER), io.BytesIO(b""))
+    return buffer.getvalue()
 
 
 def _slug(text: str) -> str:
@@ -118,6 +132,16 @@ class EngineExec(PodExec):
         except _ENGINE_FAILURES as error:
             raise self.failure(f"exec failed: {error}") from error
 
+    def open_channel(self, argv: list[str], env: Mapping[str, str], first_line: str) -> ToolChannel:
+        api = self.container.client.api
+        try:
+            exec_id = api.exec_create(self.container.id, argv, stdin=True, user="0", environment=dict(env))["Id"]
+            channel = EngineChannel(api.exec_start(exec_id, socket=True)._sock, self.name)
+        except _ENGINE_FAILURES as error:
+            raise self.failure(f"starting the tool server failed: {error}") from error
+        channel.send(first_line.encode() + b"\n")
+        return channel
+
     def failure(self, message: str) -> InfrastructureError:
         with engine_errors(self.name):
             try:
@@ -128,6 +152,48 @@ class EngineExec(PodExec):
         if state != "running":
             return SandboxLost(f"{self.name} is {state}: {message}")
         return SandboxError(f"{self.name}: {message}")
+
+
+class EngineChannel(ToolChannel):
+    """An exec's stdin and stdout on the engine's socket, which carries the output in frames (an 8-byte
+    header: stream, padding, big-endian size) since the exec has no terminal; stderr frames are dropped."""
+
+    def __init__(self, exec_socket: socket.socket, name: str) -> None:
+        self.socket, self.name = exec_socket, name
+        self.pending = b""
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.socket.sendall(data)
+        except OSError as error:
+            raise SandboxLost(f"the tool server in {self.name} is gone: {error}") from error
+
+    def _read(self, size: int) -> bytes:
+        while len(self.pending) < size:
+            try:
+                chunk = self.socket.recv(65536)
+            except OSError:  # closed under the read: the session ended
+                return b""
+            if not chunk:
+                return b""
+            self.pending += chunk
+        data, self.pending = self.pending[:size], self.pending[size:]
+        return data
+
+    def receive(self) -> bytes:
+        while header := self._read(8):
+            stream, size = header[0], struct.unpack(">I", header[4:])[0]
+            payload = self._read(size)
+            if stream == 1 or not payload:
+                return payload
+        return b""
+
+    def close(self) -> None:
+        try:
+            self.socket.shutdown(socket.SHUT_RDWR)  # the server sees its stdin end; a read under way returns
+        except OSError:
+            pass
+        self.socket.close()
 
 
 class ContainerWorkspace(ExecWorkspace):
@@ -328,12 +394,15 @@ class ContainerSandbox(SandboxBackend):
                 },
             )
         network = ENGINE_NETWORK if self.network else NO_NETWORK
-        limits_id = stable_hash([self._container_limits(self.settings.pod_parallelism), network])[:8]
+        limits_id = stable_hash([self._container_limits(self.settings.pod_parallelism), network, runtime_identity()])[
+            :8
+        ]
         handle = EnvironmentHandle(
             backend=self.name,
             instance_id=instance.instance_id,
             key=record["environment_key"],
-            # The pod's limits and network are part of its identity: another allocation must never reuse it.
+            # The pod's limits, network and tool runtime are part of its identity: a pod started with others
+            # is never reused.
             location=f"eval-pod-{_slug(self.campaign)}-{_slug(instance.instance_id)}-{limits_id}",
             details={
                 "image": record["tag"],
@@ -360,8 +429,39 @@ class ContainerSandbox(SandboxBackend):
             self._engine_name = str(components[0].get("Name", ""))
         return ["no-new-privileges", *([] if "Podman" in self._engine_name else ["seccomp=unconfined"])]
 
+    def _tools_volume(self, image: str) -> str:
+        """The volume holding the tool server's runtime (tool_runtime.py), filled once per engine through a
+        container of `image` that is never started; a volume whose filling was cut short (no marker) is
+        filled again."""
+        name = f"{TOOLS_VOLUME_PREFIX}{runtime_identity()}"
+        engine = os.environ.get("DOCKER_HOST", "")
+        if (engine, name) in _FILLED_VOLUMES:
+            return name
+        locks = self.root / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        with open(locks / name, "w") as lock, engine_errors(f"filling the volume {name}"):
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                self.client.volumes.get(name)
+            except docker.errors.NotFound:
+                self.client.volumes.create(name, labels={MANAGED_LABEL: "true"})
+            filler = self.client.containers.create(
+                image, ["true"], volumes={name: {"bind": TOOLS_ROOT, "mode": "rw"}}, network_mode="none"
+            )
+            try:
+                try:
+                    filler.get_archive(f"{TOOLS_ROOT}/{TOOLS_MARKER}")
+                except docker.errors.NotFound:
+                    filler.put_archive(TOOLS_ROOT, runtime_archive())
+                    filler.put_archive(TOOLS_ROOT, _marker_archive())
+            finally:
+                filler.remove(force=True)
+        _FILLED_VOLUMES.add((engine, name))
+        return name
+
     def _start(self, image: str, name: str, labels: Mapping[str, str], trials: int, network: str) -> Container:
-        """Start a container on `network` (ENGINE_NETWORK or NO_NETWORK)."""
+        """Start a container on `network` (ENGINE_NETWORK or NO_NETWORK), with the tool runtime mounted."""
+        tools = self._tools_volume(image)
         with engine_errors(f"starting {name}"):
             try:
                 return self.client.containers.run(
@@ -370,6 +470,7 @@ class ContainerSandbox(SandboxBackend):
                     name=name,
                     detach=True,
                     labels=dict(labels),
+                    volumes={tools: {"bind": TOOLS_ROOT, "mode": "ro"}},
                     security_opt=self._security_options(),
                     **({"network_mode": "none"} if network != ENGINE_NETWORK else {}),
                     **self._container_limits(trials),

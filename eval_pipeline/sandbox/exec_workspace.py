@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eval_pipeline.outcomes import InfrastructureError
-from eval_pipeline.sandbox.base import OUTPUT_DIR, ExecResult, Workspace
+from eval_pipeline.sandbox.base import OUTPUT_DIR, ExecResult, ToolChannel, Workspace
 from eval_pipeline.sandbox.images import ENV_VENV, EXEC_SCRIPT, PATH, TASK_GIT_DIR, TESTBED, WORKSPACES
 from eval_pipeline.sandbox.limited_exec import REQUEST_ENV
+from eval_pipeline.sandbox.tool_runtime import ToolRuntime
 
 # The uids trials get: clear of the image's own users, under 65534 (nobody) and so within the 65536 ids a
 # rootless engine maps into a container.
@@ -117,6 +118,11 @@ class PodExec(ABC):
     @abstractmethod
     def failure(self, message: str) -> InfrastructureError:
         """Why a command failed for reasons other than itself: SandboxLost when the pod is gone, else SandboxError."""
+
+    @abstractmethod
+    def open_channel(self, argv: list[str], env: Mapping[str, str], first_line: str) -> ToolChannel:
+        """Start `argv` as root in the pod with `env`, its stdin and stdout a channel; `first_line` is its
+        first line of input (private, like `run`'s)."""
 
 
 @dataclass(frozen=True)
@@ -246,6 +252,12 @@ class ExecWorkspace(Workspace):
         if exit_code != 0 or not stdout:
             raise self.pod.failure(f"the command runner failed (exit {exit_code}): {stderr[-2000:]!r}")
         return ExecResult(**json.loads(stdout))
+
+    def open_tool_channel(self, session: Mapping[str, Any]) -> ToolChannel:
+        """The tool server runs as root in the pod, on the runtime mounted there (tool_runtime.py); it drops
+        to the workspace's uid and view for every call, as `run` does."""
+        runtime = ToolRuntime()
+        return self.pod.open_channel(runtime.argv, runtime.env, json.dumps(session))
 
     def harness_path(self, name: str) -> str:
         return (self.task and self.task.path(name)) or f"{self.root}/harness/{name}"

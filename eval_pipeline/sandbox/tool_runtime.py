@@ -1,0 +1,141 @@
+"""The tool server's runtime, carried into every container: a Python of its own with the `mcp` SDK.
+
+An environment's own Python may be 3.6, or absent (a terminal task's image),
+and its packages are the task's, so the tool server (tool_server.py) cannot
+run on them. It brings its own instead: this machine's interpreter (its
+binary, shared library and standard library) and the installed distributions
+`mcp` needs, with tool_server.py and limited_exec.py beside them, laid out
+under TOOLS_ROOT. The container backend puts that in a volume once per engine
+and mounts it read-only into every pod and container (container.py), so no
+image changes and no trial can alter it. It needs a glibc image of this
+machine's architecture, as every environment image built here is.
+"""
+
+import hashlib
+import io
+import os
+import sys
+import sysconfig
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+
+from eval_pipeline.hashing import stable_hash
+from eval_pipeline.sandbox import limited_exec
+
+TOOLS_ROOT = "/opt/eval/tools"
+SERVER_DISTRIBUTION = "mcp"
+TOOL_SERVER = Path(__file__).with_name("tool_server.py")
+# Parts of the standard library the server never imports (tests alone are half of it).
+_STDLIB_LEFT_OUT = (
+    "site-packages",
+    "dist-packages",
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+)
+
+
+@dataclass(frozen=True)
+class ToolRuntime:
+    """What a container needs to start a tool server: the command and its environment, under `root`."""
+
+    root: str = TOOLS_ROOT
+
+    @property
+    def argv(self) -> list[str]:
+        return [f"{self.root}/python/bin/python3", f"{self.root}/tool_server.py"]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "PYTHONHOME": f"{self.root}/python",
+            "PYTHONPATH": f"{self.root}/site",
+            "LD_LIBRARY_PATH": f"{self.root}/python/lib",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+
+
+def _requirements(distribution: metadata.Distribution, extras: frozenset[str]) -> Iterator[Requirement]:
+    """What `distribution` with `extras` needs here (markers evaluated)."""
+    for text in distribution.requires or []:
+        requirement = Requirement(text)
+        if requirement.marker is None or any(
+            requirement.marker.evaluate({**default_environment(), "extra": extra}) for extra in {"", *extras}
+        ):
+            yield requirement
+
+
+def server_distributions() -> list[metadata.Distribution]:
+    """`mcp` and everything it needs, extras included (`pyjwt[crypto]`), as installed here."""
+    found: dict[str, metadata.Distribution] = {}
+    seen: set[tuple[str, frozenset[str]]] = set()
+    pending = [Requirement(SERVER_DISTRIBUTION)]
+    while pending:
+        requirement = pending.pop()
+        key = requirement.name.lower().replace("_", "-")
+        if (key, frozenset(requirement.extras)) in seen:
+            continue
+        seen.add((key, frozenset(requirement.extras)))
+        found[key] = found.get(key) or metadata.distribution(requirement.name)
+        pending.extend(_requirements(found[key], frozenset(requirement.extras)))
+    return sorted(found.values(), key=lambda dist: dist.metadata["Name"].lower())
+
+
+def _interpreter_files() -> Iterator[tuple[Path, str]]:
+    """(file here, path in the runtime) for this interpreter: its binary, shared library, standard library."""
+    yield Path(os.path.realpath(sys.executable)), "python/bin/python3"
+    if sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        soname = sysconfig.get_config_var("INSTSONAME")
+        yield Path(sysconfig.get_config_var("LIBDIR")) / soname, f"python/lib/{soname}"
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for directory, names, files in os.walk(stdlib):
+        here = Path(directory)
+        if here == stdlib:  # config-3.X-…: the static library and build files
+            names[:] = [name for name in names if name not in _STDLIB_LEFT_OUT and not name.startswith("config-")]
+        for name in files:
+            if ".opt-" in name:  # bytecode for -O and -OO
+                continue
+            yield here / name, f"python/lib/{stdlib.name}/{(here / name).relative_to(stdlib)}"
+
+
+def _site_files() -> Iterator[tuple[Path, str]]:
+    for distribution in server_distributions():
+        for file in distribution.files or []:
+            if not str(file).startswith(".."):  # scripts installed to bin/: not needed
+                yield Path(str(file.locate())), f"site/{file}"
+
+
+@cache
+def runtime_identity() -> str:
+    """What the runtime is made of, cheaply: the interpreter, the distributions' versions, the two scripts."""
+    scripts = [hashlib.sha256(path.read_bytes()).hexdigest() for path in (TOOL_SERVER, Path(limited_exec.__file__))]
+    distributions = [f"{dist.metadata['Name']}=={dist.version}" for dist in server_distributions()]
+    return stable_hash([os.path.realpath(sys.executable), sys.version, distributions, scripts])[:16]
+
+
+def runtime_archive() -> bytes:
+    """The runtime as a tar archive to extract at TOOLS_ROOT, every entry readable by every uid."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        files = [*_interpreter_files(), *_site_files()]
+        files += [(TOOL_SERVER, "tool_server.py"), (Path(limited_exec.__file__), "limited_exec.py")]
+        for source, name in files:
+            if not source.is_file():
+                continue
+            info = archive.gettarinfo(str(source), arcname=name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mode = 0o755 if info.mode & 0o111 else 0o644
+            with source.open("rb") as data:
+                archive.addfile(info, data)
+    return buffer.getvalue()
