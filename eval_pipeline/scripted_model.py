@@ -649,6 +649,7 @@ class _Handler(BaseHTTPRequestHandler):
     """The HTTP side: routes, authorization and JSON; the answers are ScriptedModelServer's."""
 
     protocol_version = "HTTP/1.1"  # keep-alive, as the clients of real APIs expect
+    disable_nagle_algorithm = True  # headers and body go out in two writes: Nagle would hold the body ~40 ms
 
     @property
     def model(self) -> ScriptedModelServer:
