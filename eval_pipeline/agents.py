@@ -19,8 +19,21 @@ from eval_pipeline.sandbox import ExecResult, Workspace
 from eval_pipeline.tasks import Task
 
 
-class AgentTimeout(Exception):  # noqa: N818 - named for the outcome it ends in
-    """The agent ran over its own time limit: the agent's failure (agent_timeout), never retried."""
+class AgentStopped(Exception):  # noqa: N818 - named for what happened to the agent
+    """The agent was stopped by one of its limits: the agent's failure, scored, never retried. `output` is what
+    it did until then (its trajectory and spend), kept with the generation."""
+
+    def __init__(self, message: str, output: "AgentOutput | None" = None) -> None:
+        super().__init__(message)
+        self.output = output
+
+
+class AgentTimeout(AgentStopped):
+    """The agent ran over its own time limit (agent_timeout)."""
+
+
+class AgentLimitReached(AgentStopped):
+    """The agent used up its steps, tokens or cost (agent_limit)."""
 
 
 def finished(result: ExecResult) -> ExecResult:
@@ -50,6 +63,7 @@ class AgentTask:
     seed: int
     apply_reference: Callable[[Workspace], ExecResult]
     timeout_s: float | None = None
+    base_commit: str | None = None
 
 
 def agent_task(task: Task, seed: int, timeout_multiplier: float = 1.0) -> AgentTask:
@@ -62,15 +76,21 @@ def agent_task(task: Task, seed: int, timeout_multiplier: float = 1.0) -> AgentT
         seed,
         lambda workspace: task.apply_reference(workspace, timeout_s),
         timeout_s,
+        task.base_commit,
     )
 
 
 @dataclass
 class AgentOutput:
+    """What an agent did (its trajectory: messages, model calls, tool calls, each truncated) and spent; `steps`
+    counts model calls, `stop_reason` says why it stopped."""
+
     trajectory: list[dict[str, Any]] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    steps: int = 0
+    stop_reason: str = "completed"
 
 
 class Agent(ABC):
@@ -177,7 +197,12 @@ class CommandAgent(Agent):
         return AgentOutput(trajectory=[{"action": "command", **finished(result).summary()}])
 
 
-AGENTS: dict[str, type[Agent]] = {agent.name: agent for agent in (OracleAgent, NullAgent, FlakyAgent, CommandAgent)}
+# The llm agent builds on this module's interface, so it is imported once that is defined.
+from eval_pipeline.llm_agent import LLMAgent  # noqa: E402
+
+AGENTS: dict[str, type[Agent]] = {
+    agent.name: agent for agent in (OracleAgent, NullAgent, FlakyAgent, CommandAgent, LLMAgent)
+}
 
 
 def make_agent(name: str, params: dict[str, Any] | None = None) -> Agent:

@@ -5,8 +5,9 @@ model), so its artifact is keyed by what determines it (instance content,
 agent config, seed) and never recomputed once stored, not even when its
 evaluation is re-run.
 
-The agent's own failures (it raised, or ran over its time) are stored as the
-generation, final like any other. An infrastructure failure under the agent
+The agent's own failures (it raised, ran over its time or used up its steps,
+tokens or cost) are stored as the generation, final like any other, with what
+it did until then. An infrastructure failure under the agent
 stores nothing final: it is kept in the attempt log and raised, so the step
 is retried.
 """
@@ -16,7 +17,7 @@ import traceback
 from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
-from eval_pipeline.agents import Agent, AgentOutput, AgentTask, AgentTimeout, agent_task
+from eval_pipeline.agents import Agent, AgentLimitReached, AgentOutput, AgentTask, AgentTimeout, agent_task
 from eval_pipeline.artifacts import ArtifactStore, StoredRecord
 from eval_pipeline.attempt_log import Stage, failures_kept, now
 from eval_pipeline.hashing import sha256_text, stable_hash
@@ -32,9 +33,10 @@ COMPLETED = "completed"
 
 
 class Generation(StoredRecord):
-    """A stored generation: the patch, how it was made, and what it cost."""
+    """A stored generation: the patch, how it was made (the agent's trajectory, its steps and why it stopped),
+    and what it cost."""
 
-    record_version: int = 2
+    record_version: int = 3
     key: str
     instance_id: str
     agent_config: dict[str, Any]
@@ -48,6 +50,8 @@ class Generation(StoredRecord):
     input_tokens: int
     output_tokens: int
     cost_usd: float
+    steps: int = 0
+    stop_reason: str = ""
     started_at: str
     duration_s: float
     harness_version: str
@@ -76,13 +80,15 @@ def generation_key(
 
 
 def _solve(agent: Agent, task: AgentTask, workspace: Workspace) -> tuple[AgentOutput | None, str, str]:
-    """Run the agent: its output, status (completed, agent_error, agent_timeout) and error text."""
+    """Run the agent: its output, status (completed, agent_error, agent_timeout, agent_limit) and error text."""
     try:
         return agent.solve(task, workspace), COMPLETED, ""
     except InfrastructureError:
         raise  # the infrastructure failed under the agent: retry, never blame the agent
     except AgentTimeout as error:
-        return None, Outcome.AGENT_TIMEOUT.value, str(error)
+        return error.output, Outcome.AGENT_TIMEOUT.value, str(error)
+    except AgentLimitReached as error:
+        return error.output, Outcome.AGENT_LIMIT.value, str(error)
     except Exception:  # noqa: BLE001 - any agent crash is recorded as the agent's failure
         return None, Outcome.AGENT_ERROR.value, traceback.format_exc(limit=20)
 
@@ -135,6 +141,8 @@ def generate(
         input_tokens=output.input_tokens if output else 0,
         output_tokens=output.output_tokens if output else 0,
         cost_usd=output.cost_usd if output else 0.0,
+        steps=output.steps if output else 0,
+        stop_reason=output.stop_reason if output else status,
         started_at=started_at,
         duration_s=round(time.monotonic() - clock, 3),
         harness_version=HARNESS_VERSION,

@@ -32,6 +32,7 @@ class Outcome(StrEnum):
     PATCH_APPLY_FAILED = "patch_apply_failed"
     AGENT_ERROR = "agent_error"  # the agent raised or its command failed to run
     AGENT_TIMEOUT = "agent_timeout"  # the agent ran over its own time limit
+    AGENT_LIMIT = "agent_limit"  # the agent used up its steps, tokens or cost
     # A graded test is absent from the test run's results (the patch broke its collection, say): scored as not
     # resolved, as SWE-bench scores it, but named apart so the report shows it.
     TESTS_MISSING = "tests_missing"
@@ -51,6 +52,7 @@ class Outcome(StrEnum):
     ENGINE_ERROR = "engine_error"  # the container engine (or its API) failed or was unreachable
     IMAGE_BUILD_FAILED = "image_build_failed"
     STORAGE_ERROR = "storage_error"  # the artifact store could not be read or written
+    MODEL_API_ERROR = "model_api_error"  # the model API stayed rate-limited, failing or unreachable
     GRADING_ERROR = "grading_error"
 
     @property
@@ -79,6 +81,7 @@ _KINDS = {
             Outcome.PATCH_APPLY_FAILED,
             Outcome.AGENT_ERROR,
             Outcome.AGENT_TIMEOUT,
+            Outcome.AGENT_LIMIT,
             Outcome.TESTS_MISSING,
             Outcome.REPORT_FORGED,
             Outcome.PATCH_TEST_TIMEOUT,
@@ -94,6 +97,7 @@ _KINDS = {
             Outcome.ENGINE_ERROR,
             Outcome.IMAGE_BUILD_FAILED,
             Outcome.STORAGE_ERROR,
+            Outcome.MODEL_API_ERROR,
         ),
         OutcomeKind.INFRASTRUCTURE,
     ),
@@ -129,3 +133,9 @@ class StorageError(InfrastructureError):
     """The artifact store could not be read or written."""
 
     outcome = Outcome.STORAGE_ERROR
+
+
+class ModelAPIError(InfrastructureError):
+    """The model API an agent calls stayed unavailable (rate limits, 5xx, timeouts) or refused the request."""
+
+    outcome = Outcome.MODEL_API_ERROR

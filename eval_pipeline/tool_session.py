@@ -19,8 +19,10 @@ import anyio.to_thread
 import mcp_types
 from mcp import Client
 from mcp.client._transport import TransportStreams
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
+from eval_pipeline.outcomes import SandboxLost
 from eval_pipeline.sandbox import ToolChannel, Workspace
 
 # How long one tool call may run at most, whatever the agent asks for.
@@ -77,6 +79,14 @@ async def channel_transport(channel: ToolChannel) -> AsyncIterator[TransportStre
             tasks.cancel_scope.cancel()
 
 
+def innermost(error: BaseException) -> BaseException:
+    """The one error an exception group (of the session's task groups, nested) was raised for, so that its
+    type (an InfrastructureError, an agent's limit) decides the outcome; the group itself if it holds more."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
 @dataclass(frozen=True)
 class ToolResult:
     """One tool call's answer: its structured result (the runner's fields), the text the model is shown,
@@ -97,7 +107,12 @@ class ToolSession:
         return list((await self.client.list_tools()).tools)
 
     async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
-        result = await self.client.call_tool(name, arguments)
+        """The tool's answer; a broken session (the server or its channel gone) is the infrastructure's
+        failure, SandboxLost, never the agent's."""
+        try:
+            result = await self.client.call_tool(name, arguments)
+        except MCPError as error:
+            raise SandboxLost(f"the tool session broke during {name}: {error}") from error
         text = "\n".join(block.text for block in result.content if isinstance(block, mcp_types.TextContent))
         structured = result.structured_content
         if structured is not None and not result.is_error:

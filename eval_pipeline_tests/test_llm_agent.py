@@ -1,0 +1,120 @@
+"""The llm agent against a scripted model on a real OpenAI-compatible HTTP server, through real MCP sessions.
+
+The model is the only stand-in (scripted_model.py): the agent's requests, its tool server, the workspaces
+and the grading are the real ones, on the local backend here and in a real pod below.
+"""
+
+import pytest
+
+from eval_pipeline.agents import make_agent
+from eval_pipeline.attempt_log import attempts
+from eval_pipeline.evaluation import evaluate
+from eval_pipeline.generation import generate, generation_key
+from eval_pipeline.outcomes import ModelAPIError, Outcome
+from eval_pipeline.scripted_model import ScriptedModelServer, solutions_from_tasks
+from eval_pipeline_tests.conftest import prepare_on
+
+PRICE = {"input_per_mtok": 3.0, "output_per_mtok": 15.0}
+
+
+def llm(server: ScriptedModelServer, script: str = "solve", **params):
+    return make_agent(
+        "llm",
+        {
+            "model": f"scripted-{script}",
+            "base_url": server.base_url,
+            "api_key_env": "SCRIPTED_KEY",
+            "price": PRICE,
+            **params,
+        },
+    )
+
+
+@pytest.fixture
+def model(demo_benchmark, monkeypatch):
+    monkeypatch.setenv("SCRIPTED_KEY", "sk-test")
+    with ScriptedModelServer(solutions_from_tasks(demo_benchmark.instances), api_key="sk-test") as server:
+        yield server
+
+
+def _resolve(instance, agent, seed, environment, sandbox, store, benchmark):
+    generation = generate(instance, agent, seed, environment, sandbox, store)
+    evaluation = evaluate(instance, benchmark.environment_for(instance), generation, environment, sandbox, store, 300)
+    return generation, evaluation
+
+
+def test_the_llm_agent_resolves_demo_instances_through_the_tool_server(
+    demo_benchmark, prepare, shared_sandbox, store, model
+):
+    for instance in demo_benchmark.instances[:2]:
+        environment = prepare(instance)
+        generation, evaluation = _resolve(instance, llm(model), 3, environment, shared_sandbox, store, demo_benchmark)
+        assert evaluation.outcome == Outcome.RESOLVED, evaluation
+        assert generation.status == "completed" and generation.stop_reason == "completed"
+        tools_called = [step["tool"] for step in generation.trajectory if step["type"] == "tool_call"]
+        assert "edit_file" in tools_called and "run_command" in tools_called and "workspace_diff" in tools_called
+        assert generation.steps == len(tools_called) + 1, "one tool call per model call, then the final answer"
+        assert generation.input_tokens > 0 and generation.output_tokens > 0
+        expected_cost = (generation.input_tokens * 3.0 + generation.output_tokens * 15.0) / 1e6
+        assert generation.cost_usd == pytest.approx(expected_cost, rel=1e-6)
+    request = model.requests[0]
+    assert request["seed"] == 3 and request["temperature"] == 0.0
+    assert {tool["function"]["name"] for tool in request["tools"]} >= {"read_file", "edit_file", "run_command"}
+    assert demo_benchmark.instances[0].instruction in request["messages"][1]["content"]
+
+
+def test_a_model_that_loops_ends_at_the_step_limit_as_the_agents_failure(
+    demo_benchmark, prepare, shared_sandbox, store, model
+):
+    instance = demo_benchmark.instances[0]
+    environment = prepare(instance)
+    generation, evaluation = _resolve(
+        instance, llm(model, "loop", max_steps=4), 0, environment, shared_sandbox, store, demo_benchmark
+    )
+    assert generation.status == Outcome.AGENT_LIMIT and generation.stop_reason == "step limit"
+    assert generation.steps == 4 and len([s for s in generation.trajectory if s["type"] == "tool_call"]) == 4
+    assert evaluation.outcome == Outcome.AGENT_LIMIT and Outcome(evaluation.outcome).is_scored
+
+
+def test_a_token_budget_stops_the_agent_too(demo_benchmark, prepare, shared_sandbox, store, model):
+    instance = demo_benchmark.instances[0]
+    generation = generate(instance, llm(model, max_tokens=50), 0, prepare(instance), shared_sandbox, store)
+    assert generation.status == Outcome.AGENT_LIMIT and generation.stop_reason == "token limit"
+    assert generation.input_tokens + generation.output_tokens >= 50 and generation.steps < 5
+
+
+def test_rate_limits_are_retried_and_persistent_ones_are_infrastructure(
+    demo_benchmark, prepare, shared_sandbox, store, monkeypatch
+):
+    monkeypatch.setenv("SCRIPTED_KEY", "sk-test")
+    instance = demo_benchmark.instances[0]
+    environment = prepare(instance)
+    solutions = solutions_from_tasks(demo_benchmark.instances)
+    with ScriptedModelServer(solutions, script="rate-limited", failing_requests=2) as server:
+        generation, evaluation = _resolve(
+            instance, llm(server, "rate-limited"), 1, environment, shared_sandbox, store, demo_benchmark
+        )
+    assert evaluation.outcome == Outcome.RESOLVED
+    first_call = next(step for step in generation.trajectory if step["type"] == "model_call")
+    assert first_call["retries"] == 2
+
+    with ScriptedModelServer(solutions, script="rate-limited", failing_requests=None) as server:
+        agent = llm(server, "rate-limited", max_retries=2)
+        with pytest.raises(ModelAPIError, match="429") as raised:
+            generate(instance, agent, 2, environment, shared_sandbox, store)
+        assert len(server.requests) == 3, "the first request and two retries"
+    assert raised.value.outcome == Outcome.MODEL_API_ERROR and not raised.value.outcome.is_scored
+    key = generation_key(instance, agent, 2)
+    assert store.get(key) is None, "nothing final is stored for an infrastructure failure"
+    kept = attempts(store, key)
+    assert len(kept) == 1 and kept[0].outcome == Outcome.MODEL_API_ERROR, "the failed attempt is kept, typed"
+
+
+@pytest.mark.slow
+def test_the_llm_agent_resolves_a_demo_instance_in_a_pod(container_sandbox, demo_benchmark, store, model):
+    sandbox = container_sandbox()
+    instance = demo_benchmark.instances[1]
+    environment = prepare_on(sandbox, demo_benchmark, instance)
+    generation, evaluation = _resolve(instance, llm(model), 0, environment, sandbox, store, demo_benchmark)
+    assert evaluation.outcome == Outcome.RESOLVED, evaluation
+    assert any(step["type"] == "tool_call" and step["tool"] == "edit_file" for step in generation.trajectory)
