@@ -134,6 +134,10 @@ class ArtifactStore(ABC):
     def __init__(self, mac: RecordMac | None = None) -> None:
         self.mac = mac or RecordMac.from_environment()
 
+    @abstractmethod
+    def uri(self, key: str) -> str:
+        """Where the artifact `key` lives, as a link a person can follow (file://, s3://)."""
+
     def get(self, key: str) -> dict[str, Any] | None:
         """The artifact's payload, or None when it is absent (or was rejected, and moved to quarantine)."""
         text = self._read(_checked(key))
@@ -216,6 +220,9 @@ class LocalArtifactStore(ArtifactStore):
     def _path(self, key: str) -> Path:
         return self.root / _checked(key)
 
+    def uri(self, key: str) -> str:
+        return self._path(key).absolute().as_uri()
+
     def _read(self, key: str) -> str | None:
         try:
             return self._path(key).read_text()
@@ -294,6 +301,9 @@ class S3ArtifactStore(ArtifactStore):
     @property
     def location(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}"
+
+    def uri(self, key: str) -> str:
+        return f"{self.location}{_checked(key)}"
 
     @contextmanager
     def _storage_errors(self, what: str) -> Iterator[None]:

@@ -22,6 +22,7 @@ from eval_pipeline.config_validation import (
     PositiveNumber,
 )
 from eval_pipeline.dataset_source_config import DatasetSource
+from eval_pipeline.llm_agent import from_environment
 from eval_pipeline.sandbox import BACKENDS, ResourceLimits, SandboxSettings
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -150,6 +151,14 @@ def _untrusted_on_local(untrusted: list[tuple[int, Variant]]) -> FieldProblem:
     )
 
 
+class ModelPrice(ConfigModel):
+    """`prices.<model>`: what a model's tokens cost, in US dollars per million; agents that call that model
+    (`params.model`) are given it as `params.price`, so it is part of their config (a cost limit depends on it)."""
+
+    input_per_mtok: Number
+    output_per_mtok: Number
+
+
 class CampaignFile(ConfigModel):
     """A whole campaign file. `benchmark:` is the one-slice shorthand of `slices:`."""
 
@@ -168,6 +177,7 @@ class CampaignFile(ConfigModel):
     batches: BatchSettings = BatchSettings()
     nightly: NightlySettings | None = None
     exclude: Exclude = Exclude()
+    prices: dict[str, ModelPrice] = {}
 
     @field_validator("seeds", mode="before")
     @classmethod
@@ -221,6 +231,26 @@ class CampaignFile(ConfigModel):
         if untrusted:
             raise _untrusted_on_local(untrusted)
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _priced_models(cls, data: Any) -> Any:
+        """Give each variant whose model has a price in `prices`, and no price of its own, that price (before the
+        variants are read, since each makes its agent then)."""
+        if not isinstance(data, dict) or not isinstance(data.get("prices"), dict):
+            return data
+        variants = []
+        for variant in data.get("variants") or []:
+            params = variant.get("params") if isinstance(variant, dict) else None
+            model = (
+                from_environment(params["model"])
+                if isinstance(params, dict) and isinstance(params.get("model"), str)
+                else None
+            )
+            if model in data["prices"] and "price" not in params:
+                variant = {**variant, "params": {**params, "price": data["prices"][model]}}
+            variants.append(variant)
+        return {**data, "variants": variants}
 
     @model_validator(mode="after")
     def _one_kind_of_dataset(self) -> "CampaignFile":

@@ -16,6 +16,7 @@ both scored, with the trajectory up to there kept.
 import json
 import os
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,20 @@ class Price:
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:
         return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+
+def from_environment(value: str) -> str:
+    """`${NAME}` or `${NAME:-default}` read from the environment when the campaign is loaded, so the resolved
+    value (the model an endpoint serves) is what the variant's config, and its hash, hold; any other value
+    as it is."""
+    match = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?\}", value)
+    if not match:
+        return value
+    name, default = match.groups()
+    resolved = os.environ.get(name) or default
+    if resolved is None:
+        raise ValueError(f"{value}: the variable {name} is not set")
+    return resolved
 
 
 def _clip(text: str, limit: int = TRAJECTORY_TEXT_CHARS) -> str:
@@ -156,6 +171,7 @@ class LLMAgent(Agent):
         request_timeout_s: float = 300.0,
         tool_output_chars: int = 20_000,
     ) -> None:
+        model = from_environment(model)
         if not model.strip():
             raise ValueError("llm agent: model must not be empty")
         if max_steps < 1:

@@ -55,6 +55,8 @@ class TrialResult:
     input_tokens: int
     output_tokens: int
     cost_usd: float
+    steps: int  # the agent's model calls (0 for agents without a model)
+    stop_reason: str  # why the agent stopped: completed, step limit, token limit, cost limit, wall_time, …
     harness_version: str
     dataset_version: str
     sandbox_backend: str
@@ -240,6 +242,8 @@ def read_trial(
         input_tokens=generation.input_tokens if generation else 0,
         output_tokens=generation.output_tokens if generation else 0,
         cost_usd=generation.cost_usd if generation else 0.0,
+        steps=generation.steps if generation else 0,
+        stop_reason=generation.stop_reason if generation else "",
         harness_version=evaluation.harness_version if evaluation else HARNESS_VERSION,
         dataset_version=portfolio.version,
         sandbox_backend=sandbox.name,

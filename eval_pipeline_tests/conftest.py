@@ -256,6 +256,8 @@ def trial(instance_id: str, variant: str, seed: int, outcome: str, **fields) -> 
         "input_tokens": 100,
         "output_tokens": 50,
         "cost_usd": 0.5,
+        "steps": 3,
+        "stop_reason": "completed",
         "harness_version": "h",
         "dataset_version": "d",
         "sandbox_backend": "local",

@@ -110,8 +110,10 @@ def _trial_materializations(
     result: TrialResult,
     generation: Generation,
     lineage: dict[str, Any],
+    generation_uri: str,
 ) -> Iterator[AssetMaterialization]:
-    """A trial's stored generation, and its evaluation once it is scored, each with its lineage."""
+    """A trial's stored generation (with a link to its record, which holds the agent's trajectory, and what the
+    agent spent), and its evaluation once it is scored, each with its lineage."""
     partition, evaluation = result.work.partition, result.evaluation
     yield AssetMaterialization(
         generation_key,
@@ -124,6 +126,12 @@ def _trial_materializations(
             "artifact": generation.key,
             "patch_bytes": len(generation.patch),
             "duration_s": generation.duration_s,
+            "trajectory": MetadataValue.url(generation_uri),
+            "steps": generation.steps,
+            "stop_reason": generation.stop_reason,
+            "input_tokens": generation.input_tokens,
+            "output_tokens": generation.output_tokens,
+            "cost_usd": generation.cost_usd,
         },
     )
     if evaluation is None or not result.outcome.is_scored:
@@ -333,7 +341,9 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             if generation := result.generation:  # else generating failed on infrastructure: nothing is stored
                 sandbox = setup.sandbox_for(result.work.instance)
                 lineage = _trial_lineage(portfolio, sandbox, result, generation, environment)
-                yield from _trial_materializations(generation_key, evaluation_key, result, generation, lineage)
+                yield from _trial_materializations(
+                    generation_key, evaluation_key, result, generation, lineage, setup.store.uri(generation.key)
+                )
             if not result.outcome.is_scored:
                 unscored[result.work.partition] = result
         if unscored:
