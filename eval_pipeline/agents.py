@@ -6,8 +6,10 @@ of the workspace, so every agent, scripted or model-driven, yields patches the
 same way.
 """
 
+import json
 import os
 import random
+import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import OutOfMemory
 from eval_pipeline.sandbox import ExecResult, Workspace
 from eval_pipeline.tasks import Task
+from eval_pipeline.tool_session import MAX_TOOL_TIMEOUT_S, inside_session_request
 
 
 class AgentStopped(Exception):  # noqa: N818 - named for what happened to the agent
@@ -161,6 +164,18 @@ class FlakyAgent(Agent):
         return AgentOutput(trajectory=[{"action": "apply_reference", "draw": draw, **result.summary(tail=500)}])
 
 
+def mcp_endpoint(workspace: Workspace, base_revision: str | None) -> dict[str, str]:
+    """The variables that tell a command in `workspace` how to start its tool server (CommandAgent)."""
+    session = inside_session_request(workspace, base_revision, MAX_TOOL_TIMEOUT_S)
+    argv, env = workspace.tool_server_command()
+    argv = [*argv, "--session-file", workspace.write_harness_file("mcp/session.json", json.dumps(session))]
+    config = {"mcpServers": {"workspace": {"command": argv[0], "args": argv[1:], "env": env}}}
+    return {
+        "EVAL_MCP_CONFIG": workspace.write_harness_file("mcp/config.json", json.dumps(config)),
+        "EVAL_MCP_COMMAND": shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), *argv]),
+    }
+
+
 class CommandAgent(Agent):
     """Runs a configured command line in the workspace: how installed CLI agents are evaluated.
 
@@ -169,6 +184,10 @@ class CommandAgent(Agent):
     configured `env`, and the host variables named in `pass_env` (API keys:
     their names are part of the config, their values never are). The task's
     own agent timeout, where it has one, wins over `timeout_s`.
+
+    A CLI agent that speaks MCP (Claude Code, Codex, …) finds the trial's tool server, bound to its workspace
+    like an `llm` agent's session, in `$EVAL_MCP_CONFIG`: a JSON file in the `mcpServers` format those
+    agents read (one stdio server named `workspace`), or as one shell command line in `$EVAL_MCP_COMMAND`.
     """
 
     name = "command"
@@ -192,6 +211,7 @@ class CommandAgent(Agent):
             "EVAL_INSTRUCTION_FILE": workspace.write_harness_file("instruction.md", task.instruction),
             "EVAL_INSTANCE_ID": task.instance_id,
             "EVAL_SEED": str(task.seed),
+            **mcp_endpoint(workspace, task.base_commit),
         }
         result = workspace.run(self.params["command"], timeout_s=task.timeout_s or self.params["timeout_s"], env=env)
         return AgentOutput(trajectory=[{"action": "command", **finished(result).summary()}])

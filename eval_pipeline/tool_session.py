@@ -39,6 +39,14 @@ def session_request(workspace: Workspace, base_revision: str | None, max_timeout
     }
 
 
+def inside_session_request(workspace: Workspace, base_revision: str | None, max_timeout_s: float) -> dict[str, Any]:
+    """The session of a tool server that an agent starts inside its workspace (a CLI agent's own MCP client):
+    it runs as the trial already, in its view, so its calls keep the limits but need no uid or view."""
+    request = session_request(workspace, base_revision, max_timeout_s)
+    request["placement"] = {k: v for k, v in request["placement"].items() if k not in ("uid", "view")}
+    return request
+
+
 def _parse(line: bytes) -> SessionMessage | Exception:
     try:
         return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))

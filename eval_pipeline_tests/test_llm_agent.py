@@ -4,6 +4,8 @@ The model is the only stand-in (scripted_model.py): the agent's requests, its to
 and the grading are the real ones, on the local backend here and in a real pod below.
 """
 
+import sys
+
 import pytest
 
 from eval_pipeline.agents import make_agent
@@ -118,3 +120,33 @@ def test_the_llm_agent_resolves_a_demo_instance_in_a_pod(container_sandbox, demo
     generation, evaluation = _resolve(instance, llm(model), 0, environment, sandbox, store, demo_benchmark)
     assert evaluation.outcome == Outcome.RESOLVED, evaluation
     assert any(step["type"] == "tool_call" and step["tool"] == "edit_file" for step in generation.trajectory)
+
+
+CLI_AGENT = """
+import json, os, sys
+import anyio
+from mcp import Client, StdioServerParameters
+
+async def main():
+    server = json.load(open(os.environ["EVAL_MCP_CONFIG"]))["mcpServers"]["workspace"]
+    params = StdioServerParameters(command=server["command"], args=server["args"], env=server["env"] or None)
+    async with Client(params) as client:
+        readme = await client.call_tool("read_file", {"path": "README.md"})
+        await client.call_tool("write_file", {"path": "via_mcp.txt", "content": readme.structured_content["content"]})
+
+anyio.run(main)
+"""
+
+
+def test_a_command_agent_reaches_its_tool_server_through_the_documented_config(
+    demo_benchmark, prepare, shared_sandbox, store, tmp_path
+):
+    """A CLI agent that speaks MCP (here a small one on the official SDK) starts the trial's server from
+    $EVAL_MCP_CONFIG and works on its own workspace through it."""
+    script = tmp_path / "cli_agent.py"
+    script.write_text(CLI_AGENT)
+    instance = demo_benchmark.instances[0]
+    agent = make_agent("command", {"command": f"{sys.executable} {script}", "timeout_s": 120})
+    generation = generate(instance, agent, 0, prepare(instance), shared_sandbox, store)
+    assert generation.status == "completed", generation.error
+    assert "+++ b/via_mcp.txt" in generation.patch and "+# calclib" in generation.patch

@@ -265,6 +265,10 @@ class Workspace(ABC):
         trial's tool server (tool_server.py), so a tool call is held to exactly what a command is."""
 
     @abstractmethod
+    def tool_server_command(self) -> tuple[list[str], dict[str, str]]:
+        """How a process inside this workspace starts a tool server: its argv and environment."""
+
+    @abstractmethod
     def open_tool_channel(self, session: Mapping[str, Any]) -> ToolChannel:
         """Start a tool server (tool_server.py) for this workspace and return the stream to it; `session`
         (its placement, limits and git settings) is its first line of input."""

@@ -253,11 +253,16 @@ class ExecWorkspace(Workspace):
             raise self.pod.failure(f"the command runner failed (exit {exit_code}): {stderr[-2000:]!r}")
         return ExecResult(**json.loads(stdout))
 
-    def open_tool_channel(self, session: Mapping[str, Any]) -> ToolChannel:
-        """The tool server runs as root in the pod, on the runtime mounted there (tool_runtime.py); it drops
-        to the workspace's uid and view for every call, as `run` does."""
+    def tool_server_command(self) -> tuple[list[str], dict[str, str]]:
+        """The runtime mounted in every container (tool_runtime.py)."""
         runtime = ToolRuntime()
-        return self.pod.open_channel(runtime.argv, runtime.env, json.dumps(session))
+        return runtime.argv, runtime.env
+
+    def open_tool_channel(self, session: Mapping[str, Any]) -> ToolChannel:
+        """The tool server runs as root in the pod; it drops to the workspace's uid and view for every call, as
+        `run` does."""
+        argv, env = self.tool_server_command()
+        return self.pod.open_channel(argv, env, json.dumps(session))
 
     def harness_path(self, name: str) -> str:
         return (self.task and self.task.path(name)) or f"{self.root}/harness/{name}"

@@ -202,9 +202,13 @@ class LocalWorkspace(Workspace):
             raise SandboxError(str(error)) from error
         return ExecResult(**result)
 
+    def tool_server_command(self) -> tuple[list[str], dict[str, str]]:
+        return [sys.executable, str(TOOL_SERVER)], {}
+
     def open_tool_channel(self, session: Mapping[str, Any]) -> ToolChannel:
         self.harness.mkdir(parents=True, exist_ok=True)
-        return PipeChannel([sys.executable, str(TOOL_SERVER)], session, self.harness / "tool_server.log")
+        argv, _ = self.tool_server_command()
+        return PipeChannel(argv, session, self.harness / "tool_server.log")
 
     def harness_path(self, name: str) -> str:
         return str(self.harness / name)

@@ -156,8 +156,13 @@ def build_server(tools: WorkspaceTools) -> MCPServer:
 
 def main() -> None:
     """Serve one session on stdin and stdout, bound to the session on stdin's first line (a root process's
-    stdin, which no trial uid can read, unlike a command line or, on Kubernetes, no exec environment)."""
-    session = json.loads(sys.stdin.buffer.readline())  # the buffer the stdio transport then reads on from
+    stdin, which no trial uid can read, unlike a command line or, on Kubernetes, no exec environment); or,
+    started by an agent inside its workspace (`--session-file`), to the session the harness wrote there."""
+    if sys.argv[1:2] == ["--session-file"]:
+        with open(sys.argv[2]) as file:
+            session = json.load(file)
+    else:
+        session = json.loads(sys.stdin.buffer.readline())  # the buffer the stdio transport then reads on from
     build_server(WorkspaceTools(session)).run("stdio")
 
 
