@@ -31,6 +31,7 @@ OUTCOME_COLOURS = {
     Outcome.PATCH_APPLY_FAILED: "#4299e1",
     Outcome.AGENT_ERROR: "#2c5282",
     Outcome.AGENT_TIMEOUT: "#90cdf4",
+    Outcome.AGENT_LIMIT: "#63b3ed",
     Outcome.TESTS_MISSING: "#319795",
     Outcome.REPORT_FORGED: "#1a202c",
     Outcome.PATCH_TEST_TIMEOUT: "#718096",
@@ -41,6 +42,7 @@ OUTCOME_COLOURS = {
     Outcome.ENGINE_ERROR: "#e53e3e",
     Outcome.IMAGE_BUILD_FAILED: "#744210",
     Outcome.STORAGE_ERROR: "#d69e2e",
+    Outcome.MODEL_API_ERROR: "#c05621",
     Outcome.GRADING_ERROR: "#6b46c1",
     MISSING: "#e2e8f0",
 }

@@ -272,10 +272,14 @@ def test_an_untrusted_agent_on_the_local_backend_is_refused_in_one_line_naming_t
     assert "sandbox: {backend: container}" in message and "sandbox: {allow_untrusted_agents_locally: true}" in message
 
 
-def test_every_built_in_campaign_loads_with_only_trusted_agents():
+def test_every_built_in_campaign_loads_with_only_trusted_agents_but_the_llm_demo_which_opts_in():
     for name in builtin_campaigns():
         campaign = load_campaign(name)
-        assert not campaign.sandbox.allow_untrusted_agents_locally, name
+        untrusted = [variant.agent for variant in campaign.variants if not variant.make_agent().trusted]
+        if campaign.name == "demo_llm":  # its model's commands run through the tool server, as the user
+            assert untrusted == ["llm"] and campaign.sandbox.allow_untrusted_agents_locally
+        else:
+            assert not untrusted and not campaign.sandbox.allow_untrusted_agents_locally, name
 
 
 def test_untrusted_agents_run_locally_only_with_the_opt_in_and_their_results_say_so(tmp_path):

@@ -19,7 +19,7 @@ each command in a network namespace of its own (limited_exec.py).
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,7 +33,7 @@ from websocket import WebSocketException
 
 from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
 from eval_pipeline.outcomes import ImageBuildFailed, InfrastructureError, SandboxLost
-from eval_pipeline.sandbox.base import EnvironmentHandle, SandboxBackend, SandboxError
+from eval_pipeline.sandbox.base import EnvironmentHandle, SandboxBackend, SandboxError, ToolChannel
 from eval_pipeline.sandbox.container import ContainerSandbox
 from eval_pipeline.sandbox.exec_workspace import HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec, claimed_slot
 from eval_pipeline.sandbox.images import WORKSPACES
@@ -63,6 +63,28 @@ def exit_code_of(status: str, failure: Callable[[str], InfrastructureError]) -> 
         return int(message["details"]["causes"][0]["message"])
     except (ValueError, KeyError, IndexError, TypeError) as error:
         raise failure(f"the exec ended without an exit status ({status[:200]!r})") from error
+
+
+class KubernetesChannel(ToolChannel):
+    """A tool server's stdin and stdout over a Kubernetes exec stream (a websocket)."""
+
+    def __init__(self, session: Any, name: str) -> None:
+        self.session, self.name = session, name
+
+    def send(self, data: bytes) -> None:
+        if not self.session.is_open():
+            raise SandboxLost(f"the tool server in pod {self.name} is gone")
+        self.session.write_stdin(data.decode())
+
+    def receive(self) -> bytes:
+        while self.session.is_open():
+            self.session.update(timeout=1)
+            if self.session.peek_stdout():
+                return self.session.read_stdout().encode()
+        return self.session.read_stdout().encode() if self.session.peek_stdout() else b""
+
+    def close(self) -> None:
+        self.session.close()
 
 
 class KubernetesExec(PodExec):
@@ -100,6 +122,27 @@ class KubernetesExec(PodExec):
         except _API_FAILURES as error:
             raise self.failure(f"exec failed: {error}") from error
         return exit_code_of(status, self.failure), stdout.encode(), stderr.encode()
+
+    def open_channel(self, argv: list[str], env: Mapping[str, str], first_line: str) -> ToolChannel:
+        """An exec stream; the exec subresource takes no environment, so `env` is set by `env` in argv."""
+        try:
+            session = stream(
+                self.core.connect_get_namespaced_pod_exec,
+                self.name,
+                self.namespace,
+                container=CONTAINER,
+                command=["env", *(f"{key}={value}" for key, value in env.items()), *argv],
+                stdin=True,
+                stdout=True,
+                stderr=False,
+                tty=False,
+                _preload_content=False,
+            )
+        except _API_FAILURES as error:
+            raise self.failure(f"starting the tool server failed: {error}") from error
+        channel = KubernetesChannel(session, self.name)
+        channel.send(first_line.encode() + b"\n")
+        return channel
 
     def failure(self, message: str) -> InfrastructureError:
         try:
