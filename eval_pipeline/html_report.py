@@ -4,22 +4,35 @@ Plots: resolved rates with their 95% intervals per slice and variant; paired
 differences against the baseline with their intervals; each variant's trial
 durations in seconds (every scored trial a dot, median and p95 marked); and
 the outcome taxonomy per variant, one colour per outcome. Then each release
-gate's verdict and broken rules. Every number comes from the Report
-(docs/STATISTICS.md) or, for the duration dots, from the results table.
+gate's verdict and broken rules, the time, tokens and cost of each variant,
+and, when given, the trajectories of chosen trials (trajectory_view.py: their
+agent-controlled text escaped, never markup). Every number comes from the
+Report (docs/STATISTICS.md) or, for the duration dots, from the results table.
 Intervals are drawn and shown within the range of their quantity ([0, 1] for
 rates, [-1, 1] for differences).
 """
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
+from typing import Any
 
-from eval_pipeline.markdown_report import clip, format_limits, format_number, format_rate_interval
+from eval_pipeline.markdown_report import (
+    TIME_COST_HEADERS,
+    clip,
+    format_cost,
+    format_limits,
+    format_number,
+    format_rate_interval,
+    time_cost_cells,
+)
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.report import report_directory, write_text_atomically
 from eval_pipeline.report_model import REPORT_FILES, Report, ReportRow
 from eval_pipeline.results import MISSING, TrialResult
+from eval_pipeline.trajectory_view import STYLE as TRAJECTORY_STYLE
+from eval_pipeline.trajectory_view import is_failed, render_trajectories
 
 WIDTH, ROW, LABEL, MARGIN = 760, 26, 220, 30
 MAX_DOTS = 300  # per variant: beyond it, evenly spaced quantiles keep the file small and the shape intact
@@ -40,6 +53,7 @@ OUTCOME_COLOURS = {
     Outcome.OOM_KILLED: "#9b2c2c",
     Outcome.SANDBOX_LOST: "#f6ad55",
     Outcome.ENGINE_ERROR: "#e53e3e",
+    Outcome.MODEL_API_ERROR: "#c05621",
     Outcome.IMAGE_BUILD_FAILED: "#744210",
     Outcome.STORAGE_ERROR: "#d69e2e",
     Outcome.MODEL_API_ERROR: "#c05621",
@@ -179,6 +193,33 @@ def _table(report: Report) -> str:
     return f"<table>{head}{''.join(_table_row(row) for row in report.rows())}</table>"
 
 
+def _time_cost_table(report: Report) -> str:
+    """Per slice and variant: median and p95 duration, tokens per resolved trial, total cost and cost per
+    resolved trial (the markdown report's cells, with the total cost before the cost per resolved trial)."""
+    *times, cost_per_resolved = TIME_COST_HEADERS
+    columns = ("slice", "variant", *times, "total cost", cost_per_resolved)
+    head = f"<tr>{''.join(f'<th>{escape(column)}</th>' for column in columns)}</tr>"
+    rows = []
+    for row in report.rows():
+        *time_cells, per_resolved = time_cost_cells(row.summary)
+        cells = [*time_cells, format_cost(row.summary.cost_usd), per_resolved]
+        rows.append(
+            f"<tr><td>{_slice_cell(row)}</td><td>{escape(row.variant)}</td>"
+            + "".join(f"<td>{escape(cell)}</td>" for cell in cells)
+            + "</tr>"
+        )
+    return f'<table class="time-cost">{head}{"".join(rows)}</table>'
+
+
+def _trajectories(trials: Sequence[TrialResult], trajectories: Mapping[str, Mapping[str, Any]]) -> str:
+    failed = sum(is_failed(trial) for trial in trials)
+    return (
+        f"<h2>Trajectories</h2><p>{len(trajectories)} trial(s) shown; {failed} trial(s) failed (scored, not"
+        " resolved). Each step opens to show its text, truncated; costs in US dollars.</p>"
+        + render_trajectories(trajectories)
+    )
+
+
 def _gates(report: Report) -> str:
     """Each release gate: passed or failed, and every rule a failed one broke."""
     if not report.gates:
@@ -200,7 +241,10 @@ def _label(row: ReportRow) -> str:
     return f"{row.slice} / {row.variant}"
 
 
-def render_html(report: Report, trials: Sequence[TrialResult]) -> str:
+def render_html(
+    report: Report, trials: Sequence[TrialResult], trajectories: Mapping[str, Mapping[str, Any]] | None = None
+) -> str:
+    """The report's page; with `trajectories` (trajectory_view.trajectories_for), a section per trial."""
     rows = report.rows()
     rates = [(_label(row), row.summary.resolved_rate, row.summary.ci_low, row.summary.ci_high) for row in rows]
     differences = [(_label(row), d.diff, d.ci_low, d.ci_high) for row in rows if (d := row.summary.vs_baseline)]
@@ -220,17 +264,23 @@ def render_html(report: Report, trials: Sequence[TrialResult]) -> str:
         duration_chart(trials, report),
         "<h2>Outcome taxonomy</h2>",
         taxonomy_chart(report),
+        "<h2>Time, tokens and cost</h2>",
+        _time_cost_table(report),
         "<h2>Release gates</h2>",
         _gates(report),
     ]
+    if trajectories is not None:
+        sections.append(_trajectories(trials, trajectories))
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Campaign {escape(report.campaign)}'
-        f"</title><style>{STYLE}</style></head><body>{''.join(sections)}</body></html>\n"
+        f"</title><style>{STYLE}\n{TRAJECTORY_STYLE}</style></head><body>{''.join(sections)}</body></html>\n"
     )
 
 
-def write_html_report(report: Report, trials: Sequence[TrialResult]) -> Path:
+def write_html_report(
+    report: Report, trials: Sequence[TrialResult], trajectories: Mapping[str, Mapping[str, Any]] | None = None
+) -> Path:
     """Write report.html into the report's directory; return its path."""
     path = report_directory(report) / REPORT_FILES["html"]
-    write_text_atomically(path, render_html(report, trials))
+    write_text_atomically(path, render_html(report, trials, trajectories))
     return path

@@ -92,9 +92,28 @@ def _comparisons(report: Report) -> list[str]:
     return markdown_table(headers, rows) if rows else ["No other variant to compare."]
 
 
+def format_cost(value: float | None) -> str:
+    """An amount in US dollars as the reports show it."""
+    return format_number(value, 4)
+
+
+# The columns of a variant's time and cost, shared by the markdown and HTML reports.
+TIME_COST_HEADERS = ["median s", "p95 s", "tokens / resolved", "cost / resolved"]
+
+
+def time_cost_cells(summary: VariantSummary) -> list[str]:
+    """A variant's TIME_COST_HEADERS: its scored trials' median and p95 durations, tokens and cost per resolved
+    trial (n/a where undefined: docs/STATISTICS.md)."""
+    return [
+        format_number(summary.duration_s.median, 1),
+        format_number(summary.duration_s.p95, 1),
+        format_number(summary.tokens_per_resolved, 0),
+        format_cost(summary.cost_per_resolved),
+    ]
+
+
 def _costs(report: Report) -> list[str]:
-    headers = ["slice", "variant", "median s", "p95 s", "tokens / resolved", "cost / resolved", "seed rates"]
-    headers += ["seed sd", "pass@k"]
+    headers = ["slice", "variant", *TIME_COST_HEADERS, "seed rates", "seed sd", "pass@k"]
     rows = []
     for row in report.rows():
         v, spread = row.summary, row.summary.seed_spread
@@ -102,10 +121,7 @@ def _costs(report: Report) -> list[str]:
             [
                 row_label(row),
                 row.variant,
-                format_number(v.duration_s.median, 1),
-                format_number(v.duration_s.p95, 1),
-                format_number(v.tokens_per_resolved, 0),
-                format_number(v.cost_per_resolved, 4),
+                *time_cost_cells(v),
                 format_interval(spread.min, spread.max) if spread else "n/a",
                 format_number(spread.sd) if spread else "n/a",
                 ", ".join(f"@{k} {format_number(value)}" for k, value in v.pass_at_k.items()) or "n/a",

@@ -58,7 +58,7 @@ def svg(html: str, title: str) -> str:
 def test_the_portfolio_row_is_bold_in_html_not_in_markdown_asterisks(report):
     html = render_html(report, RESULTS)
     assert "**" not in html
-    assert html.count("<td><strong>all</strong></td>") == 2, "one portfolio row per variant"
+    assert html.count("<td><strong>all</strong></td>") == 2 * 2, "one portfolio row per variant in each table"
     assert "all / cand" in svg(html, "Resolved rates")
 
 

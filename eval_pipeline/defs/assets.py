@@ -58,6 +58,7 @@ from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.sandbox.local import ENVIRONMENT_LAYOUT_VERSION
 from eval_pipeline.sandbox.pod_manifest import pod_resources
 from eval_pipeline.tasks import Task
+from eval_pipeline.trajectory_view import trajectories_for
 from eval_pipeline.trial_batch import TrialResult, TrialSetup, TrialWork, run_batch
 from eval_pipeline.validation import VALIDATION_FILE, read_validation
 
@@ -407,7 +408,8 @@ def build_campaign_assets(campaign: Campaign, partitions: CampaignPartitions) ->
             rejected=read_rejected_table(warehouse),
         )
         path = write_report(summary)
-        html = write_html_report(summary, rows)
+        # The failed trials' trajectories (at most TRAJECTORY_LIMIT), read from their generation records.
+        html = write_html_report(summary, rows, trajectories_for(rows, eval_pipeline.artifact_store()))
         return Output(
             summary,
             metadata={
