@@ -56,7 +56,6 @@ OUTCOME_COLOURS = {
     Outcome.MODEL_API_ERROR: "#c05621",
     Outcome.IMAGE_BUILD_FAILED: "#744210",
     Outcome.STORAGE_ERROR: "#d69e2e",
-    Outcome.MODEL_API_ERROR: "#c05621",
     Outcome.GRADING_ERROR: "#6b46c1",
     MISSING: "#e2e8f0",
 }
