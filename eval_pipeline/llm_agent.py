@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 import httpx
+from mcp.shared.exceptions import MCPError
 
 from eval_pipeline.agents import Agent, AgentLimitReached, AgentOutput, AgentTask, AgentTimeout
 from eval_pipeline.outcomes import ModelAPIError
@@ -209,8 +210,8 @@ class LLMAgent(Agent):
     def solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
         try:
             return anyio.run(self._solve, task, workspace)
-        except BaseExceptionGroup as group:  # the session's task groups wrap what the loop raised
-            raise innermost(group) from None
+        except (BaseExceptionGroup, MCPError) as error:  # the session's task groups wrap what the loop raised
+            raise innermost(error) from None
 
     async def _solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
         spend = Spend()

@@ -89,9 +89,12 @@ async def channel_transport(channel: ToolChannel) -> AsyncIterator[TransportStre
 
 def innermost(error: BaseException) -> BaseException:
     """The one error an exception group (of the session's task groups, nested) was raised for, so that its
-    type (an InfrastructureError, an agent's limit) decides the outcome; the group itself if it holds more."""
+    type (an InfrastructureError, an agent's limit) decides the outcome; the group itself if it holds more.
+    A protocol failure outside a tool call (the server gone before its handshake) is SandboxLost."""
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
+    if isinstance(error, MCPError):
+        return SandboxLost(f"the tool session could not start: {error}")
     return error
 
 
@@ -108,8 +111,8 @@ class ToolResult:
 class ToolSession:
     """One trial's MCP session: the tools it offers and calls to them."""
 
-    def __init__(self, client: Client) -> None:
-        self.client = client
+    def __init__(self, client: Client, channel: ToolChannel) -> None:
+        self.client, self.channel = client, channel
 
     async def tools(self) -> list[mcp_types.Tool]:
         return list((await self.client.list_tools()).tools)
@@ -120,7 +123,8 @@ class ToolSession:
         try:
             result = await self.client.call_tool(name, arguments)
         except MCPError as error:
-            raise SandboxLost(f"the tool session broke during {name}: {error}") from error
+            why = self.channel.diagnostics().strip()[-2000:]
+            raise SandboxLost(f"the tool session broke during {name}: {error}; the server said: {why}") from error
         text = "\n".join(block.text for block in result.content if isinstance(block, mcp_types.TextContent))
         structured = result.structured_content
         if structured is not None and not result.is_error:
@@ -136,4 +140,4 @@ async def open_tool_session(
     request = session_request(workspace, base_revision, max_timeout_s)
     channel = await anyio.to_thread.run_sync(workspace.open_tool_channel, request)
     async with Client(channel_transport(channel)) as client:
-        yield ToolSession(client)
+        yield ToolSession(client, channel)

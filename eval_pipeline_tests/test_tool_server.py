@@ -5,11 +5,10 @@ through the official MCP client. In a pod, concurrent trials' sessions each reac
 workspace, whatever path an agent passes.
 """
 
-import json
-
 import anyio
 import pytest
 
+from eval_pipeline.outcomes import SandboxLost
 from eval_pipeline.tool_session import ToolSession, open_tool_session
 from eval_pipeline_tests.conftest import prepare_on
 
@@ -36,10 +35,6 @@ async def _edit_and_diff(session: ToolSession) -> None:
     assert missing.is_error and "No such file" in missing.text
     unmatched = await session.call("edit_file", {"path": "README.md", "old_str": "absent text", "new_str": "x"})
     assert unmatched.is_error and "not found" in unmatched.text
-
-
-def _result_of(session_result) -> dict:
-    return json.loads(session_result.text)
 
 
 def test_tools_on_a_local_workspace(demo_benchmark, prepare, shared_sandbox):
@@ -95,5 +90,19 @@ def test_concurrent_sessions_in_one_pod_see_only_their_own_workspace(container_s
                 overwrite = await theirs.call("write_file", {"path": f"{first.repo}/secret.txt", "content": "x"})
                 assert overwrite.is_error
                 assert (await mine.call("read_file", {"path": "secret.txt"})).structured["content"] == "hunter2\n"
+
+    anyio.run(main)
+
+
+def test_a_session_whose_server_dies_is_lost_infrastructure_not_the_agents_failure(
+    demo_benchmark, prepare, shared_sandbox
+):
+    environment = prepare(demo_benchmark.instances[1])
+
+    async def main() -> None:
+        with shared_sandbox.workspace(environment, "killed") as workspace:
+            async with open_tool_session(workspace) as session:
+                with pytest.raises(SandboxLost, match="tool session broke during run_command"):
+                    await session.call("run_command", {"command": "kill -9 $PPID; sleep 5"})
 
     anyio.run(main)

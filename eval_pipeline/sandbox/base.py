@@ -223,6 +223,10 @@ class ToolChannel(ABC):
     def close(self) -> None:
         """End the session: close the server's stdin (it exits) and release the stream."""
 
+    @abstractmethod
+    def diagnostics(self) -> str:
+        """The end of what the server wrote to stderr, to say why a session broke."""
+
 
 # The harness directory's one part that the workspace's commands may write (`out/junit.xml`, a log, a diff):
 # everything else there is the harness's, which commands may read but not change.

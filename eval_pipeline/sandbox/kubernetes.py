@@ -86,6 +86,9 @@ class KubernetesChannel(ToolChannel):
     def close(self) -> None:
         self.session.close()
 
+    def diagnostics(self) -> str:
+        return ""  # stderr is not requested: the exec stream carries stdout only
+
 
 class KubernetesExec(PodExec):
     """Exec into a pod's environment container through the Kubernetes API (the `exec` subresource)."""

@@ -114,6 +114,7 @@ class PipeChannel(ToolChannel):
     """A tool server run as a local process, over its stdin and stdout; its log goes to `log`."""
 
     def __init__(self, argv: list[str], session: Mapping[str, Any], log: Path) -> None:
+        self.log = log
         with log.open("ab") as stderr:
             self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
         self.send(json.dumps(session).encode() + b"\n")
@@ -139,6 +140,9 @@ class PipeChannel(ToolChannel):
             self.process.kill()
             self.process.wait()
         self.process.stdout.close()
+
+    def diagnostics(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
 
 
 class LocalWorkspace(Workspace):
