@@ -117,7 +117,9 @@ def sandbox(cluster, tmp_path) -> KubernetesSandbox:
 
 
 def manifest_for(sandbox: KubernetesSandbox, instance_id: str = "owner__repo-1") -> dict:
-    return sandbox.pod_manifest(instance_id, "registry.example.com/eval-pipeline-instance:abc")
+    return sandbox.pod_manifest(
+        instance_id, "registry.example.com/eval-pipeline-instance:abc", "registry.example.com/eval-pipeline-tools:abc"
+    )
 
 
 def test_a_pod_is_created_once_from_its_manifest_and_reused(sandbox, cluster):
@@ -180,7 +182,7 @@ def test_a_failed_exec_is_blamed_on_a_lost_pod_only_when_the_pod_is_gone(sandbox
 
 def test_the_janitor_removes_only_eval_pipelines_pods_of_the_campaign(sandbox, cluster):
     mine, finished, young = (manifest_for(sandbox, f"i-{n}") for n in range(3))
-    other = KubernetesSandbox(Path("/x"), ResourceLimits(), sandbox.settings, "c2").pod_manifest("i-0", "img")
+    other = KubernetesSandbox(Path("/x"), ResourceLimits(), sandbox.settings, "c2").pod_manifest("i-0", "img", "tools")
     foreign = {**mine, "metadata": {**mine["metadata"], "name": "not-ours", "labels": {"app": "db"}}}
     old = (datetime.now(UTC) - timedelta(days=2)).isoformat()
     for manifest, phase, created in ((mine, "Running", old), (finished, "Failed", None), (young, "Running", None)):

@@ -68,7 +68,9 @@ def rendered_pod(
     sandbox = KubernetesSandbox(
         Path("/unused"), limits, SandboxSettings.from_mapping(settings), "nightly-2026", network
     )
-    return sandbox.pod_manifest(instance_id, "registry.example.com/eval-pipeline-instance:abc")
+    return sandbox.pod_manifest(
+        instance_id, "registry.example.com/eval-pipeline-instance:abc", "registry.example.com/eval-pipeline-tools:abc"
+    )
 
 
 @pytest.mark.parametrize(

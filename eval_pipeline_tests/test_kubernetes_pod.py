@@ -11,8 +11,10 @@ import subprocess
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
+import anyio
 import kubernetes_validate
 import yaml
 
@@ -25,7 +27,21 @@ from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxSett
 from eval_pipeline.sandbox.container import EngineExec
 from eval_pipeline.sandbox.exec_workspace import PodExec, claimed_slot
 from eval_pipeline.sandbox.kubernetes import KubernetesSandbox
-from eval_pipeline.sandbox.pod_manifest import CONTAINER
+from eval_pipeline.sandbox.pod_manifest import CONTAINER, TOOLS_VOLUME
+from eval_pipeline.sandbox.tool_runtime import extract_runtime, runtime_identity
+from eval_pipeline.tool_session import open_tool_session
+
+
+def with_tools_from_directory(manifest: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """The manifest with its tool server image volume played from the directory that image was built from
+    (the same files): Podman 4's kube play mounts no image volumes."""
+    volumes = [
+        {"name": volume["name"], "hostPath": {"path": str(directory), "type": "Directory"}}
+        if volume["name"] == TOOLS_VOLUME
+        else volume
+        for volume in manifest["spec"]["volumes"]
+    ]
+    return {**manifest, "spec": {**manifest["spec"], "volumes": volumes}}
 
 
 class KubePlaySandbox(KubernetesSandbox):
@@ -33,6 +49,9 @@ class KubePlaySandbox(KubernetesSandbox):
 
     def ensure_pod(self, manifest: dict[str, Any]) -> None:
         kubernetes_validate.validate(manifest, "1.31", strict=True)
+        tools = self.root / "tool-runtime" / runtime_identity()
+        extract_runtime(tools)  # built into the image once per engine, so perhaps not under this root yet
+        manifest = with_tools_from_directory(manifest, tools)
         name = f"{manifest['metadata']['name']}-{CONTAINER}"
         running = [c for c in self.images.client.containers.list(filters={"name": name}) if c.name == name]
         if running:
@@ -64,7 +83,9 @@ def test_a_rendered_environment_pod_runs_a_trial_under_podman_kube_play(engine, 
     try:
         environment = sandbox.prepare(instance, spec, demo_benchmark.source)
         pod = engine.containers.get(f"{environment.location}-{CONTAINER}")
-        manifest = sandbox.pod_manifest(instance.instance_id, environment.details["image"])
+        manifest = sandbox.pod_manifest(
+            instance.instance_id, environment.details["image"], environment.details["tools_image"]
+        )
         assert pod.labels.items() >= manifest["metadata"]["labels"].items()
         assert pod.attrs["HostConfig"]["Memory"] == 512 * 2**20, "Podman enforces the manifest's limit: the ceiling"
         status = dict(
@@ -79,6 +100,15 @@ def test_a_rendered_environment_pod_runs_a_trial_under_podman_kube_play(engine, 
             evaluation = evaluate(instance, spec, generation, environment, sandbox, store, 120)
             outcomes[agent] = evaluation.outcome_type
         assert outcomes == {"oracle": Outcome.RESOLVED, "null": Outcome.UNRESOLVED}
+
+        async def use_tools() -> None:  # the tool server runs from the pod's own tool volume
+            with sandbox.workspace(environment, "tools") as workspace:
+                async with open_tool_session(workspace) as session:
+                    me = await session.call("run_command", {"command": "id -u && ls"})
+                    assert me.structured["stdout"].split()[0] == str(workspace.uid)
+                    assert "README.md" in me.structured["stdout"]
+
+        anyio.run(use_tools)
         assert evaluation.resources["backend"] == "kubernetes"
         assert evaluation.resources["requested"]["effective_memory_ceiling_mb"] == 512
         leftover = pod.exec_run(["sh", "-c", "ls /workspaces"]).output.decode().split()

@@ -34,9 +34,9 @@ from websocket import WebSocketException
 from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
 from eval_pipeline.outcomes import ImageBuildFailed, InfrastructureError, SandboxLost
 from eval_pipeline.sandbox.base import EnvironmentHandle, SandboxBackend, SandboxError, ToolChannel
-from eval_pipeline.sandbox.container import ContainerSandbox
+from eval_pipeline.sandbox.container import ContainerSandbox, engine_errors
 from eval_pipeline.sandbox.exec_workspace import HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec, claimed_slot
-from eval_pipeline.sandbox.images import WORKSPACES
+from eval_pipeline.sandbox.images import WORKSPACES, ImageBuilder
 from eval_pipeline.sandbox.pod_manifest import (
     CAMPAIGN_LABEL,
     CONTAINER,
@@ -46,6 +46,7 @@ from eval_pipeline.sandbox.pod_manifest import (
     pod_name,
     pod_resources,
 )
+from eval_pipeline.sandbox.tool_runtime import extract_runtime, runtime_identity, tools_layer
 from eval_pipeline.tasks import Task
 
 # Waiting reasons that will not resolve by waiting longer: the pod cannot start.
@@ -212,24 +213,38 @@ class KubernetesSandbox(SandboxBackend):
         registry = self.settings.image_registry
         return f"{registry.rstrip('/')}/{tag.removeprefix('localhost/')}" if registry else tag
 
-    def build(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
-        record = self.images.build(instance, spec, source)
-        reference = self.image_reference(record["tag"])
-        if reference != record["tag"]:
+    def _pushed(self, local_tag: str, what: str) -> str:
+        """The reference pods pull `local_tag` by: pushed to the registry first, when there is one."""
+        reference = self.image_reference(local_tag)
+        if reference != local_tag:
             repository, _, tag = reference.rpartition(":")
-            image = self.images.client.images.get(record["tag"])
+            image = self.images.client.images.get(local_tag)
             image.tag(repository, tag)
             for line in self.images.client.images.push(repository, tag, stream=True, decode=True):
                 if "error" in line:
-                    raise SandboxError(f"pushing {reference} for {instance.instance_id}: {line['error']}")
-        return {**record, "image": reference}
+                    raise SandboxError(f"pushing {reference} for {what}: {line['error']}")
+        return reference
 
-    def pod_manifest(self, instance_id: str, image: str) -> dict[str, Any]:
+    def tools_image(self) -> str:
+        """The tool server's runtime as an image (tool_runtime.py), built and pushed once."""
+        layer = tools_layer(self.root / "tool-runtime" / runtime_identity())
+        builder = ImageBuilder(self.images.client, self.root)
+        with engine_errors("building the tool server's image"):
+            builder.ensure(layer, prepare_context=lambda step: extract_runtime(step.directory[1]))
+        return self._pushed(layer.tag, "the tool server")
+
+    def build(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
+        record = self.images.build(instance, spec, source)
+        return {**record, "image": self._pushed(record["tag"], instance.instance_id), "tools_image": self.tools_image()}
+
+    def pod_manifest(self, instance_id: str, image: str, tools_image: str) -> dict[str, Any]:
         resources = pod_resources(self.limits, self.settings.pod_parallelism)
-        identity = f"{self.campaign}|{instance_id}|{image}|{resources}" + ("|network" if self.network else "")
+        identity = f"{self.campaign}|{instance_id}|{image}|{tools_image}|{resources}" + (
+            "|network" if self.network else ""
+        )
         name = pod_name(self.campaign, instance_id, identity)
         return environment_pod_manifest(
-            name, self.settings.namespace, image, self.campaign, instance_id, resources, self.network
+            name, self.settings.namespace, image, tools_image, self.campaign, instance_id, resources, self.network
         )
 
     def prepare(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
@@ -239,13 +254,18 @@ class KubernetesSandbox(SandboxBackend):
                 "workspace) on the container backend; the Kubernetes backend runs code tasks only"
             )
         record = self.build(instance, spec, source)
-        manifest = self.pod_manifest(instance.instance_id, record["image"])
+        manifest = self.pod_manifest(instance.instance_id, record["image"], record["tools_image"])
         handle = EnvironmentHandle(
             backend=self.name,
             instance_id=instance.instance_id,
             key=record["environment_key"],
             location=manifest["metadata"]["name"],
-            details={"image": record["image"], "image_id": record["image_id"], "namespace": self.settings.namespace},
+            details={
+                "image": record["image"],
+                "image_id": record["image_id"],
+                "tools_image": record["tools_image"],
+                "namespace": self.settings.namespace,
+            },
         )
         self.ensure_pod(manifest)
         return handle
@@ -317,7 +337,8 @@ class KubernetesSandbox(SandboxBackend):
         """A workspace in the instance's pod (recreated if it was lost), in one of its `pod_parallelism` slots,
         claimed in the pod itself: the run pods that share an environment pod share nothing else."""
         self.check_network(network)
-        manifest = self.pod_manifest(environment.instance_id, environment.details["image"])
+        tools_image = environment.details.get("tools_image") or self.tools_image()  # handles from before it
+        manifest = self.pod_manifest(environment.instance_id, environment.details["image"], tools_image)
         if manifest["metadata"]["name"] != environment.location:
             raise SandboxError(
                 f"{environment.instance_id}: its pod {environment.location} was prepared for other resources"

@@ -10,6 +10,7 @@ from typing import Any
 
 from eval_pipeline.sandbox.base import ResourceLimits
 from eval_pipeline.sandbox.images import EXEC_SCRIPT, TESTBED
+from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "eval-pipeline"}
 CAMPAIGN_LABEL = "eval-pipeline/campaign"
@@ -21,6 +22,7 @@ NETWORK_LABEL = "eval-pipeline/network"
 NETWORK_OPTED_IN = "opted-in"
 INSTANCE_ANNOTATION = "eval-pipeline/instance-id"  # the exact id; a label value may have been shortened
 CONTAINER = "environment"
+TOOLS_VOLUME = "tool-server"
 
 
 def label_value(text: str) -> str:
@@ -63,13 +65,15 @@ def environment_pod_manifest(
     name: str,
     namespace: str,
     image: str,
+    tools_image: str,
     campaign: str,
     instance_id: str,
     resources: dict[str, Any],
     network: bool = False,
 ) -> dict[str, Any]:
-    """The environment pod: the instance image idling under the command runner, ready once /testbed exists;
-    labelled NETWORK_LABEL when `network` (a variant of its campaign opted in)."""
+    """The environment pod: the instance image idling under the command runner, ready once /testbed exists,
+    with the tool server's runtime (`tools_image`, tool_runtime.py) mounted read-only as an image volume (the
+    ImageVolume feature); labelled NETWORK_LABEL when `network` (a variant of its campaign opted in)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -90,6 +94,7 @@ def environment_pod_manifest(
             "automountServiceAccountToken": False,  # agents get no credentials to the cluster
             "enableServiceLinks": False,
             "terminationGracePeriodSeconds": 5,
+            "volumes": [{"name": TOOLS_VOLUME, "image": {"reference": tools_image, "pullPolicy": "IfNotPresent"}}],
             "containers": [
                 {
                     "name": CONTAINER,
@@ -98,6 +103,7 @@ def environment_pod_manifest(
                     "command": ["python3", EXEC_SCRIPT, "--reap"],
                     "resources": resources,
                     "readinessProbe": {"exec": {"command": ["test", "-d", TESTBED]}, "periodSeconds": 2},
+                    "volumeMounts": [{"name": TOOLS_VOLUME, "mountPath": TOOLS_ROOT, "readOnly": True}],
                     # Root only to give each workspace its own uid; nothing may regain privileges after that.
                     "securityContext": {
                         "allowPrivilegeEscalation": False,

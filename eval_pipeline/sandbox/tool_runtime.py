@@ -6,9 +6,11 @@ run on them. It brings its own instead: this machine's interpreter (its
 binary, shared library and standard library) and the installed distributions
 `mcp` needs, with tool_server.py and limited_exec.py beside them, laid out
 under TOOLS_ROOT. The container backend puts that in a volume once per engine
-and mounts it read-only into every pod and container (container.py), so no
-image changes and no trial can alter it. It needs a glibc image of this
-machine's architecture, as every environment image built here is.
+and mounts it read-only into every pod and container (container.py); the
+Kubernetes backend builds it as an image of its own (`tools_layer`, FROM
+scratch) that pods mount read-only as an image volume. Either way no
+environment image changes and no trial can alter it. It needs a glibc image of
+this machine's architecture, as every environment image built here is.
 """
 
 import hashlib
@@ -17,6 +19,7 @@ import os
 import sys
 import sysconfig
 import tarfile
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -28,6 +31,7 @@ from packaging.requirements import Requirement
 
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.sandbox import limited_exec
+from eval_pipeline.sandbox.images import ImageLayer
 
 TOOLS_ROOT = "/opt/eval/tools"
 SERVER_DISTRIBUTION = "mcp"
@@ -139,3 +143,25 @@ def runtime_archive() -> bytes:
             with source.open("rb") as data:
                 archive.addfile(info, data)
     return buffer.getvalue()
+
+
+def extract_runtime(directory: Path) -> None:
+    """The runtime laid out in `directory` (once: it is renamed into place whole)."""
+    if directory.exists():
+        return
+    partial = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}")
+    with tarfile.open(fileobj=io.BytesIO(runtime_archive())) as archive:
+        archive.extractall(partial, filter="tar")
+    partial.rename(directory)
+
+
+def tools_layer(directory: Path) -> ImageLayer:
+    """The runtime as an image holding nothing else, for clusters that mount it as an image volume; its
+    context is `directory`, laid out by `extract_runtime` before it is built."""
+    return ImageLayer(
+        "tools",
+        "FROM scratch\nCOPY tools /\n",
+        directory=("tools", directory),
+        directory_identity=runtime_identity(),
+        labels={"eval_pipeline.layer": "tools"},
+    )
