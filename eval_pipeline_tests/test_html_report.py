@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from eval_pipeline.artifacts import LocalArtifactStore
+from eval_pipeline.cli import main
 from eval_pipeline.gates import parse_policy
 from eval_pipeline.html_report import LABEL, MARGIN, OUTCOME_COLOURS, WIDTH, render_html, write_html_report
 from eval_pipeline.outcomes import Outcome
-from eval_pipeline.report import build_report
-from eval_pipeline.results import MISSING
+from eval_pipeline.report import build_report, write_report
+from eval_pipeline.results import MISSING, Warehouse, write_warehouse
 from eval_pipeline.trajectory_view import anchor, render_trajectories, trajectories_for
 from eval_pipeline_tests.conftest import trial
 from eval_pipeline_tests.test_gates import POLICY, RESULTS
@@ -343,3 +345,28 @@ def test_the_trajectories_render_as_text_in_headless_chromium(failed_campaign, s
     assert "FAILED &lt;script&gt;alert('pwned')&lt;/script&gt;" in dom
     assert "<script" not in dom.lower()
     assert dom.count("<details") == 5 + 1 and "Time, tokens and cost" in dom
+
+
+def test_the_cli_writes_the_report_again_with_the_chosen_trials_trajectories(
+    failed_campaign, tmp_path, monkeypatch, capsys
+):
+    report, trials = failed_campaign
+    data = tmp_path / "data"
+    monkeypatch.setenv("EVAL_PIPELINE_DATA_DIR", str(data))
+    monkeypatch.delenv("EVAL_PIPELINE_ARTIFACTS", raising=False)
+    store = LocalArtifactStore(data / "artifacts")
+    for key in ("generation/i2.json", "generation/i1.json"):
+        store.put(key, llm_generation(key))
+    instances, variants = [{"instance_id": t.instance_id} for t in trials], [{"variant": "cand"}, {"variant": "ref"}]
+    warehouse = Warehouse(list(trials), [], instances, variants, {"campaign": "demo"})
+    write_warehouse(warehouse, data / "results" / "demo.duckdb")
+    write_report(report.model_copy(update={"campaign": "demo", "directory": str(data / "reports" / "demo")}))
+
+    assert main(["report", "--campaign", "demo", "--trial", "i2|cand-s0"]) == 0
+    page = data / "reports" / "demo" / "report.html"
+    assert capsys.readouterr().out == f"HTML report: {page} (1 trajectories)\n"
+    assert re.findall(r'<section class="trajectory" id="([^"]+)"', page.read_text()) == ["trajectory-i2-cand-s0"]
+    assert main(["report", "--campaign", "demo"]) == 0, "by default the failed trials"
+    assert re.findall(r'<section class="trajectory" id="([^"]+)"', page.read_text()) == ["trajectory-i1-cand-s0"]
+    assert main(["report", "--campaign", "demo", "--trial", "cand-s0"]) == 2
+    assert "has no trial 'cand-s0' (a trial is named <instance id>|<variant>-s<seed>)" in capsys.readouterr().err
