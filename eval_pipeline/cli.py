@@ -161,6 +161,41 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    """Write a campaign's report.html again from its stored report and results, with the trajectories of the
+    trials chosen by --trial (default: the failed ones), at most --limit of them."""
+    from eval_pipeline.campaign import load_campaign
+    from eval_pipeline.defs.resources import EvalPipelineResource
+    from eval_pipeline.html_report import write_html_report
+    from eval_pipeline.report_model import REPORT_FILES, ReportError, load_report
+    from eval_pipeline.results import read_results_table
+    from eval_pipeline.trajectory_view import trajectories_for, trial_id
+
+    if args.limit < 0:
+        raise UsageError(f"--limit must be at least 0, got {args.limit}")
+    campaign = load_campaign(args.campaign)
+    resource = EvalPipelineResource.for_deployment(Paths.from_env(), Deployment.from_env())
+    directory = resource.paths.reports / campaign.name
+    results_path = resource.fetch(resource.paths.results / f"{campaign.name}.duckdb")
+    if not results_path.exists():
+        raise UsageError(f"campaign {campaign.name} has no results yet: eval-pipeline run --campaign {args.campaign}")
+    try:
+        report = load_report(resource.fetch(directory / REPORT_FILES["json"]))
+    except ReportError as error:
+        raise UsageError(str(error)) from None
+    rows = read_results_table(results_path)
+    chosen = set(args.trial) if args.trial else None
+    if chosen and (unknown := sorted(chosen - {trial_id(row) for row in rows})):
+        raise UsageError(
+            f"campaign {campaign.name} has no trial {', '.join(map(repr, unknown))}"
+            " (a trial is named <instance id>|<variant>-s<seed>)"
+        )
+    trajectories = trajectories_for(rows, resource.artifact_store(), chosen, args.limit)
+    path = write_html_report(report.model_copy(update={"directory": str(directory)}), rows, trajectories)
+    print(f"HTML report: {resource.publish(path)} ({len(trajectories)} trajectories)")
+    return 0
+
+
 def _janitor(args: argparse.Namespace) -> int:
     if args.kubernetes:
         return _kubernetes_janitor(args)
@@ -266,6 +301,21 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--to", required=True, help="the directory to write the folders under")
     export.add_argument("--instance", help="only this instance's trials")
     export.set_defaults(handler=_export)
+    report = commands.add_parser(
+        "report",
+        help="write a campaign's HTML report again from its stored results, with the trajectories of its failed"
+        " trials or of the trials chosen",
+    )
+    report.add_argument("--campaign", default="demo", help="a built-in campaign name or a campaign YAML path")
+    report.add_argument(
+        "--trial",
+        action="append",
+        metavar="INSTANCE|TRIAL",
+        help="a trial whose trajectory to show, as <instance id>|<variant>-s<seed>; repeat for more"
+        " (default: the failed trials, scored and not resolved)",
+    )
+    report.add_argument("--limit", type=int, default=20, help="at most this many trajectories (default 20)")
+    report.set_defaults(handler=_report)
     janitor = commands.add_parser(
         "janitor", help="remove leaked containers (and old images) from the container engine, or leaked pods"
     )

@@ -26,7 +26,7 @@ TEXT_LIMIT = 2000  # characters of any one text (a message, a model's output, a 
 PREVIEW_LIMIT = 120  # characters of a step's one-line preview
 STYLE = """.trajectory{border-top:1px solid #cbd5e0;margin-top:1.5em}.trajectory h3{margin-bottom:.3em}
 .trajectory pre{white-space:pre-wrap;word-break:break-word;background:#f7fafc;padding:6px;margin:4px 0}
-.trajectory summary{cursor:pointer}.step{margin:2px 0}.step.error>summary{color:#c53030}
+.trajectory summary{cursor:pointer;overflow-wrap:anywhere}.step{margin:2px 0}.step.error>summary{color:#c53030}
 .trajectory dl{margin:4px 0}.trajectory dt{font-weight:600}"""
 
 

@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from eval_pipeline.artifacts import LocalArtifactStore
+from eval_pipeline.cli import main
 from eval_pipeline.gates import parse_policy
 from eval_pipeline.html_report import LABEL, MARGIN, OUTCOME_COLOURS, WIDTH, render_html, write_html_report
 from eval_pipeline.outcomes import Outcome
-from eval_pipeline.report import build_report
-from eval_pipeline.results import MISSING
+from eval_pipeline.report import build_report, write_report
+from eval_pipeline.results import MISSING, Warehouse, write_warehouse
+from eval_pipeline.trajectory_view import anchor, render_trajectories, trajectories_for
 from eval_pipeline_tests.conftest import trial
 from eval_pipeline_tests.test_gates import POLICY, RESULTS
 
@@ -168,3 +171,202 @@ def test_the_report_renders_with_its_plots_in_headless_chromium(report, tmp_path
     blue = sum(pixel == ESTIMATE_BLUE for pixel in pixels)
     assert blue > 500, f"the interval lines and estimate dots are drawn ({blue} pixels of their blue)"
     assert sum(pixel != (255, 255, 255) for pixel in pixels) > 0.03 * width * height, "text, tables and plots"
+
+
+SCRIPT = "<script>alert('pwned')</script>"
+LONG = "x" * 5000
+
+
+def llm_generation(key: str) -> dict:
+    """An llm agent's generation record: messages, a model call, a failed tool call whose arguments and
+    result hold a script, and a model call far longer than the view shows."""
+    return {
+        "key": key,
+        "status": "completed",
+        "error": "",
+        "steps": 2,
+        "stop_reason": "step_limit",
+        "input_tokens": 1200,
+        "output_tokens": 340,
+        "cost_usd": 0.0123,
+        "trajectory": [
+            {"type": "message", "role": "system", "content": "You fix bugs."},
+            {"type": "message", "role": "user", "content": "Fix the parser."},
+            {
+                "type": "model_call",
+                "step": 1,
+                "content": "Let me run the tests.",
+                "finish_reason": "tool_calls",
+                "input_tokens": 600,
+                "output_tokens": 20,
+                "retries": 0,
+            },
+            {
+                "type": "tool_call",
+                "step": 1,
+                "tool": "run_tests",
+                "arguments": {"path": f"tests/{SCRIPT}"},
+                "result": f"FAILED {SCRIPT}",
+                "is_error": True,
+                "duration_s": 1.5,
+            },
+            {"type": "model_call", "step": 2, "content": LONG, "finish_reason": "length", "retries": 1},
+        ],
+    }
+
+
+@pytest.fixture
+def failed_campaign(store, tmp_path):
+    """Trials of an llm agent and a reference agent, with their generations stored; one failed trial has no
+    generation record, one has no generation at all."""
+    trials = [
+        replace(trial("i1", "cand", 0, "unresolved"), generation_key="generation/i1.json", cost_usd=0.25),
+        replace(trial("i2", "cand", 0, "resolved"), generation_key="generation/i2.json", input_tokens=1000),
+        replace(trial("i3", "cand", 0, "oom_killed"), generation_key="generation/i3.json"),
+        replace(trial("i4", "cand", 0, "unresolved"), generation_key="generation/absent.json"),
+        replace(trial("i5", "cand", 0, "unresolved"), generation_key=None),
+        replace(trial("i0", "ref", 0, "patch_apply_failed"), generation_key="generation/ref.json"),
+    ]
+    for key in ("generation/i1.json", "generation/i2.json", "generation/i3.json"):
+        store.put(key, llm_generation(key))
+    reference = {"action": "apply_reference", "exit_code": 1, "stdout_tail": f"error: {SCRIPT}"}
+    store.put("generation/ref.json", {"key": "generation/ref.json", "trajectory": [reference]})
+    (tmp_path / "reports").mkdir()
+    report = build_report("c", "d" * 64, "p" * 64, trials, baseline="ref", directory=tmp_path / "reports")
+    return report, trials
+
+
+def test_the_failed_trials_trajectories_are_read_from_their_generations(failed_campaign, store):
+    _, trials = failed_campaign
+    views = trajectories_for(trials, store)
+    # scored and unresolved, with a stored generation; by variant, then instance
+    assert list(views) == ["i1|cand-s0", "i0|ref-s0"]
+    view = views["i1|cand-s0"]
+    assert (view["variant"], view["instance_id"], view["outcome"]) == ("cand", "i1", "unresolved")
+    assert (view["steps"], view["stop_reason"], view["input_tokens"], view["cost_usd"]) == (
+        2,
+        "step_limit",
+        1200,
+        0.0123,
+    )
+    assert [entry.get("type") for entry in view["trajectory"]] == [
+        "message",
+        "message",
+        "model_call",
+        "tool_call",
+        "model_call",
+    ]
+    assert views["i0|ref-s0"]["trajectory"] == [
+        {"action": "apply_reference", "exit_code": 1, "stdout_tail": f"error: {SCRIPT}"}
+    ]
+
+
+def test_trajectories_of_chosen_trials_and_at_most_the_limit(failed_campaign, store):
+    _, trials = failed_campaign
+    assert list(trajectories_for(trials, store, chosen={"i2|cand-s0", "i3|cand-s0"})) == ["i2|cand-s0", "i3|cand-s0"]
+    assert trajectories_for(trials, store, chosen={"i5|cand-s0", "i4|cand-s0", "cand-s0"}) == {}
+    assert list(trajectories_for(trials, store, limit=1)) == ["i1|cand-s0"]
+    assert list(trajectories_for(trials, store, chosen={"i2|cand-s0", "i0|ref-s0"}, limit=1)) == ["i2|cand-s0"]
+    assert trajectories_for(trials, store, limit=0) == {}
+
+
+def test_a_trajectory_is_escaped_truncated_and_linkable(failed_campaign, store):
+    report, trials = failed_campaign
+    html = render_html(report, trials, trajectories_for(trials, store))
+    assert "<script" not in html and "alert(" in html
+    assert html.count("&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;") == 3 + 2, (
+        "the tool's result, arguments and their preview; the reference agent's stdout and its entry's preview"
+    )
+    [section] = re.findall(r'<section class="trajectory" id="trajectory-i1-cand-s0">.*?</section>', html, re.S)
+    assert "<h3>i1|cand-s0</h3>" in section
+    for fact in (
+        "<strong>cand</strong>",
+        "<code>i1</code>",
+        "unresolved",
+        "2 steps",
+        "step_limit",
+        "1200 in",
+        "$0.0123",
+    ):
+        assert fact in section, fact
+    steps = re.findall(r'<details class="step([^"]*)"><summary>(.*?)</summary>', section)
+    assert [kind for kind, _ in steps] == [" message", " message", " model-call", " tool-call error", " model-call"]
+    assert steps[3][1].startswith(
+        '4. step 1 · tool <code class="tool">run_tests</code> <strong>error</strong> in 1.50 s'
+    )
+    assert "x" * 2000 + "… [3000 more characters]" in section and "x" * 2001 not in section
+    assert 'id="trajectory-i0-ref-s0"' in html and "<dt>exit_code</dt><dd><pre>1</pre></dd>" in html
+    assert "2 trial(s) shown; 4 trial(s) failed" in html
+    assert "Trajectories" not in render_html(report, trials), "no section unless trajectories are given"
+
+
+def test_trajectory_ids_are_sanitized_and_unique():
+    view = {"trajectory": [{"type": "message", "role": "user", "content": "hi"}]}
+    html = render_trajectories({'a"><b|v-s0': view, "a--b|v-s0": view})
+    assert re.findall(r'<section class="trajectory" id="([^"]*)">', html) == [
+        "trajectory-a---b-v-s0",
+        "trajectory-a--b-v-s0",
+    ]
+    assert "<h3>a&quot;&gt;&lt;b|v-s0</h3>" in html and "<b" not in html
+    assert list(map(anchor, ["x|y", "x/y"])) == ["trajectory-x-y", "trajectory-x-y"]
+    twice = render_trajectories({"x|y": view, "x/y": view})
+    assert re.findall(r'id="([^"]*)"', twice) == ["trajectory-x-y", "trajectory-x-y-2"]
+
+
+def test_time_tokens_and_cost_per_slice_and_variant(failed_campaign):
+    report, trials = failed_campaign
+    [table] = re.findall(r'<table class="time-cost">.*?</table>', render_html(report, trials))
+    header = re.findall(r"<th>(.*?)</th>", table)
+    assert header == ["slice", "variant", "median s", "p95 s", "tokens / resolved", "total cost", "cost / resolved"]
+    rows = {
+        tuple(re.findall(r"<td>(.*?)</td>", row))[1]: re.findall(r"<td>(.*?)</td>", row)
+        for row in re.findall(r"<tr><td>.*?</tr>", table)
+    }
+    # cand: 4 scored trials (not the OOM kill) of 150 tokens but one of 1050, costing 0.5 but one 0.25; 1 resolved
+    assert rows["cand"] == ["code", "cand", "2.0", "2.0", "1500", "1.7500", "1.7500"]
+    assert rows["ref"] == ["code", "ref", "2.0", "2.0", "n/a", "0.5000", "n/a"], "none resolved: undefined"
+
+
+def test_the_trajectories_render_as_text_in_headless_chromium(failed_campaign, store, tmp_path):
+    report, trials = failed_campaign
+    page = write_html_report(report, trials, trajectories_for(trials, store))
+    dom = subprocess.run(
+        [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri()],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    # The DOM as Chromium parsed it: the sections and steps are there, and the agent's script is text in them
+    # (serialized escaped), never a script element.
+    sections = re.findall(r'<section class="trajectory" id="(trajectory-[^"]+)">', dom)
+    assert sections == ["trajectory-i1-cand-s0", "trajectory-i0-ref-s0"]
+    assert '<code class="tool">run_tests</code>' in dom
+    assert "FAILED &lt;script&gt;alert('pwned')&lt;/script&gt;" in dom
+    assert "<script" not in dom.lower()
+    assert dom.count("<details") == 5 + 1 and "Time, tokens and cost" in dom
+
+
+def test_the_cli_writes_the_report_again_with_the_chosen_trials_trajectories(
+    failed_campaign, tmp_path, monkeypatch, capsys
+):
+    report, trials = failed_campaign
+    data = tmp_path / "data"
+    monkeypatch.setenv("EVAL_PIPELINE_DATA_DIR", str(data))
+    monkeypatch.delenv("EVAL_PIPELINE_ARTIFACTS", raising=False)
+    store = LocalArtifactStore(data / "artifacts")
+    for key in ("generation/i2.json", "generation/i1.json"):
+        store.put(key, llm_generation(key))
+    instances, variants = [{"instance_id": t.instance_id} for t in trials], [{"variant": "cand"}, {"variant": "ref"}]
+    warehouse = Warehouse(list(trials), [], instances, variants, {"campaign": "demo"})
+    write_warehouse(warehouse, data / "results" / "demo.duckdb")
+    write_report(report.model_copy(update={"campaign": "demo", "directory": str(data / "reports" / "demo")}))
+
+    assert main(["report", "--campaign", "demo", "--trial", "i2|cand-s0"]) == 0
+    page = data / "reports" / "demo" / "report.html"
+    assert capsys.readouterr().out == f"HTML report: {page} (1 trajectories)\n"
+    assert re.findall(r'<section class="trajectory" id="([^"]+)"', page.read_text()) == ["trajectory-i2-cand-s0"]
+    assert main(["report", "--campaign", "demo"]) == 0, "by default the failed trials"
+    assert re.findall(r'<section class="trajectory" id="([^"]+)"', page.read_text()) == ["trajectory-i1-cand-s0"]
+    assert main(["report", "--campaign", "demo", "--trial", "cand-s0"]) == 2
+    assert "has no trial 'cand-s0' (a trial is named <instance id>|<variant>-s<seed>)" in capsys.readouterr().err
