@@ -217,11 +217,14 @@ class CommandAgent(Agent):
         return AgentOutput(trajectory=[{"action": "command", **finished(result).summary()}])
 
 
-# The llm agent builds on this module's interface, so it is imported once that is defined.
+# The model-driven agents build on this module's interface, so they are imported once that is defined. The
+# mini-swe-agent adapter imports mini-swe-agent (an optional extra) only when one is made: making it without
+# the extra fails with how to install it.
 from eval_pipeline.llm_agent import LLMAgent  # noqa: E402
+from eval_pipeline.mini_swe_agent import MiniSweAgent  # noqa: E402
 
 AGENTS: dict[str, type[Agent]] = {
-    agent.name: agent for agent in (OracleAgent, NullAgent, FlakyAgent, CommandAgent, LLMAgent)
+    agent.name: agent for agent in (OracleAgent, NullAgent, FlakyAgent, CommandAgent, LLMAgent, MiniSweAgent)
 }
 
 

@@ -9,7 +9,10 @@ it. Its scripts, chosen per server or per request by the model name (`scripted-<
   tool server's tools (list the repository, read the files, edit them, run the tests, show the diff), then
   stops;
 - loop: lists the repository forever, for the agent's step limit;
-- rate-limited / server-error: fails the first n requests with 429 / a 5xx, then solves, for retry logic.
+- rate-limited / server-error: fails the first n requests with 429 / a 5xx, then solves, for retry logic;
+- mini-solve / mini-loop: the same two with mini-swe-agent's one tool, `bash` (mini_swe_agent.py): apply the
+  reference patch with `git apply` from a heredoc, run the tests, then submit with mini-swe-agent's submission
+  command; or run `ls` forever.
 
 Run `python -m eval_pipeline.scripted_model --benchmark demo` to serve the demo benchmark's solutions.
 """
@@ -34,7 +37,9 @@ from typing import Any, Self
 
 from eval_pipeline.tasks import Task
 
-SCRIPTS = ("solve", "loop", "rate-limited", "server-error")
+SCRIPTS = ("solve", "loop", "rate-limited", "server-error", "mini-solve", "mini-loop")
+# What mini-swe-agent takes for its submission: a command whose output's first line this is (and that exits 0).
+MINI_SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 MODEL_PREFIX = "scripted-"
 UNKNOWN_PROBLEM = "I do not know this problem."
 
@@ -443,6 +448,28 @@ def _solve(solutions: Sequence[Solution], messages: Sequence[Mapping[str, Any]])
     return _Reply(content=f"Fixed: {summary}")
 
 
+def _mini_plan(solution: Solution) -> list[ToolCall]:
+    """mini-swe-agent's bash calls for a solution: the patch applied from a heredoc, the tests, the submission."""
+    delimiter = "EVAL_PIPELINE_PATCH"
+    while delimiter in solution.patch:
+        delimiter += "_"
+    patch = solution.patch if solution.patch.endswith("\n") else solution.patch + "\n"
+    plan = [ToolCall("bash", {"command": f"git apply --whitespace=nowarn - <<'{delimiter}'\n{patch}{delimiter}"})]
+    if solution.test_command:
+        plan.append(ToolCall("bash", {"command": solution.test_command}))
+    return [*plan, ToolCall("bash", {"command": f"echo {MINI_SUBMIT} && git diff"})]
+
+
+def _mini_solve(solutions: Sequence[Solution], messages: Sequence[Mapping[str, Any]]) -> _Reply:
+    """The next bash call of the mini-solve script (mini-swe-agent wants a tool call in every reply)."""
+    instruction = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+    solution = _match(solutions, instruction)
+    if solution is None:
+        return _Reply(content=UNKNOWN_PROBLEM)
+    made, plan = _made_calls(messages), _mini_plan(solution)
+    return _Reply(content="THOUGHT: next step of the fix.", tool_call=plan[min(len(made), len(plan) - 1)])
+
+
 def _offered_tools(body: Mapping[str, Any]) -> set[str]:
     tools = body.get("tools") or []
     return {
@@ -617,11 +644,14 @@ class ScriptedModelServer:
         if script in ("rate-limited", "server-error") and self._take_failure():
             return self._failure(script)
         step = len(_made_calls(messages))
-        reply = (
-            _Reply(tool_call=ToolCall("list_directory", {"path": "."}))
-            if script == "loop"
-            else _solve(self.solutions, messages)
-        )
+        if script == "loop":
+            reply = _Reply(tool_call=ToolCall("list_directory", {"path": "."}))
+        elif script == "mini-loop":
+            reply = _Reply(content="THOUGHT: look around.", tool_call=ToolCall("bash", {"command": "ls -la"}))
+        elif script == "mini-solve":
+            reply = _mini_solve(self.solutions, messages)
+        else:
+            reply = _solve(self.solutions, messages)
         return _Response(200, _completion(body, _within_offer(reply, _offered_tools(body)), step))
 
     def _script_of(self, model: str) -> str | None:
