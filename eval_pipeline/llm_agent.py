@@ -65,7 +65,8 @@ def from_environment(value: str) -> str:
     return resolved
 
 
-def _clip(text: str, limit: int = TRAJECTORY_TEXT_CHARS) -> str:
+def truncate(text: str, limit: int = TRAJECTORY_TEXT_CHARS) -> str:
+    """The text's first `limit` characters, saying how many more there were."""
     return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} more characters]"
 
 
@@ -245,7 +246,9 @@ class LLMAgent(Agent):
             {"role": "system", "content": self.params["system_prompt"]},
             {"role": "user", "content": prompt},
         ]
-        spend.trajectory += [{"type": "message", "role": m["role"], "content": _clip(m["content"])} for m in messages]
+        spend.trajectory += [
+            {"type": "message", "role": m["role"], "content": truncate(m["content"])} for m in messages
+        ]
         specs = openai_tools(await tools.tools())
         price = Price(**self.params.get("price", {}))
         while (limit := self._over_budget(spend)) is None:
@@ -265,7 +268,7 @@ class LLMAgent(Agent):
                 {
                     "type": "model_call",
                     "step": spend.steps,
-                    "content": _clip(message.get("content") or ""),
+                    "content": truncate(message.get("content") or ""),
                     "finish_reason": choice.get("finish_reason"),
                     "input_tokens": spent_in,
                     "output_tokens": spent_out,
@@ -289,14 +292,14 @@ class LLMAgent(Agent):
             text, is_error = result.text, result.is_error
         except json.JSONDecodeError as error:
             arguments, text, is_error = function.get("arguments"), f"Error: arguments are not JSON: {error}", True
-        shown = _clip(text, self.params["tool_output_chars"])
+        shown = truncate(text, self.params["tool_output_chars"])
         spend.trajectory.append(
             {
                 "type": "tool_call",
                 "step": spend.steps,
                 "tool": function["name"],
                 "arguments": arguments,
-                "result": _clip(text),
+                "result": truncate(text),
                 "is_error": is_error,
                 "duration_s": round(time.monotonic() - started, 3),
             }

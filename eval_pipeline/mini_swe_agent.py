@@ -27,7 +27,7 @@ from typing import Any
 import anyio.from_thread
 
 from eval_pipeline.agents import Agent, AgentLimitReached, AgentOutput, AgentStopped, AgentTask, AgentTimeout
-from eval_pipeline.llm_agent import Price, _clip
+from eval_pipeline.llm_agent import Price, truncate
 from eval_pipeline.outcomes import ModelAPIError
 from eval_pipeline.sandbox import Workspace
 from eval_pipeline.tool_session import ToolSession, innermost, open_tool_session
@@ -293,8 +293,8 @@ def _tool_call(step: int, command: str, result: str, is_error: bool, duration_s:
         "type": "tool_call",
         "step": step,
         "tool": "bash",
-        "arguments": {"command": _clip(command)},
-        "result": _clip(result),
+        "arguments": {"command": truncate(command)},
+        "result": truncate(result),
         "is_error": is_error,
         "duration_s": duration_s,
     }
@@ -324,8 +324,8 @@ def _output(agent: Any, stop_reason: str) -> AgentOutput:
                 {
                     "type": "model_call",
                     "step": step,
-                    "content": _clip(text if role == "assistant" else extra.get("model_response", text)),
-                    "commands": [_clip(command) for command in pending.values()],
+                    "content": truncate(text if role == "assistant" else extra.get("model_response", text)),
+                    "commands": [truncate(command) for command in pending.values()],
                     "input_tokens": spent_in,
                     "output_tokens": spent_out,
                     "cost_usd": round(float(extra.get("cost", 0.0)), 6),
@@ -341,7 +341,7 @@ def _output(agent: Any, stop_reason: str) -> AgentOutput:
         if role == "exit" and extra.get("exit_status") == "Submitted":
             trajectory += [_tool_call(step, command, text, False) for command in pending.values()]
             pending = {}
-        entry = {"type": "message", "role": role, "content": _clip(text)}
+        entry = {"type": "message", "role": role, "content": truncate(text)}
         if "exit_status" in extra:
             entry["exit_status"] = extra["exit_status"]
         trajectory.append(entry)

@@ -18,6 +18,7 @@ from html import escape
 from typing import Any
 
 from eval_pipeline.artifacts import ArtifactStore
+from eval_pipeline.llm_agent import truncate
 from eval_pipeline.markdown_report import format_cost
 from eval_pipeline.results import TrialResult
 
@@ -76,11 +77,6 @@ def trajectories_for(
     return views
 
 
-def truncate(text: str, limit: int = TEXT_LIMIT) -> str:
-    """The text's first `limit` characters, saying how many more there were."""
-    return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} more characters]"
-
-
 def _text(value: Any) -> str:
     """A value as text: strings as they are, anything else as (indented) JSON."""
     if isinstance(value, str):
@@ -92,7 +88,7 @@ def _text(value: Any) -> str:
 
 
 def _pre(value: Any) -> str:
-    return f"<pre>{escape(truncate(_text(value)))}</pre>"
+    return f"<pre>{escape(truncate(_text(value), TEXT_LIMIT))}</pre>"
 
 
 def _preview(value: Any) -> str:

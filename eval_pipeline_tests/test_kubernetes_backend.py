@@ -321,7 +321,10 @@ def test_a_workspace_refuses_a_pod_prepared_for_other_resources(sandbox, cluster
         "owner__repo-1",
         "key",
         manifest["metadata"]["name"],
-        {"image": "registry.example.com/eval-pipeline-instance:abc"},
+        {
+            "image": "registry.example.com/eval-pipeline-instance:abc",
+            "tools_image": "registry.example.com/eval-pipeline-tools:abc",
+        },
     )
     roomier = KubernetesSandbox(tmp_path, ResourceLimits(multiplier=3), sandbox.settings, "c1")
     roomier.core = sandbox.core
