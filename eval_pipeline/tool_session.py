@@ -108,23 +108,35 @@ class ToolResult:
     is_error: bool
 
 
-class ToolSession:
-    """One trial's MCP session: the tools it offers and calls to them."""
+class ToolServerEnded(Exception):  # noqa: N818 - named for what the agent did
+    """The agent ended its own tool server: its commands run as the server's own user (a terminal task's
+    root, the local backend's user), and the environment is still there. The agent's failure (agent_error):
+    blaming the infrastructure would leave every trial an agent sabotages unscored."""
 
-    def __init__(self, client: Client, channel: ToolChannel) -> None:
-        self.client, self.channel = client, channel
+
+class ToolSession:
+    """One trial's MCP session: the tools it offers and calls to them. `agent_reaches_server` says whether the
+    agent's commands run as the server's own user (no uid of their own), so could end it."""
+
+    def __init__(self, client: Client, channel: ToolChannel, agent_reaches_server: bool) -> None:
+        self.client, self.channel, self.agent_reaches_server = client, channel, agent_reaches_server
 
     async def tools(self) -> list[mcp_types.Tool]:
         return list((await self.client.list_tools()).tools)
 
     async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
-        """The tool's answer; a broken session (the server or its channel gone) is the infrastructure's
-        failure, SandboxLost, never the agent's."""
+        """The tool's answer. A broken session is the infrastructure's failure (SandboxLost when the
+        environment is gone), unless the agent could have ended the server itself and the environment is
+        still there: then it is the agent's (ToolServerEnded)."""
         try:
             result = await self.client.call_tool(name, arguments)
         except MCPError as error:
             why = self.channel.diagnostics().strip()[-2000:]
-            raise SandboxLost(f"the tool session broke during {name}: {error}; the server said: {why}") from error
+            message = f"the tool session broke during {name}: {error}; the server said: {why or 'nothing'}"
+            failure = await anyio.to_thread.run_sync(self.channel.failure, message)
+            if self.agent_reaches_server and not isinstance(failure, SandboxLost):
+                raise ToolServerEnded(f"{message} (the agent's commands run as the server's own user)") from error
+            raise failure from error
         text = "\n".join(block.text for block in result.content if isinstance(block, mcp_types.TextContent))
         structured = result.structured_content
         if structured is not None and not result.is_error:
@@ -140,4 +152,4 @@ async def open_tool_session(
     request = session_request(workspace, base_revision, max_timeout_s)
     channel = await anyio.to_thread.run_sync(workspace.open_tool_channel, request)
     async with Client(channel_transport(channel)) as client:
-        yield ToolSession(client, channel)
+        yield ToolSession(client, channel, agent_reaches_server=request["placement"].get("uid") is None)

@@ -4,9 +4,13 @@ The model is the only stand-in (scripted_model.py): the agent's requests, its to
 and the grading are the real ones, on the local backend here and in a real pod below.
 """
 
+import json
 import sys
+from pathlib import Path
 
+import duckdb
 import pytest
+from dagster import AssetKey, DagsterInstance
 
 from eval_pipeline.agents import make_agent
 from eval_pipeline.attempt_log import attempts
@@ -14,7 +18,7 @@ from eval_pipeline.evaluation import evaluate
 from eval_pipeline.generation import generate, generation_key
 from eval_pipeline.outcomes import ModelAPIError, Outcome
 from eval_pipeline.scripted_model import ScriptedModelServer, solutions_from_tasks
-from eval_pipeline_tests.conftest import prepare_on
+from eval_pipeline_tests.conftest import eval_pipeline_cli, prepare_on
 
 PRICE = {"input_per_mtok": 3.0, "output_per_mtok": 15.0}
 
@@ -150,3 +154,33 @@ def test_a_command_agent_reaches_its_tool_server_through_the_documented_config(
     generation = generate(instance, agent, 0, prepare(instance), shared_sandbox, store)
     assert generation.status == "completed", generation.error
     assert "+++ b/via_mcp.txt" in generation.patch and "+# calclib" in generation.patch
+
+
+@pytest.mark.slow
+def test_demo_llm_runs_against_the_endpoint_in_openai_base_url(campaign_env, demo_benchmark):
+    """`eval-pipeline run --campaign demo_llm` as the README gives it, against a model on OPENAI_BASE_URL:
+    tokens, cost, steps and the trajectory reach the warehouse, the Dagster metadata and the HTML report."""
+    with ScriptedModelServer(solutions_from_tasks(demo_benchmark.instances)) as server:
+        env = {**campaign_env, "OPENAI_BASE_URL": server.base_url, "OPENAI_MODEL": "scripted-solve"}
+        run = eval_pipeline_cli(env, "run", "--campaign", "demo_llm", "--json")
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads(run.stdout)
+    assert summary["variants"]["llm"]["resolved_rate"] == 1.0 and summary["variants"]["llm"]["n"] == 8
+    home = Path(campaign_env["DAGSTER_HOME"])
+    with duckdb.connect(str(home / "eval_pipeline" / "results" / "demo_llm.duckdb"), read_only=True) as db:
+        spent = db.execute(
+            "SELECT count(*), min(steps), min(input_tokens), min(cost_usd), min(stop_reason), max(stop_reason)"
+            " FROM trials WHERE variant = 'llm'"
+        ).fetchone()
+    assert spent[0] == 8 and spent[1] >= 3 and spent[2] > 0 and spent[3] > 0
+    assert spent[4] == spent[5] == "completed"
+    with DagsterInstance.from_config(str(home)) as instance:
+        event = instance.get_latest_materialization_event(AssetKey(["demo_llm", "generation"]))
+        metadata = event.asset_materialization.metadata
+    if metadata["steps"].value:  # the latest may be the oracle's
+        assert metadata["input_tokens"].value > 0 and metadata["cost_usd"].value > 0
+    link = metadata["trajectory"].value
+    assert link.startswith("file://") and "generation/" in link
+    assert Path(link.removeprefix("file://")).is_file()
+    html = Path(summary["report"]["html"]).read_text()
+    assert "Time, tokens and cost" in html

@@ -8,8 +8,7 @@ workspace, whatever path an agent passes.
 import anyio
 import pytest
 
-from eval_pipeline.outcomes import SandboxLost
-from eval_pipeline.tool_session import ToolSession, open_tool_session
+from eval_pipeline.tool_session import ToolServerEnded, ToolSession, open_tool_session
 from eval_pipeline_tests.conftest import prepare_on
 
 TOOLS = {"run_command", "read_file", "write_file", "edit_file", "list_directory", "workspace_diff"}
@@ -94,15 +93,15 @@ def test_concurrent_sessions_in_one_pod_see_only_their_own_workspace(container_s
     anyio.run(main)
 
 
-def test_a_session_whose_server_dies_is_lost_infrastructure_not_the_agents_failure(
-    demo_benchmark, prepare, shared_sandbox
-):
+def test_an_agent_that_ends_its_own_tool_server_fails_itself_and_is_scored(demo_benchmark, prepare, shared_sandbox):
+    """Locally the agent's commands run as the server's own user: ending the server is its doing (an
+    agent_error, scored), not the infrastructure's, or an agent could go unscored whenever it liked."""
     environment = prepare(demo_benchmark.instances[1])
 
     async def main() -> None:
         with shared_sandbox.workspace(environment, "killed") as workspace:
             async with open_tool_session(workspace) as session:
-                with pytest.raises(SandboxLost, match="tool session broke during run_command"):
+                with pytest.raises(ToolServerEnded, match="tool session broke during run_command"):
                     await session.call("run_command", {"command": "kill -9 $PPID; sleep 5"})
 
     anyio.run(main)

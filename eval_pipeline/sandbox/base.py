@@ -227,6 +227,10 @@ class ToolChannel(ABC):
     def diagnostics(self) -> str:
         """The end of what the server wrote to stderr, to say why a session broke."""
 
+    @abstractmethod
+    def failure(self, message: str) -> InfrastructureError:
+        """Why the session broke, as far as the environment tells: SandboxLost when it is gone."""
+
 
 # The harness directory's one part that the workspace's commands may write (`out/junit.xml`, a log, a diff):
 # everything else there is the harness's, which commands may read but not change.

@@ -137,7 +137,7 @@ class EngineExec(PodExec):
         api = self.container.client.api
         try:
             exec_id = api.exec_create(self.container.id, argv, stdin=True, user="0", environment=dict(env))["Id"]
-            channel = EngineChannel(api.exec_start(exec_id, socket=True)._sock, self.name)
+            channel = EngineChannel(api.exec_start(exec_id, socket=True)._sock, self)
         except _ENGINE_FAILURES as error:
             raise self.failure(f"starting the tool server failed: {error}") from error
         channel.send(first_line.encode() + b"\n")
@@ -159,8 +159,8 @@ class EngineChannel(ToolChannel):
     """An exec's stdin and stdout on the engine's socket, which carries the output in frames (an 8-byte
     header: stream, padding, big-endian size) since the exec has no terminal; stderr frames are dropped."""
 
-    def __init__(self, exec_socket: socket.socket, name: str) -> None:
-        self.socket, self.name = exec_socket, name
+    def __init__(self, exec_socket: socket.socket, engine_exec: "EngineExec") -> None:
+        self.socket, self.engine_exec, self.name = exec_socket, engine_exec, engine_exec.name
         self.pending = b""
         self.stderr = b""
 
@@ -193,6 +193,9 @@ class EngineChannel(ToolChannel):
 
     def diagnostics(self) -> str:
         return self.stderr.decode(errors="replace")
+
+    def failure(self, message: str) -> InfrastructureError:
+        return self.engine_exec.failure(message)
 
     def close(self) -> None:
         try:
@@ -451,8 +454,10 @@ class ContainerSandbox(SandboxBackend):
                 self.client.volumes.get(name)
             except docker.errors.NotFound:
                 self.client.volumes.create(name, labels={MANAGED_LABEL: "true"})
+            # nocopy: the engine would otherwise copy what `image` holds at TOOLS_ROOT into the empty volume
+            # (a task's own image could plant a sitecustomize.py there, run as root by every later server).
             filler = self.client.containers.create(
-                image, ["true"], volumes={name: {"bind": TOOLS_ROOT, "mode": "rw"}}, network_mode="none"
+                image, ["true"], volumes={name: {"bind": TOOLS_ROOT, "mode": "rw,nocopy"}}, network_mode="none"
             )
             try:
                 try:
@@ -476,7 +481,7 @@ class ContainerSandbox(SandboxBackend):
                     name=name,
                     detach=True,
                     labels=dict(labels),
-                    volumes={tools: {"bind": TOOLS_ROOT, "mode": "ro"}},
+                    volumes={tools: {"bind": TOOLS_ROOT, "mode": "ro,nocopy"}},
                     security_opt=self._security_options(),
                     **({"network_mode": "none"} if network != ENGINE_NETWORK else {}),
                     **self._container_limits(trials),

@@ -69,8 +69,8 @@ def exit_code_of(status: str, failure: Callable[[str], InfrastructureError]) -> 
 class KubernetesChannel(ToolChannel):
     """A tool server's stdin and stdout over a Kubernetes exec stream (a websocket)."""
 
-    def __init__(self, session: Any, name: str) -> None:
-        self.session, self.name = session, name
+    def __init__(self, session: Any, pod: "KubernetesExec") -> None:
+        self.session, self.pod, self.name = session, pod, pod.name
 
     def send(self, data: bytes) -> None:
         if not self.session.is_open():
@@ -89,6 +89,9 @@ class KubernetesChannel(ToolChannel):
 
     def diagnostics(self) -> str:
         return ""  # stderr is not requested: the exec stream carries stdout only
+
+    def failure(self, message: str) -> InfrastructureError:
+        return self.pod.failure(message)
 
 
 class KubernetesExec(PodExec):
@@ -144,7 +147,7 @@ class KubernetesExec(PodExec):
             )
         except _API_FAILURES as error:
             raise self.failure(f"starting the tool server failed: {error}") from error
-        channel = KubernetesChannel(session, self.name)
+        channel = KubernetesChannel(session, self)
         channel.send(first_line.encode() + b"\n")
         return channel
 

@@ -44,7 +44,7 @@ from packaging.requirements import Requirement
 from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
 from eval_pipeline.gitutil import STRIP_HISTORY, clone_at
 from eval_pipeline.hashing import stable_hash
-from eval_pipeline.outcomes import ImageBuildFailed, SandboxLost
+from eval_pipeline.outcomes import ImageBuildFailed, InfrastructureError, SandboxLost
 from eval_pipeline.sandbox.base import (
     OUTPUT_DIR,
     EnvironmentHandle,
@@ -143,6 +143,9 @@ class PipeChannel(ToolChannel):
 
     def diagnostics(self) -> str:
         return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
+
+    def failure(self, message: str) -> InfrastructureError:
+        return SandboxError(message)  # a local environment is a directory: it does not go away under a call
 
 
 class LocalWorkspace(Workspace):

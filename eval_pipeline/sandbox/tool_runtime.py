@@ -57,7 +57,8 @@ class ToolRuntime:
 
     @property
     def argv(self) -> list[str]:
-        return [f"{self.root}/python/bin/python3", f"{self.root}/tool_server.py"]
+        # -s: no user site directory, whose sitecustomize a task's image or agent could have planted.
+        return [f"{self.root}/python/bin/python3", "-s", f"{self.root}/tool_server.py"]
 
     @property
     def env(self) -> dict[str, str]:

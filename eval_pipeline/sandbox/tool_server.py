@@ -54,7 +54,9 @@ class WorkspaceTools:
 
     def run(self, command: str, timeout_s: float | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
         """The runner's result for `command`, as `limited_exec` reports it for every command of a trial."""
-        timeout = min(float(timeout_s or self.max_timeout_s), self.max_timeout_s)
+        timeout = float(timeout_s or self.max_timeout_s)
+        if not 0 < timeout <= self.max_timeout_s:  # NaN too: a call is never without its ceiling
+            timeout = self.max_timeout_s
         environment = {**self.placement["env"], **(env or {})}
         with self._lock:
             result = limited_exec.run_limited(
@@ -162,8 +164,20 @@ def main() -> None:
         with open(sys.argv[2]) as file:
             session = json.load(file)
     else:
-        session = json.loads(sys.stdin.buffer.readline())  # the buffer the stdio transport then reads on from
+        session = json.loads(_first_line())
     build_server(WorkspaceTools(session)).run("stdio")
+
+
+def _first_line() -> bytes:
+    """Stdin's first line, read a byte at a time: a buffered read would take the client's first message
+    along with it, out of the stdio transport's reach."""
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = os.read(0, 1)
+        if not byte:
+            break
+        line += byte
+    return line
 
 
 if __name__ == "__main__":
