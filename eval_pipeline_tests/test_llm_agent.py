@@ -184,3 +184,19 @@ def test_demo_llm_runs_against_the_endpoint_in_openai_base_url(campaign_env, dem
     assert Path(link.removeprefix("file://")).is_file()
     html = Path(summary["report"]["html"]).read_text()
     assert "Time, tokens and cost" in html
+
+
+def test_a_cost_budget_stops_the_agent_and_a_changed_prompt_is_a_new_variant(
+    demo_benchmark, prepare, shared_sandbox, store, model
+):
+    instance = demo_benchmark.instances[0]
+    costly = llm(model, max_cost_usd=0.001, price={"input_per_mtok": 1000.0, "output_per_mtok": 1000.0})
+    generation = generate(instance, costly, 0, prepare(instance), shared_sandbox, store)
+    assert generation.status == Outcome.AGENT_LIMIT and generation.stop_reason == "cost limit"
+    assert generation.cost_usd >= 0.001
+
+    plain, reworded = llm(model), llm(model, prompt_template="Fix this:\n{instruction}")
+    assert plain.config_hash != reworded.config_hash
+    assert generation_key(instance, plain, 0) != generation_key(instance, reworded, 0)
+    with pytest.raises(ValueError, match="prompt_template may use only"):
+        llm(model, prompt_template="{repo}: {instruction}")

@@ -63,6 +63,9 @@ class WorkspaceTools:
                 command=command, timeout_s=timeout, **{**self.placement, "env": environment}
             )
         result.pop("command", None)
+        # The command was forked from this server, so its ru_maxrss counts the server's own resident set
+        # (the MCP SDK's tens of MB): a figure about the server, not the command, is left out.
+        result["peak_memory_mb"] = None
         return result
 
     def checked(self, command: str, what: str) -> dict[str, Any]:
