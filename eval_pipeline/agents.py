@@ -213,8 +213,12 @@ class CommandAgent(Agent):
             "EVAL_SEED": str(task.seed),
             **mcp_endpoint(workspace, task.base_commit),
         }
-        result = workspace.run(self.params["command"], timeout_s=task.timeout_s or self.params["timeout_s"], env=env)
-        return AgentOutput(trajectory=[{"action": "command", **finished(result).summary()}])
+        result = finished(
+            workspace.run(self.params["command"], timeout_s=task.timeout_s or self.params["timeout_s"], env=env)
+        )
+        # Its patch is graded whatever its exit, as a CLI agent's work is; the exit is its stop reason.
+        stop_reason = "completed" if result.exit_code == 0 else f"exit {result.exit_code}"
+        return AgentOutput(trajectory=[{"action": "command", **result.summary()}], stop_reason=stop_reason)
 
 
 # The model-driven agents build on this module's interface, so they are imported once that is defined. The

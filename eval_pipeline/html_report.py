@@ -57,6 +57,7 @@ OUTCOME_COLOURS = {
     Outcome.IMAGE_BUILD_FAILED: "#744210",
     Outcome.STORAGE_ERROR: "#d69e2e",
     Outcome.GRADING_ERROR: "#6b46c1",
+    Outcome.MODEL_API_REFUSED: "#9f7aea",
     MISSING: "#e2e8f0",
 }
 STYLE = """body{font:14px system-ui,sans-serif;margin:2em;color:#1a202c}h1,h2{font-weight:600}

@@ -8,9 +8,12 @@ stopped), with the whole trajectory, each part truncated, for the report.
 
 Who is to blame decides the outcome: the model API's rate limits, 5xx answers,
 timeouts and refused connections are infrastructure (retried here with
-backoff, then `model_api_error`, never scored); running out of steps, tokens or
-cost is the agent's failure (`agent_limit`), and out of time `agent_timeout`,
-both scored, with the trajectory up to there kept.
+backoff, then `model_api_error`, never scored); a request it refuses for a
+reason of its own (a bad key, an unknown model) is the campaign's
+configuration (`model_api_refused`, not retried, never scored); running out of
+steps, tokens, cost or context window is the agent's failure (`agent_limit`),
+and out of time `agent_timeout`, both scored, with the trajectory up to there
+kept.
 """
 
 import json
@@ -26,7 +29,7 @@ import httpx
 from mcp.shared.exceptions import MCPError
 
 from eval_pipeline.agents import Agent, AgentLimitReached, AgentOutput, AgentTask, AgentTimeout
-from eval_pipeline.outcomes import ModelAPIError
+from eval_pipeline.outcomes import ModelAPIError, ModelAPIRefused
 from eval_pipeline.sandbox import Workspace
 from eval_pipeline.tool_session import ToolSession, innermost, open_tool_session
 
@@ -38,6 +41,12 @@ PROMPT_TEMPLATE = 'Resolve this task in the repository.\n\n<task id="{instance_i
 # What a trajectory keeps of each message and tool output: enough to read, bounded for the store.
 TRAJECTORY_TEXT_CHARS = 4000
 RETRIED_STATUS = {408, 409, 429, 500, 502, 503, 504}
+# How OpenAI-compatible servers (OpenAI, vLLM, llama.cpp, Ollama) word a request over the context window.
+CONTEXT_WINDOW = re.compile(r"context[ _-]?(length|window)|maximum context|too many tokens|prompt is too long", re.I)
+
+
+class ContextWindowExceeded(Exception):  # noqa: N818 - named for what happened
+    """The conversation outgrew the model's context window: the agent's budget, like its steps."""
 
 
 @dataclass(frozen=True)
@@ -113,12 +122,16 @@ class ChatModel:
                 if response.status_code == 200:
                     return response.json(), attempt
                 failure = f"HTTP {response.status_code}: {response.text[:500]}"
+                if response.status_code == 400 and CONTEXT_WINDOW.search(response.text):
+                    raise ContextWindowExceeded(failure)
                 if response.status_code not in RETRIED_STATUS:
-                    raise ModelAPIError(f"the model API refused the request: {failure}")
+                    raise ModelAPIRefused(f"the model API at {self.client.base_url} refused the request: {failure}")
                 wait_s = _retry_after(response)
             if attempt < self.max_retries:
                 await anyio.sleep(wait_s if wait_s is not None else min(60.0, 2**attempt) * random.uniform(0.5, 1.0))
-        raise ModelAPIError(f"the model API failed {self.max_retries + 1} times; last: {failure}")
+        raise ModelAPIError(
+            f"the model API at {self.client.base_url} failed {self.max_retries + 1} times; last: {failure}"
+        )
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -185,6 +198,8 @@ class LLMAgent(Agent):
                 f"llm agent: prompt_template may use only {{instance_id}} and {{instruction}}: {error}"
             ) from None
         Price(**(price or {}))  # a misspelt price field fails at load
+        if max_cost_usd is not None and not price:
+            raise ValueError(f"llm agent: max_cost_usd needs a price for {model!r}: add it to the campaign's prices")
         params = {key: value for key, value in locals().items() if key not in ("self", "__class__")}
         super().__init__(**{key: value for key, value in params.items() if value is not None})
 
@@ -252,9 +267,12 @@ class LLMAgent(Agent):
         specs = openai_tools(await tools.tools())
         price = Price(**self.params.get("price", {}))
         while (limit := self._over_budget(spend)) is None:
-            response, retries = await model.complete(
-                {**self._sampling(task.seed), "messages": messages, "tools": specs}
-            )
+            try:
+                response, retries = await model.complete(
+                    {**self._sampling(task.seed), "messages": messages, "tools": specs}
+                )
+            except ContextWindowExceeded:
+                return "context limit"
             spend.steps += 1
             usage = response.get("usage") or {}
             spent_in, spent_out = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))

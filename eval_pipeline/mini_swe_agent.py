@@ -27,7 +27,7 @@ from typing import Any
 import anyio.from_thread
 
 from eval_pipeline.agents import Agent, AgentLimitReached, AgentOutput, AgentStopped, AgentTask, AgentTimeout
-from eval_pipeline.llm_agent import Price, truncate
+from eval_pipeline.llm_agent import Price, from_environment, truncate
 from eval_pipeline.outcomes import ModelAPIError
 from eval_pipeline.sandbox import Workspace
 from eval_pipeline.tool_session import ToolSession, innermost, open_tool_session
@@ -97,6 +97,7 @@ class MiniSweAgent(Agent):
         price: dict[str, float] | None = None,
         max_retries: int = 4,
     ) -> None:
+        model = from_environment(model)  # `${OPENAI_MODEL}` as for the llm agent: resolved, then hashed
         params = {key: value for key, value in locals().items() if key not in ("self", "__class__")}
         _import_mini()  # a missing extra fails when the variant is made, with how to install it
         if not model.strip():

@@ -12,7 +12,8 @@ Every outcome has a kind, which decides what happens next:
   is known to pass is the patch's doing instead (limit_evidence.py): it ends in
   the limit's `patch_` outcome, of kind `agent`.
 - `harness`: the harness could not judge a patch it did run (a test patch that
-  does not apply, a missing or malformed report). Not a score, and not retried
+  does not apply, a missing or malformed report), or an agent's model API
+  refused its configuration (a bad key, an unknown model). Not a score, and not retried
   automatically, since trying again gives the same answer until the dataset or
   the harness is fixed; a re-run after the fix grades it.
 """
@@ -54,6 +55,9 @@ class Outcome(StrEnum):
     STORAGE_ERROR = "storage_error"  # the artifact store could not be read or written
     MODEL_API_ERROR = "model_api_error"  # the model API stayed rate-limited, failing or unreachable
     GRADING_ERROR = "grading_error"
+    # The model API refused the agent's requests (a bad key, an unknown model, a parameter it does not take):
+    # the campaign's configuration, which gives the same answer until it is fixed.
+    MODEL_API_REFUSED = "model_api_refused"
 
     @property
     def kind(self) -> OutcomeKind:
@@ -102,6 +106,7 @@ _KINDS = {
         OutcomeKind.INFRASTRUCTURE,
     ),
     Outcome.GRADING_ERROR: OutcomeKind.HARNESS,
+    Outcome.MODEL_API_REFUSED: OutcomeKind.HARNESS,
 }
 
 
@@ -139,3 +144,10 @@ class ModelAPIError(InfrastructureError):
     """The model API an agent calls stayed unavailable (rate limits, 5xx, timeouts) or refused the request."""
 
     outcome = Outcome.MODEL_API_ERROR
+
+
+class ModelAPIRefused(InfrastructureError):
+    """The model API refused the agent's request for a reason of its own (401, 403, 404, a 400 that is not the
+    context window): the campaign's configuration, not retried, never scored."""
+
+    outcome = Outcome.MODEL_API_REFUSED

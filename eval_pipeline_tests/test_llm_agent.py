@@ -16,7 +16,7 @@ from eval_pipeline.agents import make_agent
 from eval_pipeline.attempt_log import attempts
 from eval_pipeline.evaluation import evaluate
 from eval_pipeline.generation import generate, generation_key
-from eval_pipeline.outcomes import ModelAPIError, Outcome
+from eval_pipeline.outcomes import ModelAPIError, ModelAPIRefused, Outcome
 from eval_pipeline.scripted_model import ScriptedModelServer, solutions_from_tasks
 from eval_pipeline_tests.conftest import eval_pipeline_cli, prepare_on
 
@@ -200,3 +200,19 @@ def test_a_cost_budget_stops_the_agent_and_a_changed_prompt_is_a_new_variant(
     assert generation_key(instance, plain, 0) != generation_key(instance, reworded, 0)
     with pytest.raises(ValueError, match="prompt_template may use only"):
         llm(model, prompt_template="{repo}: {instruction}")
+
+
+def test_a_request_the_model_api_refuses_is_configuration_neither_scored_nor_retried(
+    demo_benchmark, prepare, shared_sandbox, store, model
+):
+    """An unknown model (the server's 404) gives the same answer every time: not the agent's failure, not
+    a flaky outage to retry, but the campaign's configuration to fix."""
+    instance = demo_benchmark.instances[0]
+    with pytest.raises(ModelAPIRefused, match="404") as raised:
+        generate(instance, llm(model, "nope"), 0, prepare(instance), shared_sandbox, store)
+    assert model.base_url in str(raised.value), "the message names the endpoint"
+    outcome = raised.value.outcome
+    assert outcome == Outcome.MODEL_API_REFUSED and not outcome.is_scored and not outcome.is_retried
+    assert len(model.requests) == 1, "refused once, not retried"
+    with pytest.raises(ValueError, match="max_cost_usd needs a price"):
+        make_agent("llm", {"model": "m", "max_cost_usd": 1.0})
