@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Mapping
@@ -78,6 +79,22 @@ def _leave_the_terminal_to_the_parent() -> None:
             os._exit(1)
 
 
+@contextmanager
+def _spawned_deaf_to_ctrl_c() -> Iterator[None]:
+    """Workers spawned within (`submit` starts them) inherit SIGINT ignored, which Python keeps: a Ctrl-C
+    that lands while a worker is still importing, before it could leave the terminal's process group, would
+    otherwise print that import's traceback. The command stops its workers itself. A Ctrl-C within these
+    few milliseconds of spawning is lost; pressing it again stops the command."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _start_worker(campaign: Campaign, data_dir: str, instance_ref: Any) -> None:
     """Each worker builds the definitions once and opens the instance."""
     global _definitions, _instance
@@ -131,7 +148,8 @@ class WorkerPoolLauncher:
         if self._pool is None:
             self._finished.append(execute_request(self._definitions, self._instance, request, run_config))
         else:
-            self._running[self._pool.submit(_execute_in_worker, request, run_config)] = request
+            with _spawned_deaf_to_ctrl_c():
+                self._running[self._pool.submit(_execute_in_worker, request, run_config)] = request
 
     def in_flight(self) -> int:
         """Runs launched and not yet reported by `wait` (in this process a run ends within `launch`, and still
