@@ -17,15 +17,19 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import anyio
 import pytest
 import urllib3
 import yaml
 from kubernetes.client import ApiClient, Configuration, CoreV1Api
+from mcp import Client
 from websockets.sync.server import serve
 
 from eval_pipeline.outcomes import SandboxLost
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxError, SandboxSettings, limited_exec
 from eval_pipeline.sandbox.kubernetes import KubernetesExec, KubernetesSandbox, remove_pods
+from eval_pipeline.sandbox.local import TOOL_SERVER
+from eval_pipeline.tool_session import channel_transport
 from eval_pipeline_tests.conftest import eval_pipeline_cli
 
 NAMESPACE = "eval-environments"
@@ -342,3 +346,51 @@ def test_an_exec_whose_connection_hangs_is_an_infrastructure_error_not_a_hung_tr
     with pytest.raises(SandboxLost, match="no answer within 1 s"):
         KubernetesExec(core, NAMESPACE, "env-pod").run(["sleep", "1000"], timeout_s=1)
     assert time.monotonic() - started < 3
+
+
+@pytest.fixture
+def streaming_exec_server():
+    """A websocket server speaking Kubernetes' exec protocol as a pod's kubelet streams it: it starts the
+    tool server here in place of the command (whose paths are the pod's), and streams its stdin (channel 0)
+    and stdout (channel 1) both ways until either side closes; records each exec's command."""
+    commands: list[list[str]] = []
+
+    def handler(connection):
+        commands.append(parse_qs(urlsplit(connection.request.path).query)["command"])
+        server = subprocess.Popen([sys.executable, str(TOOL_SERVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+        def pump_stdout() -> None:
+            while data := os.read(server.stdout.fileno(), 65536):
+                connection.send(b"\x01" + data)
+
+        threading.Thread(target=pump_stdout, daemon=True).start()
+        try:
+            for message in connection:
+                server.stdin.write(message[1:] if isinstance(message, bytes) else message[1:].encode())
+                server.stdin.flush()
+        finally:
+            server.stdin.close()
+            server.wait(timeout=10)
+
+    with serve(handler, "127.0.0.1", 0, subprotocols=["v4.channel.k8s.io"], close_timeout=0.2) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        yield f"http://127.0.0.1:{server.socket.getsockname()[1]}", commands
+        server.shutdown()
+
+
+def test_a_tool_session_streams_over_the_exec_subresource(streaming_exec_server, tmp_path):
+    """The MCP session reaches the pod's tool server over one exec stream, its session on the first line of
+    stdin and its runtime's environment set by `env` (an exec takes none)."""
+    host, commands = streaming_exec_server
+    (tmp_path / "notes.txt").write_text("from the pod\n")
+    session = {"placement": {"cwd": str(tmp_path), "env": {"PATH": os.defpath}, "output_bytes": 10_000}}
+    pod = KubernetesExec(api(host=host), NAMESPACE, "env-pod")
+
+    async def main() -> None:
+        channel = pod.open_channel(["/opt/eval/tools/python/bin/python3"], {"PYTHONHOME": "/x"}, json.dumps(session))
+        async with Client(channel_transport(channel)) as client:
+            result = await client.call_tool("read_file", {"path": "notes.txt"})
+            assert result.structured_content["content"] == "from the pod\n"
+
+    anyio.run(main)
+    assert commands == [["env", "PYTHONHOME=/x", "/opt/eval/tools/python/bin/python3"]]

@@ -78,10 +78,13 @@ class KubernetesChannel(ToolChannel):
         self.session.write_stdin(data.decode())
 
     def receive(self) -> bytes:
-        while self.session.is_open():
-            self.session.update(timeout=1)
-            if self.session.peek_stdout():
-                return self.session.read_stdout().encode()
+        try:
+            while self.session.is_open():
+                self.session.update(timeout=1)
+                if self.session.peek_stdout():
+                    return self.session.read_stdout().encode()
+        except (WebSocketException, OSError):  # closed under the read: the session ended
+            return b""
         return self.session.read_stdout().encode() if self.session.peek_stdout() else b""
 
     def close(self) -> None:
