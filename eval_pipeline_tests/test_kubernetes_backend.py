@@ -27,6 +27,7 @@ from websockets.sync.server import serve
 
 from eval_pipeline.outcomes import SandboxLost
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxError, SandboxSettings, limited_exec
+from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec
 from eval_pipeline.sandbox.kubernetes import KubernetesExec, KubernetesSandbox, remove_pods
 from eval_pipeline.sandbox.local import TOOL_SERVER
 from eval_pipeline.tool_session import channel_transport
@@ -394,3 +395,26 @@ def test_a_tool_session_streams_over_the_exec_subresource(streaming_exec_server,
 
     anyio.run(main)
     assert commands == [["env", "PYTHONHOME=/x", "/opt/eval/tools/python/bin/python3"]]
+
+
+class LostOutputPod(PodExec):
+    """A pod whose engine answers an exec with success and no output, as Podman did once under load."""
+
+    name = "env-pod"
+
+    def run(self, argv, timeout_s=0.0, private=None):
+        return 0, b"", b""
+
+    def failure(self, message):
+        return SandboxError(message)
+
+    def open_channel(self, argv, env, first_line):
+        raise AssertionError("no channel is opened here")
+
+
+def test_a_uid_claim_whose_answer_the_engine_lost_is_an_infrastructure_failure():
+    """Not a ValueError out of the trial's step (which left its partition unmaterialized without a typed
+    outcome): a SandboxError, retried like any engine failure."""
+    workspace = ExecWorkspace(LostOutputPod(), "/workspaces/slot0", {}, 1000)
+    with pytest.raises(SandboxError, match="not a uid"):
+        workspace.create()

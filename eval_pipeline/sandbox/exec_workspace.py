@@ -194,7 +194,11 @@ class ExecWorkspace(Workspace):
             f' && chown -R "$uid:$uid" {owned} && chmod 700 {owned}'
             f' && chown "0:$uid" {root} {root}/harness && chmod 750 {root} {root}/harness && echo "$uid"'
         )
-        self.uid = int(self._as_root(["sh", "-c", script]))
+        claimed = self._as_root(["sh", "-c", script])
+        try:
+            self.uid = int(claimed)
+        except ValueError:  # the engine lost the exec's output (seen under load): the uid stays claimed, unused
+            raise self.pod.failure(f"claiming a uid for {root} answered {claimed[-200:]!r}, not a uid") from None
 
     def destroy(self) -> None:
         """End every process of the uid and remove its files, then the workspace; only then free the uid
