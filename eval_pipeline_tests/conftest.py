@@ -274,3 +274,23 @@ def trial(instance_id: str, variant: str, seed: int, outcome: str, **fields) -> 
         "limit_evidence": None,
     }
     return TrialResult(**{**row, **fields})
+
+
+@pytest.fixture
+def model(demo_benchmark: Benchmark, monkeypatch: pytest.MonkeyPatch):
+    """The scripted model (the only stand-in for a model) serving the demo's solutions, its key set."""
+    from eval_pipeline.scripted_model import ScriptedModelServer, solutions_from_tasks
+
+    monkeypatch.setenv("SCRIPTED_KEY", "sk-test")
+    with ScriptedModelServer(solutions_from_tasks(demo_benchmark.instances), api_key="sk-test") as server:
+        yield server
+
+
+def resolve_trial(instance, agent, seed, environment, sandbox, store, benchmark):
+    """A trial's generation and its evaluation (tests at most 300 s), as a campaign runs them."""
+    from eval_pipeline.evaluation import evaluate
+    from eval_pipeline.generation import generate
+
+    generation = generate(instance, agent, seed, environment, sandbox, store)
+    evaluation = evaluate(instance, benchmark.environment_for(instance), generation, environment, sandbox, store, 300)
+    return generation, evaluation

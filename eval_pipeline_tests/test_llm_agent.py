@@ -14,11 +14,10 @@ from dagster import AssetKey, DagsterInstance
 
 from eval_pipeline.agents import make_agent
 from eval_pipeline.attempt_log import attempts
-from eval_pipeline.evaluation import evaluate
 from eval_pipeline.generation import generate, generation_key
 from eval_pipeline.outcomes import ModelAPIError, ModelAPIRefused, Outcome
 from eval_pipeline.scripted_model import ScriptedModelServer, solutions_from_tasks
-from eval_pipeline_tests.conftest import eval_pipeline_cli, prepare_on
+from eval_pipeline_tests.conftest import eval_pipeline_cli, prepare_on, resolve_trial
 
 PRICE = {"input_per_mtok": 3.0, "output_per_mtok": 15.0}
 
@@ -36,25 +35,14 @@ def llm(server: ScriptedModelServer, script: str = "solve", **params):
     )
 
 
-@pytest.fixture
-def model(demo_benchmark, monkeypatch):
-    monkeypatch.setenv("SCRIPTED_KEY", "sk-test")
-    with ScriptedModelServer(solutions_from_tasks(demo_benchmark.instances), api_key="sk-test") as server:
-        yield server
-
-
-def _resolve(instance, agent, seed, environment, sandbox, store, benchmark):
-    generation = generate(instance, agent, seed, environment, sandbox, store)
-    evaluation = evaluate(instance, benchmark.environment_for(instance), generation, environment, sandbox, store, 300)
-    return generation, evaluation
-
-
 def test_the_llm_agent_resolves_demo_instances_through_the_tool_server(
     demo_benchmark, prepare, shared_sandbox, store, model
 ):
     for instance in demo_benchmark.instances[:2]:
         environment = prepare(instance)
-        generation, evaluation = _resolve(instance, llm(model), 3, environment, shared_sandbox, store, demo_benchmark)
+        generation, evaluation = resolve_trial(
+            instance, llm(model), 3, environment, shared_sandbox, store, demo_benchmark
+        )
         assert evaluation.outcome == Outcome.RESOLVED, evaluation
         assert generation.status == "completed" and generation.stop_reason == "completed"
         tools_called = [step["tool"] for step in generation.trajectory if step["type"] == "tool_call"]
@@ -74,7 +62,7 @@ def test_a_model_that_loops_ends_at_the_step_limit_as_the_agents_failure(
 ):
     instance = demo_benchmark.instances[0]
     environment = prepare(instance)
-    generation, evaluation = _resolve(
+    generation, evaluation = resolve_trial(
         instance, llm(model, "loop", max_steps=4), 0, environment, shared_sandbox, store, demo_benchmark
     )
     assert generation.status == Outcome.AGENT_LIMIT and generation.stop_reason == "step limit"
@@ -97,7 +85,7 @@ def test_rate_limits_are_retried_and_persistent_ones_are_infrastructure(
     environment = prepare(instance)
     solutions = solutions_from_tasks(demo_benchmark.instances)
     with ScriptedModelServer(solutions, script="rate-limited", failing_requests=2) as server:
-        generation, evaluation = _resolve(
+        generation, evaluation = resolve_trial(
             instance, llm(server, "rate-limited"), 1, environment, shared_sandbox, store, demo_benchmark
         )
     assert evaluation.outcome == Outcome.RESOLVED
@@ -121,7 +109,7 @@ def test_the_llm_agent_resolves_a_demo_instance_in_a_pod(container_sandbox, demo
     sandbox = container_sandbox()
     instance = demo_benchmark.instances[1]
     environment = prepare_on(sandbox, demo_benchmark, instance)
-    generation, evaluation = _resolve(instance, llm(model), 0, environment, sandbox, store, demo_benchmark)
+    generation, evaluation = resolve_trial(instance, llm(model), 0, environment, sandbox, store, demo_benchmark)
     assert evaluation.outcome == Outcome.RESOLVED, evaluation
     assert any(step["type"] == "tool_call" and step["tool"] == "edit_file" for step in generation.trajectory)
 

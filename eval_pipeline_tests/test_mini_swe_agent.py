@@ -7,10 +7,10 @@ import sys
 import pytest
 
 from eval_pipeline.agents import make_agent
-from eval_pipeline.evaluation import evaluate
 from eval_pipeline.generation import generate
 from eval_pipeline.outcomes import ModelAPIError, Outcome
 from eval_pipeline.scripted_model import ScriptedModelServer, solutions_from_tasks
+from eval_pipeline_tests.conftest import resolve_trial
 
 needs_mini = pytest.mark.skipif(
     importlib.util.find_spec("minisweagent") is None, reason="mini-swe-agent (the `mini` extra) is not installed"
@@ -31,26 +31,13 @@ def mini(server: ScriptedModelServer, script: str = "mini-solve", **params):
     )
 
 
-@pytest.fixture
-def model(demo_benchmark, monkeypatch):
-    monkeypatch.setenv("SCRIPTED_KEY", "sk-test")
-    with ScriptedModelServer(solutions_from_tasks(demo_benchmark.instances), api_key="sk-test") as server:
-        yield server
-
-
-def _resolve(instance, agent, seed, environment, sandbox, store, benchmark):
-    generation = generate(instance, agent, seed, environment, sandbox, store)
-    evaluation = evaluate(instance, benchmark.environment_for(instance), generation, environment, sandbox, store, 300)
-    return generation, evaluation
-
-
 @needs_mini
 def test_mini_swe_agent_resolves_a_demo_instance_through_the_tool_server(
     demo_benchmark, prepare, shared_sandbox, store, model
 ):
     instance = demo_benchmark.instances[0]
     environment = prepare(instance)
-    generation, evaluation = _resolve(instance, mini(model), 3, environment, shared_sandbox, store, demo_benchmark)
+    generation, evaluation = resolve_trial(instance, mini(model), 3, environment, shared_sandbox, store, demo_benchmark)
     assert evaluation.outcome == Outcome.RESOLVED, evaluation
     assert generation.status == "completed" and generation.stop_reason == "completed"
     commands = [step["arguments"]["command"] for step in generation.trajectory if step["type"] == "tool_call"]
@@ -70,7 +57,7 @@ def test_mini_swe_agent_resolves_a_demo_instance_through_the_tool_server(
 def test_mini_swe_agents_step_limit_is_the_agents_failure(demo_benchmark, prepare, shared_sandbox, store, model):
     instance = demo_benchmark.instances[0]
     environment = prepare(instance)
-    generation, evaluation = _resolve(
+    generation, evaluation = resolve_trial(
         instance, mini(model, "mini-loop", step_limit=3), 0, environment, shared_sandbox, store, demo_benchmark
     )
     assert generation.status == Outcome.AGENT_LIMIT and generation.stop_reason == "step limit"
