@@ -85,6 +85,12 @@ class KubernetesChannel(ToolChannel):
                     return self.session.read_stdout().encode()
         except (WebSocketException, OSError):  # closed under the read: the session ended
             return b""
+        except TypeError:
+            # `close` from the client's thread sets the socket to None between the read's poll and its
+            # unregister, which websocket-client turns into a TypeError: an ended session, not a failure.
+            if self.session.is_open():
+                raise
+            return b""
         return self.session.read_stdout().encode() if self.session.peek_stdout() else b""
 
     def close(self) -> None:
