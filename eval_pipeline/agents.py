@@ -23,8 +23,8 @@ from eval_pipeline.tool_session import MAX_TOOL_TIMEOUT_S, inside_session_reques
 
 
 class AgentStopped(Exception):  # noqa: N818 - named for what happened to the agent
-    """The agent was stopped by one of its limits: the agent's failure, scored, never retried. `output` is what
-    it did until then (its trajectory and spend), kept with the generation."""
+    """The agent was stopped by one of its limits, or gave up (agent_error): the agent's failure, scored, never
+    retried. `output` is what it did until then (its trajectory and spend), kept with the generation."""
 
     def __init__(self, message: str, output: "AgentOutput | None" = None) -> None:
         super().__init__(message)

@@ -17,7 +17,15 @@ import traceback
 from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
-from eval_pipeline.agents import Agent, AgentLimitReached, AgentOutput, AgentTask, AgentTimeout, agent_task
+from eval_pipeline.agents import (
+    Agent,
+    AgentLimitReached,
+    AgentOutput,
+    AgentStopped,
+    AgentTask,
+    AgentTimeout,
+    agent_task,
+)
 from eval_pipeline.artifacts import ArtifactStore, StoredRecord
 from eval_pipeline.attempt_log import Stage, failures_kept, now
 from eval_pipeline.hashing import sha256_text, stable_hash
@@ -89,6 +97,8 @@ def _solve(agent: Agent, task: AgentTask, workspace: Workspace) -> tuple[AgentOu
         return error.output, Outcome.AGENT_TIMEOUT.value, str(error)
     except AgentLimitReached as error:
         return error.output, Outcome.AGENT_LIMIT.value, str(error)
+    except AgentStopped as error:  # the agent ended itself (mini's repeated format errors): its work is kept
+        return error.output, Outcome.AGENT_ERROR.value, str(error)
     except Exception:  # noqa: BLE001 - any agent crash is recorded as the agent's failure
         return None, Outcome.AGENT_ERROR.value, traceback.format_exc(limit=20)
 

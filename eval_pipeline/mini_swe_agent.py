@@ -10,8 +10,10 @@ environment synchronously, so the session lives in an anyio blocking portal (an 
 each command is one `portal.call`.
 
 Outcomes as for the llm agent: mini's step and cost limits are the agent's failure (`agent_limit`), its wall
-time `agent_timeout`, a context window it overflows `agent_limit`; the model API's errors (after mini's
-retries) are infrastructure (`model_api_error`); a submission is `completed`. Tokens, cost, steps and the
+time `agent_timeout`, a context window it overflows `agent_limit`, mini's own end on repeated badly formatted
+replies `agent_error` (its trajectory kept); the model API's unavailability (after the variant's retries) is
+infrastructure (`model_api_error`), its refusal of the request (401, 403, 404, another 400) the campaign's
+configuration (`model_api_refused`, not retried); a submission is `completed`. Tokens, cost, steps and the
 messages (each truncated) are kept in the trajectory.
 """
 
@@ -27,8 +29,8 @@ from typing import Any
 import anyio.from_thread
 
 from eval_pipeline.agents import Agent, AgentLimitReached, AgentOutput, AgentStopped, AgentTask, AgentTimeout
-from eval_pipeline.llm_agent import Price, from_environment, truncate
-from eval_pipeline.outcomes import ModelAPIError
+from eval_pipeline.llm_agent import RETRIED_STATUS, Price, from_environment, truncate
+from eval_pipeline.outcomes import ModelAPIError, ModelAPIRefused
 from eval_pipeline.sandbox import Workspace
 from eval_pipeline.tool_session import ToolSession, innermost, open_tool_session
 
@@ -178,8 +180,8 @@ class MiniSweAgent(Agent):
         if status == "LimitsExceeded":
             stop = "step limit" if 0 < agent.config.step_limit <= agent.n_calls else "cost limit"
             raise AgentLimitReached(f"the agent reached its {stop}", output=_output(agent, stop))
-        # RepeatedFormatError and anything else mini ends on: the agent's own failure (agent_error, for which a
-        # generation keeps no trajectory).
+        # RepeatedFormatError and anything else mini ends on: the agent's own failure (agent_error), with what it
+        # did until then.
         raise AgentStopped(f"mini-swe-agent ended with {status or 'no exit status'}", output=_output(agent, status))
 
 
@@ -187,12 +189,12 @@ def _model_class(mini: Any) -> type:
     """mini's litellm model with cost from the campaign's price table and the variant's retries."""
     import litellm
     import openai
-    from tenacity import Retrying, retry_if_not_exception_type, stop_after_attempt, wait_exponential
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
     base = mini.models.litellm_model.LitellmModel
 
     class PricedLitellmModel(base):
-        abort_exceptions = [*base.abort_exceptions, ModelAPIError]
+        abort_exceptions = [*base.abort_exceptions, ModelAPIError, ModelAPIRefused]
 
         def __init__(self, *, price: Price | None, max_retries: int, **kwargs: Any) -> None:
             super().__init__(**kwargs)
@@ -200,20 +202,28 @@ def _model_class(mini: Any) -> type:
             self.max_retries = max_retries
 
         def _query(self, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
-            """mini's request, retried as the variant says; what still fails is ModelAPIError, which mini's
-            own retrying (in query(): 10 attempts, waits of 4-60 s) lets through at once."""
+            """mini's request, retried as the variant says unless the API refused it (as the llm agent's);
+            what still fails is ModelAPIError or ModelAPIRefused, which mini's own retrying (in query(): 10
+            attempts, waits of 4-60 s) lets through at once."""
             retrying = Retrying(
                 reraise=True,
                 stop=stop_after_attempt(self.max_retries + 1),
                 wait=wait_exponential(multiplier=1, min=1, max=60),
-                retry=retry_if_not_exception_type((*self.abort_exceptions, litellm.exceptions.BadRequestError)),
+                retry=retry_if_exception(
+                    lambda error: not isinstance(error, tuple(self.abort_exceptions)) and not _refused(error)
+                ),
             )
             try:
                 return retrying(super()._query, messages, **kwargs)
             except litellm.exceptions.ContextWindowExceededError:
                 raise  # the agent's: it filled the context window
             except openai.OpenAIError as error:  # litellm's errors are the openai client's
-                raise ModelAPIError(f"the model API failed: {type(error).__name__}: {str(error)[:500]}") from error
+                failure = f"{type(error).__name__}: {str(error)[:500]}"
+                if _refused(error):
+                    raise ModelAPIRefused(
+                        f"the model API at {self.config.model_kwargs['api_base']} refused: {failure}"
+                    ) from error
+                raise ModelAPIError(f"the model API failed: {failure}") from error
 
         def _calculate_cost(self, response: Any) -> dict[str, float]:
             if self.price is None:
@@ -224,6 +234,14 @@ def _model_class(mini: Any) -> type:
             return {"cost": self.price.cost(spent_in, spent_out)}
 
     return PricedLitellmModel
+
+
+def _refused(error: BaseException) -> bool:
+    """The API refused the request itself (a status the llm agent does not retry either), rather than being
+    unavailable: a context window the agent filled (a 400) is told apart before this is asked."""
+    import openai
+
+    return isinstance(error, openai.APIStatusError) and error.status_code not in RETRIED_STATUS
 
 
 def _environment_class(mini: Any) -> type:
@@ -289,6 +307,14 @@ def _usage(message: dict[str, Any]) -> tuple[int, int]:
     return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
+def _reply_text(response: Any) -> str:
+    """The model's words in a response mini kept with a badly formatted reply (a dict, or its repr)."""
+    try:
+        return str(response["choices"][0]["message"]["content"] or "")
+    except (TypeError, KeyError, IndexError):
+        return str(response)
+
+
 def _tool_call(step: int, command: str, result: str, is_error: bool, duration_s: Any = None) -> dict[str, Any]:
     return {
         "type": "tool_call",
@@ -325,7 +351,7 @@ def _output(agent: Any, stop_reason: str) -> AgentOutput:
                 {
                     "type": "model_call",
                     "step": step,
-                    "content": truncate(text if role == "assistant" else extra.get("model_response", text)),
+                    "content": truncate(text if role == "assistant" else _reply_text(extra["response"])),
                     "commands": [truncate(command) for command in pending.values()],
                     "input_tokens": spent_in,
                     "output_tokens": spent_out,

@@ -12,7 +12,9 @@ it. Its scripts, chosen per server or per request by the model name (`scripted-<
 - rate-limited / server-error: fails the first n requests with 429 / a 5xx, then solves, for retry logic;
 - mini-solve / mini-loop: the same two with mini-swe-agent's one tool, `bash` (mini_swe_agent.py): apply the
   reference patch with `git apply` from a heredoc, run the tests, then submit with mini-swe-agent's submission
-  command; or run `ls` forever.
+  command; or run `ls` forever;
+- chatter: answers in prose and never calls a tool (a model that ignores the tools: the llm agent stops at
+  once, mini-swe-agent's format check fails on every reply).
 
 Run `python -m eval_pipeline.scripted_model --benchmark demo` to serve the demo benchmark's solutions.
 """
@@ -37,7 +39,7 @@ from typing import Any, Self
 
 from eval_pipeline.tasks import Task
 
-SCRIPTS = ("solve", "loop", "rate-limited", "server-error", "mini-solve", "mini-loop")
+SCRIPTS = ("solve", "loop", "rate-limited", "server-error", "mini-solve", "mini-loop", "chatter")
 # What mini-swe-agent takes for its submission: a command whose output's first line this is (and that exits 0).
 MINI_SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 MODEL_PREFIX = "scripted-"
@@ -637,9 +639,8 @@ class ScriptedModelServer:
             self.requests.append(body)
         script = self._script_of(body["model"])
         if script is None:
-            message = (
-                f"The model {body['model']!r} does not exist; scripted models are {MODEL_PREFIX}<{'|'.join(SCRIPTS)}>"
-            )
+            # As OpenAI words it (clients classify errors by their words): the scripts are listed at /v1/models.
+            message = f"The model {body['model']!r} does not exist or you do not have access to it."
             return _Response(404, _error_body(message, "invalid_request_error", "model_not_found"))
         if script in ("rate-limited", "server-error") and self._take_failure():
             return self._failure(script)
@@ -648,6 +649,8 @@ class ScriptedModelServer:
             reply = _Reply(tool_call=ToolCall("list_directory", {"path": "."}))
         elif script == "mini-loop":
             reply = _Reply(content="THOUGHT: look around.", tool_call=ToolCall("bash", {"command": "ls -la"}))
+        elif script == "chatter":
+            reply = _Reply(content="The bug is probably in the parser; I would look there first.")
         elif script == "mini-solve":
             reply = _mini_solve(self.solutions, messages)
         else:

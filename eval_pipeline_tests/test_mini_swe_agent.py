@@ -8,7 +8,7 @@ import pytest
 
 from eval_pipeline.agents import make_agent
 from eval_pipeline.generation import generate
-from eval_pipeline.outcomes import ModelAPIError, Outcome
+from eval_pipeline.outcomes import ModelAPIError, ModelAPIRefused, Outcome
 from eval_pipeline.scripted_model import ScriptedModelServer, solutions_from_tasks
 from eval_pipeline_tests.conftest import resolve_trial
 
@@ -85,6 +85,34 @@ def test_a_model_api_that_stays_down_is_infrastructure(demo_benchmark, prepare, 
             generate(instance, agent, 0, prepare(instance), shared_sandbox, store)
         assert len(server.requests) == 2, "the first request and one retry, nothing more (mini's, the client's)"
     assert raised.value.outcome == Outcome.MODEL_API_ERROR and not raised.value.outcome.is_scored
+
+
+@needs_mini
+def test_a_model_the_api_does_not_know_is_refused_at_once(demo_benchmark, prepare, shared_sandbox, store, model):
+    """A 404 (a misspelt model) is the campaign's configuration: one request, no retries, not scored."""
+    instance = demo_benchmark.instances[0]
+    with pytest.raises(ModelAPIRefused, match=rf"{model.base_url}.*NotFoundError") as raised:
+        generate(instance, mini(model, "no-such-script", max_retries=3), 0, prepare(instance), shared_sandbox, store)
+    assert len(model.requests) == 1
+    assert raised.value.outcome == Outcome.MODEL_API_REFUSED and not raised.value.outcome.is_scored
+
+
+@needs_mini
+def test_a_model_that_never_calls_its_tool_is_the_agents_error_with_its_trajectory(
+    demo_benchmark, prepare, shared_sandbox, store, model
+):
+    """mini ends on its third badly formatted reply in a row: the agent's failure, scored, and what the model
+    said is kept for the report's trajectory view."""
+    instance = demo_benchmark.instances[0]
+    environment = prepare(instance)
+    generation, evaluation = resolve_trial(
+        instance, mini(model, "chatter"), 0, environment, shared_sandbox, store, demo_benchmark
+    )
+    assert generation.status == Outcome.AGENT_ERROR and generation.stop_reason == "RepeatedFormatError"
+    model_calls = [step for step in generation.trajectory if step["type"] == "model_call"]
+    assert len(model_calls) == 3 and "parser" in model_calls[0]["content"]
+    assert generation.input_tokens > 0 and generation.cost_usd > 0
+    assert evaluation.outcome == Outcome.AGENT_ERROR and Outcome(evaluation.outcome).is_scored
 
 
 def test_without_the_extra_making_the_agent_says_how_to_install_it(monkeypatch):
