@@ -49,7 +49,9 @@ def test_an_agent_writing_outside_its_workspace_harms_nothing(pod, store):
 
 
 def test_a_fork_bomb_is_contained_by_the_pids_limit_and_the_time_limit(pod, store):
-    generation = run_agent(pod, store, "bomb() { bomb | bomb & }; bomb; sleep 60", timeout_s=5)
+    # The agent's shell then becomes `sleep` (exec forks nothing): a `sleep` it had to fork could fail once the
+    # bomb fills the pids limit, ending the shell (dash exits on a failed fork) before its time limit.
+    generation = run_agent(pod, store, "bomb() { bomb | bomb & }; bomb; exec sleep 60", timeout_s=5)
     assert generation.status == Outcome.AGENT_TIMEOUT
     still_works(pod)
 

@@ -355,19 +355,33 @@ def test_an_exec_whose_connection_hangs_is_an_infrastructure_error_not_a_hung_tr
 @pytest.fixture
 def streaming_exec_server():
     """A websocket server speaking Kubernetes' exec protocol as a pod's kubelet streams it: it starts the
-    tool server here in place of the command (whose paths are the pod's), and streams its stdin (channel 0)
-    and stdout (channel 1) both ways until either side closes; records each exec's command."""
+    tool server here in place of the command (whose paths are the pod's), and streams its stdin (channel 0),
+    stdout (channel 1) and stderr (channel 2) until either side ends; records each exec's command."""
     commands: list[list[str]] = []
 
     def handler(connection):
         commands.append(parse_qs(urlsplit(connection.request.path).query)["command"])
-        server = subprocess.Popen([sys.executable, str(TOOL_SERVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        server = subprocess.Popen(
+            [sys.executable, str(TOOL_SERVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
 
-        def pump_stdout() -> None:
-            while data := os.read(server.stdout.fileno(), 65536):
-                connection.send(b"\x01" + data)
+        def pump(stream, channel: bytes) -> None:
+            while data := os.read(stream.fileno(), 65536):
+                connection.send(channel + data)
 
-        threading.Thread(target=pump_stdout, daemon=True).start()
+        pumps = [
+            threading.Thread(target=pump, args=(stream, channel), daemon=True)
+            for stream, channel in ((server.stdout, b"\x01"), (server.stderr, b"\x02"))
+        ]
+        for thread in pumps:
+            thread.start()
+
+        def end_with_the_server() -> None:  # as a kubelet ends the exec when its process exits
+            for thread in pumps:
+                thread.join()
+            connection.close()
+
+        threading.Thread(target=end_with_the_server, daemon=True).start()
         try:
             for message in connection:
                 server.stdin.write(message[1:] if isinstance(message, bytes) else message[1:].encode())
@@ -398,6 +412,16 @@ def test_a_tool_session_streams_over_the_exec_subresource(streaming_exec_server,
 
     anyio.run(main)
     assert commands == [["env", "PYTHONHOME=/x", "/opt/eval/tools/python/bin/python3"]]
+
+
+def test_a_tool_server_that_fails_to_start_says_why_through_the_stream(streaming_exec_server):
+    """Its stderr travels on the exec's stderr channel, for the message of the session it broke."""
+    host, _ = streaming_exec_server
+    channel = KubernetesExec(api(host=host), NAMESPACE, "env-pod").open_channel(["python3"], {}, '{"no": "placement"}')
+    while channel.receive():
+        pass
+    assert "KeyError: 'placement'" in channel.diagnostics()
+    channel.close()
 
 
 def test_closing_a_tool_channel_under_its_read_ends_the_read_quietly(streaming_exec_server, monkeypatch, tmp_path):

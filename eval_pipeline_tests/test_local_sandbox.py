@@ -174,6 +174,13 @@ def test_memory_ceiling_kills_a_command_above_it_as_oom(tmp_path, prepare, insta
         assert result.duration_s < 10, "killed when it passed the ceiling, not at the timeout"
 
 
+def test_commands_are_the_oom_killers_first_choice(shared_sandbox, environment):
+    """Under memory pressure the kernel kills a trial's command before the harness that reports on it."""
+    with shared_sandbox.workspace(environment, "oom-score") as workspace:
+        score = workspace.run("cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'", timeout_s=30)
+    assert score.stdout.split() == ["1000", "1000"], "the command and what it starts"
+
+
 def test_cpu_ceiling_pins_commands_to_that_many_cores(tmp_path, prepare, instance):
     sandbox = LocalSandbox(tmp_path, ResourceLimits(cpu_floor=0.5, cpu_ceiling=1), SandboxSettings(), "test")
     environment = prepare(instance, sandbox)

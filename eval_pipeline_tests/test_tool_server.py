@@ -8,6 +8,7 @@ workspace, whatever path an agent passes.
 import anyio
 import pytest
 
+from eval_pipeline.sandbox import ResourceLimits
 from eval_pipeline.tool_session import ToolServerEnded, ToolSession, open_tool_session
 from eval_pipeline_tests.conftest import prepare_on
 
@@ -55,7 +56,9 @@ def test_tools_on_a_local_workspace(demo_benchmark, prepare, shared_sandbox):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["pod", "strict"])
 def test_tools_in_a_container(container_sandbox, demo_benchmark, engine, mode):
-    sandbox = container_sandbox(mode=mode)
+    """Every tool through the root server, and a call over the memory ceiling: the kernel kills the call's
+    command (the OOM killer's first choice), not the server, which reports it and goes on serving."""
+    sandbox = container_sandbox(mode=mode, limits=ResourceLimits(memory_floor_mb=64, memory_ceiling_mb=256))
     environment = prepare_on(sandbox, demo_benchmark, demo_benchmark.instances[1])
 
     async def main() -> None:
@@ -64,6 +67,10 @@ def test_tools_in_a_container(container_sandbox, demo_benchmark, engine, mode):
                 await _edit_and_diff(session)
                 me = (await session.call("run_command", {"command": "id -u"})).structured["stdout"]
                 assert int(me) == workspace.uid, "tool calls run as the trial's uid, not as the server's root"
+                hog = await session.call("run_command", {"command": "python3 -c 'x = b\"y\" * (600 * 2**20)'"})
+                assert hog.structured["oom_killed"] and hog.structured["exit_code"] != 0, hog.text
+                score = await session.call("run_command", {"command": "cat /proc/self/oom_score_adj"})
+                assert score.structured["stdout"] == "1000\n", "the trial's commands are killed first"
 
     anyio.run(main)
 

@@ -211,6 +211,8 @@ class ToolChannel(ABC):
     """A byte stream to and from one tool server process (its stdin and its stdout), however the worker
     reaches the environment: a local pipe, an engine's exec, a Kubernetes exec."""
 
+    DIAGNOSTICS_CHARS = 4000  # the tail of the server's stderr that `diagnostics` keeps
+
     @abstractmethod
     def send(self, data: bytes) -> None:
         """Write to the server's stdin; SandboxLost when the server is gone."""

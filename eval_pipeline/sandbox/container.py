@@ -77,7 +77,6 @@ from eval_pipeline.tasks import Task, TaskImage
 
 TOOLS_VOLUME_PREFIX = "eval-pipeline-tools-"
 TOOLS_MARKER = ".complete"
-STDERR_KEPT_BYTES = 4000  # of a tool server's stderr, for the message when its session breaks
 _FILLED_VOLUMES: set[tuple[str, str]] = set()  # (engine, volume) filled by this process
 # Commands are timed out inside the container; the client waits as long as they may run.
 CLIENT_TIMEOUT_S = 24 * 3600
@@ -188,7 +187,7 @@ class EngineChannel(ToolChannel):
             payload = self._read(size)
             if stream == 1 or not payload:
                 return payload
-            self.stderr = (self.stderr + payload)[-STDERR_KEPT_BYTES:]
+            self.stderr = (self.stderr + payload)[-self.DIAGNOSTICS_CHARS :]
         return b""
 
     def diagnostics(self) -> str:

@@ -71,6 +71,7 @@ class KubernetesChannel(ToolChannel):
 
     def __init__(self, session: Any, pod: "KubernetesExec") -> None:
         self.session, self.pod, self.name = session, pod, pod.name
+        self.stderr = ""  # the server's last words, for a broken session's message
 
     def send(self, data: bytes) -> None:
         if not self.session.is_open():
@@ -81,6 +82,8 @@ class KubernetesChannel(ToolChannel):
         try:
             while self.session.is_open():
                 self.session.update(timeout=1)
+                # Taken here, by the stream's one reader: websocket-client's reads are not thread-safe.
+                self.stderr = (self.stderr + self.session.read_stderr(timeout=0))[-self.DIAGNOSTICS_CHARS :]
                 if self.session.peek_stdout():
                     return self.session.read_stdout().encode()
         except (WebSocketException, OSError):  # closed under the read: the session ended
@@ -97,7 +100,7 @@ class KubernetesChannel(ToolChannel):
         self.session.close()
 
     def diagnostics(self) -> str:
-        return ""  # stderr is not requested: the exec stream carries stdout only
+        return self.stderr
 
     def failure(self, message: str) -> InfrastructureError:
         return self.pod.failure(message)
@@ -150,7 +153,7 @@ class KubernetesExec(PodExec):
                 command=["env", *(f"{key}={value}" for key, value in env.items()), *argv],
                 stdin=True,
                 stdout=True,
-                stderr=False,
+                stderr=True,
                 tty=False,
                 _preload_content=False,
             )

@@ -142,7 +142,7 @@ class PipeChannel(ToolChannel):
         self.process.stdout.close()
 
     def diagnostics(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
+        return self.log.read_text(errors="replace")[-self.DIAGNOSTICS_CHARS :] if self.log.exists() else ""
 
     def failure(self, message: str) -> InfrastructureError:
         return SandboxError(message)  # a local environment is a directory: it does not go away under a call
