@@ -39,7 +39,8 @@ name: e2e
 benchmark: {{kind: demo}}
 variants:
   - {{name: oracle, agent: oracle}}
-  - {{name: doomed, agent: command, params: {{command: "echo $PPID >> {worker_pids}; sleep 3"}}}}
+  # Its first run waits to be killed (with its worker); the retry, the second line, finishes at once.
+  - {{name: doomed, agent: command, params: {{command: "echo $PPID >> {worker_pids}; [ $(wc -l < {worker_pids}) -ge 2 ] || sleep 60"}}}}
 seeds: 1
 sandbox: {{allow_untrusted_agents_locally: true}}  # the command agent on the (default) local backend
 retries: {{max_retries: 1, delay_s: 0, max_rerequests: 0}}
@@ -224,7 +225,10 @@ def test_a_sigkilled_run_worker_is_launched_again_and_its_trial_completes(dagste
     server.run_job("e2e__environments_job", {"dagster/partition": INSTANCES[0]})
 
     crashed = server.launch_run("e2e__trials_job", partition_tags(f"{INSTANCES[0]}|doomed-s0"))
-    server.wait(RUN_STATUS, lambda _: worker_pids.exists() and worker_pids.read_text().strip(), id=crashed)
+    deadline = time.monotonic() + 300
+    while not (worker_pids.exists() and worker_pids.read_text().strip()):
+        assert time.monotonic() < deadline, "the agent never started"
+        time.sleep(0.05)
     os.kill(int(worker_pids.read_text().split()[0]), signal.SIGKILL)  # the agent's parent: the run worker
     server.wait(RUN_STATUS, lambda d: d["runOrError"]["status"] == "FAILURE", id=crashed)
 

@@ -156,7 +156,7 @@ def test_a_command_agent_gets_the_instruction_as_a_file_and_its_changes_become_t
 
 
 def test_a_command_agent_that_overruns_is_stopped_and_recorded(instance, environment, shared_sandbox, store):
-    agent = make_agent("command", {"command": "echo started > partial.txt; sleep 30", "timeout_s": 0.5})
+    agent = make_agent("command", {"command": "echo started > partial.txt; sleep 30", "timeout_s": 5})
     generation = generate(instance, agent, 0, environment, shared_sandbox, store)
     assert generation.status == Outcome.AGENT_TIMEOUT and "time limit" in generation.error
     assert "partial.txt" in generation.patch

@@ -110,7 +110,12 @@ def test_a_trial_sees_no_secret_workspace_or_harness_file_of_a_trial_running_bes
     monkeypatch.setenv("EVAL_TEST_API_KEY", secret)
     agent = make_agent(
         "command",
-        {"command": 'test -n "$EVAL_TEST_API_KEY" && sleep 20', "pass_env": ["EVAL_TEST_API_KEY"], "timeout_s": 60},
+        {
+            # Running until the test has spied (a sleep could end first on a loaded machine).
+            "command": 'test -n "$EVAL_TEST_API_KEY" && until [ -e spied ]; do sleep 0.1; done',
+            "pass_env": ["EVAL_TEST_API_KEY"],
+            "timeout_s": 120,
+        },
     )
     with ThreadPoolExecutor(1) as pool:
         generation = pool.submit(generate, instance, agent, 0, environment, sandbox, store)
@@ -129,7 +134,8 @@ def test_a_trial_sees_no_secret_workspace_or_harness_file_of_a_trial_running_bes
             peek = spy.run(
                 f"ls {other}; cat {other}/harness/instruction.md {other}/repo/README.md; ls /workspaces", timeout_s=30
             )
-        assert "sleep 20" in everything, "the spy reads other processes' command lines, as any uid can"
+        pod.exec_run(["touch", f"{other}/repo/spied"])
+        assert "until [ -e spied ]" in everything, "the spy reads other processes' command lines, as any uid can"
         assert secret not in everything, "but no secret is in one, and no other uid's environment is readable"
         assert peek.stdout == "" and peek.stderr.count("Permission denied") == 4, peek.stderr
         assert generation.result().trajectory[0]["exit_code"] == 0

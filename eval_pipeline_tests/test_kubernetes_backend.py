@@ -30,7 +30,7 @@ from websockets.sync.server import serve
 
 from eval_pipeline.outcomes import SandboxLost
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxError, SandboxSettings, limited_exec
-from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec
+from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec, claimed_slot
 from eval_pipeline.sandbox.kubernetes import KubernetesExec, KubernetesSandbox, remove_pods
 from eval_pipeline.sandbox.local import TOOL_SERVER
 from eval_pipeline.tool_session import channel_transport
@@ -474,9 +474,11 @@ class LostOutputPod(PodExec):
         raise AssertionError("no channel is opened here")
 
 
-def test_a_uid_claim_whose_answer_the_engine_lost_is_an_infrastructure_failure():
-    """Not a ValueError out of the trial's step (which left its partition unmaterialized without a typed
-    outcome): a SandboxError, retried like any engine failure."""
+def test_a_claim_whose_answer_the_engine_lost_is_an_infrastructure_failure():
+    """A uid's or a slot's: not a ValueError out of the trial's step (which left its partition unmaterialized
+    without a typed outcome), a SandboxError, retried like any engine failure."""
     workspace = ExecWorkspace(LostOutputPod(), "/workspaces/slot0", {}, 1000)
     with pytest.raises(SandboxError, match="not a uid"):
         workspace.create()
+    with pytest.raises(SandboxError, match="not a slot"), claimed_slot(LostOutputPod(), 2):
+        pass

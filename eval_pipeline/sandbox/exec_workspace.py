@@ -356,7 +356,10 @@ def claimed_slot(
         if exit_code != BUSY_EXIT:
             raise pod.failure(f"claiming a slot failed (exit {exit_code}): {stderr[-2000:]!r}")
         time.sleep(poll_s)
-    slot = int(stdout)
+    try:
+        slot = int(stdout)
+    except ValueError:  # the engine lost the exec's output (as for a uid claim): the claim goes stale, unused
+        raise pod.failure(f"claiming a slot answered {stdout[-200:]!r}, not a slot") from None
     claim = f"{CLAIMS}/slot{slot}"
     held = threading.Event()
 

@@ -342,8 +342,10 @@ def _limit_child(cpu_ceiling, uid, view):
         view.enter()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if cpu_ceiling and _HAS_AFFINITY:
+        # Which cores is drawn at random, so that concurrent trials spread over the machine, not all on its first.
         cores = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, cores[: max(1, math.ceil(cpu_ceiling))])
+        start, count = int.from_bytes(os.urandom(4), "big"), min(len(cores), max(1, math.ceil(cpu_ceiling)))
+        os.sched_setaffinity(0, {cores[(start + i) % len(cores)] for i in range(count)})
     if uid is not None:
         os.setgroups([])
         os.setgid(uid)
