@@ -192,7 +192,8 @@ def _report(args: argparse.Namespace) -> int:
         )
     trajectories = trajectories_for(rows, resource.artifact_store(), chosen, args.limit)
     path = write_html_report(report.model_copy(update={"directory": str(directory)}), rows, trajectories)
-    print(f"HTML report: {resource.publish(path)} ({len(trajectories)} trajectories)")
+    shown = f"{len(trajectories)} trajector{'y' if len(trajectories) == 1 else 'ies'}"
+    print(f"HTML report: {resource.publish(path)} ({shown})")
     return 0
 
 

@@ -34,7 +34,7 @@ from eval_pipeline.outcomes import ModelAPIError, ModelAPIRefused
 from eval_pipeline.sandbox import Workspace
 from eval_pipeline.tool_session import ToolSession, innermost, open_tool_session
 
-INSTALL_HINT = "the mini-swe-agent agent needs mini-swe-agent: pip install 'eval-pipeline[mini]'"
+INSTALL_HINT = "the mini-swe-agent agent needs mini-swe-agent: pip install -e '.[mini]' in the project's checkout"
 BASE_CONFIG = "swebench.yaml"  # mini-swe-agent's own config for SWE-bench (config/benchmarks/)
 SUBMIT_LINE = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"  # mini's submission: a command's first output line
 CONFIG_SECTIONS = ("agent", "model", "environment")
@@ -46,7 +46,8 @@ class MiniSweAgentMissing(ImportError, ValueError):  # noqa: N818 - named for wh
 
 
 def _import_mini() -> Any:
-    """minisweagent, imported quietly: no banner on stdout, no cost map fetched from the network, and its
+    """minisweagent, imported quietly: no banner on stdout (mini's, or litellm's when its cost map does not
+    know a model: stdout is the report's, or `--json`'s), no cost map fetched from the network, and its
     global config directory (whose .env it loads into the environment) one of its own unless one is set."""
     os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -59,6 +60,9 @@ def _import_mini() -> Any:
         import minisweagent.models.litellm_model  # noqa: F401
     except ImportError as error:
         raise MiniSweAgentMissing(f"{INSTALL_HINT} ({error})") from error
+    import litellm
+
+    litellm.suppress_debug_info = True
     return minisweagent
 
 

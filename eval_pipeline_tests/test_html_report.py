@@ -364,7 +364,7 @@ def test_the_cli_writes_the_report_again_with_the_chosen_trials_trajectories(
 
     assert main(["report", "--campaign", "demo", "--trial", "i2|cand-s0"]) == 0
     page = data / "reports" / "demo" / "report.html"
-    assert capsys.readouterr().out == f"HTML report: {page} (1 trajectories)\n"
+    assert capsys.readouterr().out == f"HTML report: {page} (1 trajectory)\n"
     assert re.findall(r'<section class="trajectory" id="([^"]+)"', page.read_text()) == ["trajectory-i2-cand-s0"]
     assert main(["report", "--campaign", "demo"]) == 0, "by default the failed trials"
     assert re.findall(r'<section class="trajectory" id="([^"]+)"', page.read_text()) == ["trajectory-i1-cand-s0"]

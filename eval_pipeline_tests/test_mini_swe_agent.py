@@ -66,6 +66,18 @@ def test_mini_swe_agents_step_limit_is_the_agents_failure(demo_benchmark, prepar
 
 
 @needs_mini
+def test_a_model_without_a_price_costs_nothing_and_prints_nothing(
+    demo_benchmark, prepare, shared_sandbox, store, model, capfd
+):
+    """litellm's cost map does not know the model: the cost is 0, and stdout (the report's, or --json's) stays
+    clean of the banner litellm prints then."""
+    instance = demo_benchmark.instances[0]
+    generation = generate(instance, mini(model, price=None), 0, prepare(instance), shared_sandbox, store)
+    assert generation.status == "completed" and generation.cost_usd == 0 and generation.input_tokens > 0
+    assert capfd.readouterr().out == ""
+
+
+@needs_mini
 def test_mini_swe_agents_config_is_hashed_and_checked(model):
     agent = mini(model, config={"agent": {"system_template": "You fix bugs."}})
     assert agent.mini_config()["agent"]["system_template"] == "You fix bugs."
@@ -119,6 +131,6 @@ def test_without_the_extra_making_the_agent_says_how_to_install_it(monkeypatch):
     for name in [name for name in sys.modules if name == "minisweagent" or name.startswith("minisweagent.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "minisweagent", None)  # an import of it fails, as when it is not installed
-    with pytest.raises(ImportError, match=r"pip install 'eval-pipeline\[mini\]'") as raised:
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[mini\]'") as raised:
         make_agent("mini-swe-agent", {"model": "any"})
     assert isinstance(raised.value, ValueError), "a campaign's validation reports it as the variant's problem"
