@@ -242,10 +242,17 @@ def _model_class(mini: Any) -> type:
 
 def _refused(error: BaseException) -> bool:
     """The API refused the request itself (a status the llm agent does not retry either), rather than being
-    unavailable: a context window the agent filled (a 400) is told apart before this is asked."""
-    import openai
+    unavailable: a context window the agent filled (a 400) is told apart before this is asked.
 
-    return isinstance(error, openai.APIStatusError) and error.status_code not in RETRIED_STATUS
+    The status is the one the server sent, from the openai client's error that litellm's wraps: litellm
+    re-classes errors by their words (a 404 naming a model `…-rate-limited` becomes its RateLimitError, 429)."""
+    status, seen = None, set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(sent := getattr(error, "status_code", None), int):
+            status = sent
+        error = error.__cause__ or error.__context__
+    return status is not None and status not in RETRIED_STATUS
 
 
 def _environment_class(mini: Any) -> type:

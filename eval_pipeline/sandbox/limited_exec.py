@@ -326,7 +326,9 @@ def _prefer_for_oom_kill():
     """Make the command (and all it starts) the OOM killer's first choice in its memory cgroup, ahead of this
     runner, an environment's PID 1 and its root tool server, which then survive to report the kill. Raising a
     process's own score needs no privilege; where /proc cannot be written, the kernel's usual choice stands
-    (the largest process, usually the command)."""
+    (the largest process, usually the command). A best effort for honest memory hogs, not a wall: without
+    CAP_SYS_RESOURCE here, the command may lower its score back to 0, which gains it nothing, since an OOM
+    kill, its own or the server's, is not scored either way."""
     try:
         with open("/proc/self/oom_score_adj", "w") as score:
             score.write("1000")
