@@ -2,7 +2,7 @@
 
     python benchmarks/real_rows.py [--backend local|container] [--repeats 2]
 
-Uses the fetched snapshots the tests use (eval_pipeline_tests/real_data.py).
+Uses the real-data fixtures the tests use (eval_pipeline_tests/fixtures.md).
 For each row it times preparing the environment (clone, interpreter, installs,
 history cut back; for containers the image layers and the pod) and then each
 grading of the gold and the empty patch in a fresh workspace, which is the

@@ -20,7 +20,7 @@ from eval_pipeline.scripted_model import (
     patch_tool_calls,
     solutions_from_tasks,
 )
-from eval_pipeline_tests.real_data import fetched
+from eval_pipeline_tests.real_data import PYTEST_COMMITS, repository
 
 TOOL_PARAMETERS = {
     "run_command": {"command": "string", "timeout_s": "number"},
@@ -303,21 +303,9 @@ def apply_calls(root: Path, calls: list[ToolCall]) -> None:
         assert not result.get("is_error") and result.get("exit_code", 0) == 0, (call, result)
 
 
-# Real pytest commits: deletions and 22 hunks (nose support removed), new files (helpers moved out), a rename
-# with edits, a last line losing and gaining its newline, and a hunk whose three lines of context occur twice.
-PYTEST_COMMITS = (
-    "0f18a7fe5e8911fe4b329931dcf8f23cb30130bd",
-    "58d8b55beb7b341fb7d8a90a0a0bce1e701fb280",
-    "03da9f0ccb88c27630146cfc296d51be4ad9d389",
-    "7c24a0ba1919c43e0f4ac8c48bd2126c8a4d64b2",
-    "3de3d0d79ed2efe23a6e73d386a54b75a712fcf1",
-    "8d40684d1f997e62758785aebb3132c2f5b712e1",
-)
-
-
 @pytest.mark.parametrize("commit", PYTEST_COMMITS)
 def test_the_edits_of_a_real_commit_turn_its_pre_image_into_its_post_image(commit, tmp_path):
-    snapshot = str(fetched("pytest-dev/pytest"))
+    snapshot = str(repository("pytest-dev/pytest"))
     patch = git("--git-dir", snapshot, "show", "--format=", commit, cwd=tmp_path)
     changes = parse_unified_diff(patch)
     before = {
@@ -341,7 +329,7 @@ def test_the_edits_of_a_real_commit_turn_its_pre_image_into_its_post_image(commi
 def test_a_hunk_whose_context_repeats_is_widened_until_unique():
     """Commit 8d40684d adds a line after context that occurs twice in hookspec.py: replayed without the file's
     content the edit is ambiguous; with it, the old_str grows until it occurs once."""
-    snapshot = str(fetched("pytest-dev/pytest"))
+    snapshot = str(repository("pytest-dev/pytest"))
     commit = "8d40684d1f997e62758785aebb3132c2f5b712e1"
     patch = git("--git-dir", snapshot, "show", "--format=", commit, cwd=Path.cwd())
     content = git("--git-dir", snapshot, "show", f"{commit}^:src/_pytest/hookspec.py", cwd=Path.cwd())
