@@ -50,15 +50,22 @@ class InvalidDatasetError(ValueError):
 _DIFF_START = re.compile(r"^(diff --git |--- )", re.MULTILINE)
 
 
-def _test_ids(value: Any, *, row: int, instance_id: str, name: str) -> tuple[str, ...]:
-    """SWE-bench stores test lists as JSON strings in its parquet files; accept both forms."""
+def _test_ids(row: Mapping[str, Any], *, index: int, instance_id: str, name: str) -> tuple[str, ...]:
+    """A row's list of test ids. SWE-bench stores test lists as JSON strings in its parquet files; accept both
+    forms. A missing list is refused, not read as empty: a row without FAIL_TO_PASS could never resolve, and
+    its gold patch would then fail for no reason the row shows."""
+    if name not in row or row[name] is None:
+        raise InvalidInstanceError(RowProblem(index, instance_id, name, "missing"))
+    value = row[name]
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError as error:
-            raise InvalidInstanceError(RowProblem(row, instance_id, name, f"not a JSON list ({error})")) from None
+            raise InvalidInstanceError(RowProblem(index, instance_id, name, f"not a JSON list ({error})")) from None
     if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
-        raise InvalidInstanceError(RowProblem(row, instance_id, name, "expected a list of test ids"))
+        raise InvalidInstanceError(RowProblem(index, instance_id, name, "expected a list of test ids"))
+    if name == "FAIL_TO_PASS" and not value:
+        raise InvalidInstanceError(RowProblem(index, instance_id, name, "empty: no test could show the fix"))
     return tuple(value)
 
 
@@ -109,12 +116,8 @@ class Instance:
             problem_statement=row["problem_statement"],
             patch=row["patch"],
             test_patch=row["test_patch"],
-            FAIL_TO_PASS=_test_ids(
-                row.get("FAIL_TO_PASS", []), row=index, instance_id=instance_id, name="FAIL_TO_PASS"
-            ),
-            PASS_TO_PASS=_test_ids(
-                row.get("PASS_TO_PASS", []), row=index, instance_id=instance_id, name="PASS_TO_PASS"
-            ),
+            FAIL_TO_PASS=_test_ids(row, index=index, instance_id=instance_id, name="FAIL_TO_PASS"),
+            PASS_TO_PASS=_test_ids(row, index=index, instance_id=instance_id, name="PASS_TO_PASS"),
             version=str(row.get("version") or ""),
             environment_setup_commit=str(row.get("environment_setup_commit") or row["base_commit"]),
             created_at=str(row.get("created_at") or ""),
@@ -255,11 +258,24 @@ class RepoSource:
 
 def _unsupported_spec(instance: Instance, environments: Mapping[str, EnvironmentSpec]) -> str:
     """Why SWE-bench's own spec of the instance's environment cannot be installed ('' when it can, or when the
-    campaign gives the environment itself)."""
+    campaign gives the environment itself). A version SWE-bench does not specify for a repository it knows is
+    refused: the default environment would not be that repository's, and every trial would fail at its build
+    or its tests for a reason the row never shows. A repository SWE-bench does not know takes the default."""
     if f"{instance.repo}@{instance.version}" in environments:
         return ""
-    from eval_pipeline.swebench_specs import UnsupportedSpecError, builtin_spec  # imported for SWE-bench data only
+    from eval_pipeline.swebench_specs import (  # imported for SWE-bench data only
+        UnsupportedSpecError,
+        builtin_spec,
+        specified_versions,
+    )
 
+    versions = specified_versions(instance.repo)
+    if versions and instance.version not in versions:
+        return (
+            f"SWE-bench specifies no environment for {instance.repo} at version {instance.version!r} (it does for "
+            f"{', '.join(sorted(versions)[:12])}{', ...' if len(versions) > 12 else ''}); give "
+            f'`environments: {{"{instance.repo}@{instance.version}": {{python, packages, install, test_cmd}}}}`'
+        )
     try:
         builtin_spec(instance.repo, instance.version)
     except UnsupportedSpecError as error:

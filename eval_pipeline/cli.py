@@ -81,7 +81,9 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(run.as_json(), indent=2, sort_keys=True))
     else:
         print(render_summary(run.report), end="")
-    return 0
+    for line in (failures := run.failures()):
+        print(f"eval-pipeline run: {line}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def _validate(args: argparse.Namespace) -> int:

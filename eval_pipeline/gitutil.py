@@ -49,6 +49,17 @@ def clone_at(location: str, commit: str, target: Path) -> None:
     git(["remote", "remove", "origin"], target)
 
 
+# The environment's state after its install steps, committed on top of the base commit when they changed anything
+# (build output such as a non-editable install's build/, a pre-install `sed -i` of a tracked file): that state is
+# the baseline every trial starts from and every patch is taken against, so it is never part of an agent's patch
+# and no patch tool can undo it. Ignored files stay out, as they do of every diff. The commit's identity and dates
+# are fixed, so that the same state gives the same commit.
+COMMIT_BASELINE = (
+    "git add -A && { git diff --cached --quiet || GIT_AUTHOR_DATE='2000-01-01T00:00:00Z'"
+    " GIT_COMMITTER_DATE='2000-01-01T00:00:00Z' git -c user.name=eval-pipeline -c user.email=eval-pipeline@localhost"
+    " commit -q --no-verify -m 'eval-pipeline: the environment after its install steps'; }"
+)
+
 # Leaves only the checked-out commit and its ancestors: no branch, tag, remote, stash or reflog, and no object of a
 # later commit (the fix). Run after the environment is installed: setuptools_scm and the like read tags then.
 STRIP_HISTORY = (

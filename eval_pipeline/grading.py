@@ -191,8 +191,8 @@ def protected_files(instance: Instance, model_patch: str) -> tuple[list[str], li
 
 
 def _restore_test_files(instance: Instance, files: list[str], workspace: Workspace) -> dict[str, Any]:
-    """Put each file back to its base-commit state (or remove it, if the base commit has none)."""
-    base = shlex.quote(instance.base_commit)
+    """Put each file back to its state in the environment (or remove it, if the environment has none)."""
+    base = shlex.quote(workspace.base_revision or instance.base_commit)
     script = "; ".join(
         f"if git cat-file -e {base}:{shlex.quote(path)} 2>/dev/null; "
         f"then git checkout -q {base} -- {shlex.quote(path)}; else rm -f {shlex.quote(path)}; fi"

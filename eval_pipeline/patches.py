@@ -91,7 +91,9 @@ def apply_patch(workspace: Workspace, patch: str, name: str) -> ExecResult:
     """Apply `patch` to the workspace's repository: `git apply`, then GNU patch with fuzz.
 
     The fallback follows the SWE-bench harness, which accepts patches whose
-    context drifted slightly. The patch file lives in the harness directory.
+    context drifted slightly, except that a hunk which looks already applied
+    is refused (`--forward`), never reversed: reversing it would undo part of
+    the environment. The patch file lives in the harness directory.
     Callers check `patch_problem` first: neither tool is trusted to refuse
     every path outside the repository on its own.
     """
@@ -99,7 +101,7 @@ def apply_patch(workspace: Workspace, patch: str, name: str) -> ExecResult:
     applied = workspace.run(f"git apply --verbose {path}", timeout_s=PATCH_TIMEOUT_S, env=workspace.harness_git_env)
     if applied.ok:
         return applied
-    return workspace.run(f"patch --batch --fuzz=5 -p1 -i {path}", timeout_s=PATCH_TIMEOUT_S)
+    return workspace.run(f"patch --batch --forward --fuzz=5 -p1 -i {path}", timeout_s=PATCH_TIMEOUT_S)
 
 
 def _diff(workspace: Workspace, base_commit: str, output: str, binary_only: bool) -> None:

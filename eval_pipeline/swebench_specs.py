@@ -62,6 +62,11 @@ def _steps(value: Any) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
+def specified_versions(repo: str) -> tuple[str, ...]:
+    """The versions of `repo` SWE-bench specifies an environment for (none for a repository it does not know)."""
+    return tuple(_swebench()["specs"].get(repo, {}))
+
+
 def builtin_spec(repo: str, version: str) -> EnvironmentSpec | None:
     """SWE-bench's specification of `repo` at `version` as an EnvironmentSpec, or None when it has none."""
     tables = _swebench()

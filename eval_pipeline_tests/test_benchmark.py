@@ -43,6 +43,10 @@ def test_test_lists_accept_swebench_json_strings():
         ({"patch": None}, "patch"),
         ({"FAIL_TO_PASS": "not json"}, "FAIL_TO_PASS"),
         ({"PASS_TO_PASS": [1, 2]}, "PASS_TO_PASS"),
+        # Read as empty, a missing list would make gold fail for no reason the row shows.
+        ({"FAIL_TO_PASS": None}, "FAIL_TO_PASS"),
+        ({"PASS_TO_PASS": None}, "PASS_TO_PASS"),
+        ({"FAIL_TO_PASS": "[]"}, "FAIL_TO_PASS"),
     ],
 )
 def test_bad_rows_are_reported_with_row_id_and_field(overrides, field):
@@ -50,6 +54,14 @@ def test_bad_rows_are_reported_with_row_id_and_field(overrides, field):
         Instance.from_row(row(**overrides), index=7)
     assert "row 7" in str(error.value)
     assert f"field {field}" in str(error.value)
+
+
+def test_a_row_without_its_test_lists_is_refused_not_read_as_empty():
+    missing = {name: value for name, value in row().items() if name != "PASS_TO_PASS"}
+    with pytest.raises(InvalidDatasetError, match=r"row 1 \('octo__lib-1'\): field PASS_TO_PASS: missing"):
+        Benchmark.from_rows("rows", [row(instance_id="octo__lib-0"), missing])
+    kept = Benchmark.from_rows("rows", [row(instance_id="octo__lib-0"), missing], on_invalid="quarantine")
+    assert [i.instance_id for i in kept.instances] == ["octo__lib-0"]
 
 
 def test_duplicate_ids_are_rejected_naming_the_row():
@@ -120,6 +132,9 @@ def test_a_swebench_row_whose_own_spec_cannot_be_installed_fails_at_load_naming_
         Benchmark.from_rows("lite", [row(), conda], swebench_specs=True)
     quarantined = Benchmark.from_rows("lite", [row(), conda], swebench_specs=True, on_invalid="quarantine")
     assert [i.instance_id for i in quarantined.instances] == ["octo__lib-1"]
+    unknown = row(instance_id="psf__requests-1", repo="psf/requests", version="9.9")
+    with pytest.raises(InvalidDatasetError, match=r"row 0 \('psf__requests-1'\): field version: .*'9.9' .*2\.0"):
+        Benchmark.from_rows("lite", [unknown], swebench_specs=True)
     given = {"matplotlib/matplotlib@3.5": EnvironmentSpec(python="3.8")}
     loaded = Benchmark.from_rows("lite", [row(), conda], swebench_specs=True, environments=given)
     assert loaded.environment_for(loaded.instance("matplotlib__matplotlib-1")).python == "3.8"

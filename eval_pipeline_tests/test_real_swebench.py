@@ -20,6 +20,7 @@ import pytest
 from eval_pipeline.benchmark import Benchmark, Instance, RepoSource
 from eval_pipeline.grading import FAILED, MISSING, REPORT_NAME, Verdict, grade, parse_junit
 from eval_pipeline.outcomes import Outcome
+from eval_pipeline.patches import workspace_diff
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline_tests.conftest import eval_pipeline_cli, prepare_on
@@ -67,13 +68,15 @@ def _new_line(patch: str, mirror: Path, commit: str) -> str:
 
 
 def assert_answer_unreachable(workspace, instance, mirrors: Path) -> None:
-    """History ends at the base commit, and neither the fix, the gold patch nor the test patch can be read."""
+    """History ends at the base commit (under the environment's commit of what its install steps changed, if
+    they changed anything), and neither the fix, the gold patch nor the test patch can be read."""
+    expected = list(dict.fromkeys([workspace.base_revision or instance.base_commit, instance.base_commit]))
     history = workspace.run("git log --all --format=%H && git for-each-ref && git stash list", timeout_s=60)
-    assert history.ok and history.stdout.split() == [instance.base_commit], history.stdout
+    assert history.ok and history.stdout.split() == expected, history.stdout
     later = workspace.run(f"git cat-file -e {instance.environment_setup_commit}^{{commit}}", timeout_s=60)
     assert later.ok == (instance.environment_setup_commit == instance.base_commit)
     objects = workspace.run("git cat-file --batch-all-objects --batch-check | grep -c commit", timeout_s=60)
-    assert objects.stdout.strip() == "1", "only the base commit's object is in the store"
+    assert objects.stdout.strip() == str(len(expected)), "only the base commit's (and the baseline's) objects"
     for patch in (instance.patch, instance.test_patch):
         needle = shlex.quote(_new_line(patch, mirrors / instance.repo, instance.base_commit))
         found = workspace.run(f"grep -rIlF -- {needle} . $HOME $TMPDIR 2>/dev/null | head -3", timeout_s=300)
@@ -124,6 +127,7 @@ def test_local_workspaces_cannot_reach_the_answer(real_benchmark, data_dir):
         assert environment.details["python"].startswith(real_benchmark.environment_for(instance).python + ".")
         with sandbox.workspace(environment, "agent") as workspace:
             assert_answer_unreachable(workspace, instance, mirrors)
+            assert workspace_diff(workspace, instance.base_commit) == "", "the null agent's patch is 0 bytes"
 
 
 def _graded_with_canary(
@@ -162,3 +166,4 @@ def test_real_rows_on_the_container_backend(engine, real_rows, real_benchmark, c
         assert environment.details["python"] == real_benchmark.environment_for(instance).python
         with sandbox.workspace(environment, "agent") as workspace:
             assert_answer_unreachable(workspace, instance, mirrors)
+            assert workspace_diff(workspace, instance.base_commit) == "", "the null agent's patch is 0 bytes"

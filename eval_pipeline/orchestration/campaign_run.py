@@ -48,8 +48,21 @@ class StageCounts:
 class CampaignRun:
     report: Report | None = None
     environments_prepared: int = 0
+    environments_failed: dict[str, str] = field(default_factory=dict)  # instance -> why its environment failed
     generation: StageCounts = field(default_factory=StageCounts)
     evaluation: StageCounts = field(default_factory=StageCounts)
+
+    def failures(self) -> list[str]:
+        """Why the run counts as failed, one line each, or [] when it does not: nothing it planned could be
+        scored, or every environment it tried to prepare failed (a line per environment, with its log)."""
+        assert self.report is not None, "run_campaign returns a run with its report"
+        summary = self.report.summary()
+        lines = []
+        if self.environments_failed and not self.environments_prepared:
+            lines += [f"environment failed: {i}: {_last_error(why)}" for i, why in self.environments_failed.items()]
+        if summary["planned"] and not summary["scored"]:
+            lines.append(f"none of the {summary['planned']} planned trials could be scored")
+        return lines
 
     def as_json(self) -> dict[str, Any]:
         """The report's summary (Report.summary: numbers, gates' verdicts, files) and this run's step counts."""
@@ -98,6 +111,7 @@ class _Teller:
                 self.run.environments_prepared += 1
                 self.say(f"environment ready: {finished.partition}")
             else:
+                self.run.environments_failed[finished.partition] = finished.failure
                 self.say(f"environment failed: {finished.partition}: {finished.failure}; its trials are skipped")
         elif finished.stage == "trials":
             partitions = finished.trial_partitions()
@@ -120,6 +134,14 @@ class _Teller:
         instance_id, trial = partition.split("|", 1)
         steps = f"generation {_status(generation)}, evaluation {_status(evaluation)}"
         self.say(f"[{len(self.told)}/{self.trials}] {instance_id} {trial}: {outcome} ({steps})")
+
+
+def _last_error(failure: str) -> str:
+    """A build failure's last non-empty line of output, and its log's path where the message names one."""
+    text, _, log = failure.rpartition("; log: ")
+    lines = [line.strip() for line in (text or failure).splitlines() if line.strip()]
+    last = lines[-1] if lines else failure
+    return f"{last[-300:]} (log: {log.strip()})" if text else last[-300:]
 
 
 def _status(reused: bool | None) -> str:

@@ -252,7 +252,9 @@ class Workspace(ABC):
     `git_env` tells the harness's own git commands where the repository's git
     directory is when it is kept outside the working tree (a terminal task's
     WORKDIR, which its author made without one), and `base_revision` names the
-    commit the working tree started from when that is not the task's own.
+    commit the working tree started from when that is not the task's own: a
+    terminal task's WORKDIR commit, or a repository's state after its install
+    steps (gitutil.COMMIT_BASELINE), which every patch is taken against.
     """
 
     git_env: Mapping[str, str] = {}

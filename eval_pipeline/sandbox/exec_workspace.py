@@ -193,12 +193,17 @@ class ExecWorkspace(Workspace):
             f"uid=$({claim}) && rm -rf {root} && mkdir -p {made} && cp -a {TESTBED} {root}/repo"
             f' && chown -R "$uid:$uid" {owned} && chmod 700 {owned}'
             f' && chown "0:$uid" {root} {root}/harness && chmod 750 {root} {root}/harness && echo "$uid"'
+            # The environment's commit after its install steps (gitutil.COMMIT_BASELINE), read from the
+            # pristine /testbed, which no trial can write: every patch is taken against it.
+            f" && git -C {TESTBED} rev-parse HEAD"
         )
         claimed = self._as_root(["sh", "-c", script])
         try:
-            self.uid = int(claimed)
+            uid, baseline = claimed.split()
+            self.uid = int(uid)
         except ValueError:  # the engine lost the exec's output (seen under load): the uid stays claimed, unused
             raise self.pod.failure(f"claiming a uid for {root} answered {claimed[-200:]!r}, not a uid") from None
+        self.base_revision = baseline.decode()
 
     def destroy(self) -> None:
         """End every process of the uid and remove its files, then the workspace; only then free the uid

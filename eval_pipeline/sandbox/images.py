@@ -32,7 +32,7 @@ import docker.errors
 import pytest
 
 from eval_pipeline.benchmark import EnvironmentSpec
-from eval_pipeline.gitutil import STRIP_HISTORY
+from eval_pipeline.gitutil import COMMIT_BASELINE, STRIP_HISTORY
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import ImageBuildFailed
 from eval_pipeline.sandbox import limited_exec
@@ -182,7 +182,7 @@ def instance_layer(env: ImageLayer, instance: Task, spec: EnvironmentSpec, check
         f"FROM {env.tag}\nCOPY repo {TESTBED}\nWORKDIR {TESTBED}\n"
         + "".join(f"RUN {command}\n" for command in steps)
         + harness_pytest
-        + f"RUN {STRIP_HISTORY} && chmod -R a+rX {TESTBED}\n"
+        + f"RUN {COMMIT_BASELINE} && {STRIP_HISTORY} && chmod -R a+rX {TESTBED}\n"
     )
     return ImageLayer(
         "instance",

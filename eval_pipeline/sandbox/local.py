@@ -42,7 +42,7 @@ from typing import Any
 from packaging.requirements import Requirement
 
 from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
-from eval_pipeline.gitutil import STRIP_HISTORY, clone_at
+from eval_pipeline.gitutil import COMMIT_BASELINE, STRIP_HISTORY, clone_at, git
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import ImageBuildFailed, InfrastructureError, SandboxLost
 from eval_pipeline.sandbox.base import (
@@ -61,7 +61,7 @@ from eval_pipeline.swebench_specs import requirements_text
 from eval_pipeline.tasks import Task
 
 # Bump when the layout of a prepared environment changes, so old ones are not reused.
-ENVIRONMENT_LAYOUT_VERSION = "3"
+ENVIRONMENT_LAYOUT_VERSION = "4"
 INSTALL_TIMEOUT_S = 1800.0
 TOOL_SERVER = Path(__file__).with_name("tool_server.py")
 _INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "PIP_INDEX_URL")
@@ -159,9 +159,11 @@ class LocalWorkspace(Workspace):
         limits: ResourceLimits,
         view_target: Path | None = None,
         network: bool = False,
+        base_revision: str | None = None,
     ) -> None:
         self.root = root
         self.network = network
+        self.base_revision = base_revision
         self.repo = root / "repo"
         self.harness = root / "harness"
         self._venv = venv_dir
@@ -292,6 +294,8 @@ class LocalSandbox(SandboxBackend):
             location=record["location"],
             details={
                 "base_commit": instance.base_commit,
+                # What every workspace starts at and every patch is taken against (gitutil.COMMIT_BASELINE).
+                "baseline": git(["rev-parse", "HEAD"], Path(record["location"]) / "repo").strip(),
                 "python": record["python"],
                 "trial_view": record["trial_view"],
             },
@@ -320,13 +324,16 @@ class LocalSandbox(SandboxBackend):
         if created.returncode != 0:
             raise ImageBuildFailed(f"environment for {instance.instance_id}: {shlex.join(venv)}: {created.stderr}")
         builder = LocalWorkspace(directory, venv_dir, self.limits)
-        for command in self._install_commands(instance, spec, directory):
-            result = builder.run(command, timeout_s=INSTALL_TIMEOUT_S)
-            if not result.ok:
-                raise ImageBuildFailed(
-                    f"environment for {instance.instance_id}: install step {command!r} failed "
-                    f"(exit {result.exit_code}): {(result.stderr or result.stdout)[-1500:]}"
-                )
+        log = directory.with_suffix(".log")  # beside the environment: kept when a failed build is removed
+        with open(log, "w") as build_log:
+            for command in self._install_commands(instance, spec, directory):
+                result = builder.run(command, timeout_s=INSTALL_TIMEOUT_S)
+                build_log.write(f"$ {command}\n{result.stdout}{result.stderr}(exit {result.exit_code})\n")
+                if not result.ok:
+                    raise ImageBuildFailed(
+                        f"environment for {instance.instance_id}: install step {command!r} failed "
+                        f"(exit {result.exit_code}): {(result.stderr or result.stdout)[-1500:]}; log: {log}"
+                    )
         if spec.uses_pytest and not builder.run("python -c 'import pytest'", timeout_s=120).ok:
             self._lend_harness_pytest(venv_dir, interpreter.version, instance.instance_id)
 
@@ -340,7 +347,7 @@ class LocalSandbox(SandboxBackend):
             commands.append(f"python -m pip install -r {shlex.quote(str(directory / 'requirements.txt'))}")
         if spec.packages:
             commands.append(f"python -m pip install {shlex.join(spec.packages)}")
-        return [*commands, *spec.install, STRIP_HISTORY]
+        return [*commands, *spec.install, COMMIT_BASELINE, STRIP_HISTORY]
 
     @staticmethod
     def _lend_harness_pytest(venv_dir: Path, python_version: str, instance_id: str) -> None:
@@ -382,6 +389,7 @@ class LocalSandbox(SandboxBackend):
             _fork_tree(source / "repo", root / "repo")
             (root / "harness" / OUTPUT_DIR).mkdir(parents=True)
             view = source / "repo" if environment.details.get("trial_view") != "copy" else None
-            yield LocalWorkspace(root, source / "venv", self.limits, view_target=view, network=network)
+            baseline = environment.details.get("baseline")
+            yield LocalWorkspace(root, source / "venv", self.limits, view, network, baseline)
         finally:
             shutil.rmtree(root, ignore_errors=True)
