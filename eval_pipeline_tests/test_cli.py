@@ -155,3 +155,29 @@ def test_an_untrusted_agent_on_the_local_backend_is_refused_before_anything_runs
     assert line.startswith(f"eval-pipeline run: {mine}: field variants[0].agent: variant 'x' (agent 'command') runs")
     assert line.endswith("or opt in explicitly (sandbox: {allow_untrusted_agents_locally: true})")
     assert not (tmp_path / "dagster_home" / "dagster.yaml").exists(), "refused before the instance is set up"
+
+
+def test_a_run_whose_every_environment_fails_exits_1_naming_each_builds_last_error_and_log(
+    campaign_env, demo_benchmark, tmp_path
+):
+    """Nothing scored is no success: the summary is printed, then a line per failed environment with the
+    last line its install step printed and where the whole log is, and exit 1."""
+    instance = demo_benchmark.instances[0]
+    row = {**instance.to_row(), "instance_id": "octo__calc-1"}
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    failing = "{install: ['echo collecting; echo \"ERROR: no matching distribution for nothing-at-all\" >&2; exit 1']}"
+    campaign = tmp_path / "broken_env.yaml"
+    campaign.write_text(
+        "name: broken_env\n"
+        f"benchmark: {{kind: swebench, path: {tmp_path / 'rows.jsonl'}, mirror_dir: {demo_benchmark.source.mirror_dir},"
+        f" environments: {{'{instance.repo}@{instance.version}': {failing}}}}}\n"
+        "variants: [{name: gold, agent: oracle}]\nseeds: 1\n"
+    )
+    result = eval_pipeline_cli(campaign_env, "run", "--campaign", str(campaign))
+    assert result.returncode == 1, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("eval-pipeline run: ")]
+    assert lines[0].startswith("eval-pipeline run: environment failed: octo__calc-1: ")
+    assert "ERROR: no matching distribution for nothing-at-all (log: " in lines[0]
+    log = Path(lines[0].rsplit("(log: ", 1)[1].rstrip(")"))
+    assert "$ echo collecting" in log.read_text()
+    assert lines[-1] == "eval-pipeline run: none of the 1 planned trials could be scored"

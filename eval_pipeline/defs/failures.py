@@ -39,3 +39,20 @@ def failure_outcomes(step_failures: Sequence[DagsterEvent]) -> dict[str, Outcome
         if user_data and "outcomes" in user_data.metadata:
             outcomes |= {key: Outcome(value) for key, value in user_data.metadata["outcomes"].value.items()}
     return outcomes
+
+
+def innermost_error(event: DagsterEvent) -> str:
+    """A step failure's root error message, unwrapped from Dagster's step error ('' when it has none)."""
+    error = event.step_failure_data.error
+    while error and error.cause:
+        error = error.cause
+    return error.message.strip() if error else ""
+
+
+def failure_descriptions(step_failures: Sequence[DagsterEvent]) -> list[str]:
+    """What each failed step said: `outcome_failure`'s description, else its root error's message."""
+    described = []
+    for event in step_failures:
+        user_data = event.step_failure_data.user_failure_data
+        described.append((user_data and user_data.description) or innermost_error(event))
+    return [text for text in described if text]

@@ -111,7 +111,7 @@ class _Teller:
                 self.run.environments_prepared += 1
                 self.say(f"environment ready: {finished.partition}")
             else:
-                self.run.environments_failed[finished.partition] = finished.failure
+                self.run.environments_failed[finished.partition] = finished.reasons or finished.failure
                 self.say(f"environment failed: {finished.partition}: {finished.failure}; its trials are skipped")
         elif finished.stage == "trials":
             partitions = finished.trial_partitions()

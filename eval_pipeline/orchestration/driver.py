@@ -24,7 +24,7 @@ from dagster import (
 )
 
 from eval_pipeline.campaign import Campaign
-from eval_pipeline.defs.failures import failure_outcomes
+from eval_pipeline.defs.failures import failure_descriptions, failure_outcomes, innermost_error
 from eval_pipeline.defs.progress import REQUEST_TAG, Cycle, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline.orchestration.launchers import POLL_S, Launcher
@@ -47,10 +47,7 @@ def failure_message(instance: DagsterInstance, run: DagsterRun, what: str) -> Ca
     """The error behind a failed run, unwrapped from Dagster's step error, with the run to look up."""
     messages = []
     for entry in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE):
-        error = entry.dagster_event.step_failure_data.error
-        while error and error.cause:
-            error = error.cause
-        messages.append(error.message.strip() if error else "unknown error")
+        messages.append(innermost_error(entry.dagster_event) or "unknown error")
     return CampaignRunError(f"{what} failed (Dagster run {run.run_id}): {'; '.join(messages) or run.status.value}")
 
 
@@ -76,6 +73,7 @@ class FinishedRun:
     metadata: Materialized
     outcomes: Mapping[str, Outcome]  # partition -> the unscored outcome it failed on
     failure: str  # for a failed run: the outcomes its steps failed on (else how it ended), and the run to look up
+    reasons: str = ""  # for a failed run: what its failed steps said, each in its own words
 
     @property
     def success(self) -> bool:
@@ -96,15 +94,17 @@ class FinishedRun:
     def read(cls, instance: DagsterInstance, run: DagsterRun) -> "FinishedRun":
         entries = instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
         metadata = _materialized(entry.asset_materialization for entry in entries)
-        outcomes, failure = {}, ""
+        outcomes, failure, reasons = {}, "", ""
         if run.status != DagsterRunStatus.SUCCESS:
             failures = [e.dagster_event for e in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE)]
             outcomes = failure_outcomes(failures)
             failed_on = sorted({o.value for o in outcomes.values()}) or [run.status.value.lower()]
             failure = f"{', '.join(failed_on)} (run {run.run_id})"
+            reasons = "\n".join(failure_descriptions(failures))
         stage = run.tags.get(STAGE_TAG, "")
         request = run.tags.get(REQUEST_TAG, "").removeprefix(f"{run.tags.get(CYCLE_TAG)}:{stage}:")
-        return cls(run, stage, request or run.tags.get("dagster/partition", ""), metadata, outcomes, failure)
+        partition = request or run.tags.get("dagster/partition", "")
+        return cls(run, stage, partition, metadata, outcomes, failure, reasons)
 
 
 class CycleFeed:
