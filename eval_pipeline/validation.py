@@ -54,6 +54,7 @@ VALIDATION_FILE = "validation.json"
 DEFAULT_REPEATS = 3
 GOLD, EMPTY = "gold", "empty"  # the two patches an instance is validated with
 _DETAIL_CHARS = 2000
+_LISTED_TESTS = 10
 
 
 class Status(StrEnum):
@@ -182,16 +183,27 @@ def _reference_run(
 
 
 def _run_detail(patch: str, number: int, repeats: int, verdict: Verdict) -> str:
-    """What one run that made the instance not valid shows: its outcome, why, and the tests that did not pass."""
+    """What one run that made the instance not valid shows: its outcome, why, the graded tests that did not
+    pass (failed or missing), and the last lines of the test run's log, which say why where the list cannot."""
     text = f"{patch} patch, run {number} of {repeats}: {verdict.outcome}"
     if verdict.detail:
-        text += f": {verdict.detail}"
+        text += f": {verdict.detail[-_DETAIL_CHARS // 2 :]}"
     failing = [f"{test} ({status})" for test, status in verdict.tests.items() if status != PASSED]
     if failing:
-        text += f"; tests not passing: {', '.join(failing)}"
+        more = f" and {len(failing) - _LISTED_TESTS} more" if len(failing) > _LISTED_TESTS else ""
+        text += f"; tests not passing: {', '.join(failing[:_LISTED_TESTS])}{more}"
     elif verdict.outcome.is_resolved and patch == EMPTY:
         text += "; every graded test passed without a fix"
+    if patch == GOLD and (log := _log_tail(verdict)):
+        text += f"; the test log ends: {log}"
     return text
+
+
+def _log_tail(verdict: Verdict, lines: int = 8) -> str:
+    """The last non-empty lines of the run's test log, joined by ' | ' ('' when the tests never ran)."""
+    log = next((step.get("log_tail", "") for step in verdict.steps if step.get("step") == "run_tests"), "")
+    tail = [line.strip() for line in log.splitlines() if line.strip()][-lines:]
+    return " | ".join(tail)[-_DETAIL_CHARS // 3 :]
 
 
 def _first_failure(runs: Sequence[tuple[str, Verdict]], repeats: int) -> str:
@@ -200,7 +212,7 @@ def _first_failure(runs: Sequence[tuple[str, Verdict]], repeats: int) -> str:
     for patch, verdict in runs:
         numbers[patch] += 1
         if not verdict.outcome.is_scored or verdict.outcome.is_resolved == (patch == EMPTY):
-            return _run_detail(patch, numbers[patch], repeats, verdict)[-_DETAIL_CHARS:]
+            return _run_detail(patch, numbers[patch], repeats, verdict)[:_DETAIL_CHARS]
     return ""
 
 

@@ -12,8 +12,9 @@ from dagster import AssetCheckKey, AssetKey, DagsterInstance
 from eval_pipeline.benchmark import Benchmark
 from eval_pipeline.campaign import load_campaign
 from eval_pipeline.cli import main
+from eval_pipeline.grading import Verdict
 from eval_pipeline.outcomes import Outcome
-from eval_pipeline.validation import Status, classify
+from eval_pipeline.validation import GOLD, Status, _first_failure, classify
 from eval_pipeline_tests.conftest import write_terminal_task
 
 R, U, F = Outcome.RESOLVED, Outcome.UNRESOLVED, Outcome.PATCH_APPLY_FAILED
@@ -217,3 +218,23 @@ def test_bad_input_exits_2(campaign_env, campaign_file, tmp_path, capsys):
     campaign_file.write_text(yaml.safe_dump(campaign))
     code, _, err = validate(capsys, "--campaign", str(campaign_file))
     assert code == 2 and f"field exclude.validation: {tmp_path / 'absent.json'} does not exist" in err
+
+
+def test_gold_fails_says_which_graded_tests_failed_or_went_missing_and_how_the_log_ends():
+    log = "collected 3 items\n\ntests/test_a.py F\n\nE   ImportError: cannot import name 'roman'\n= 1 failed, 1 passed =\n"
+    verdict = Verdict(
+        Outcome.UNRESOLVED,
+        tests={
+            "tests/test_a.py::test_x": "FAILED",
+            "tests/test_a.py::test_y": "MISSING",
+            "tests/test_a.py::ok": "PASSED",
+        },
+        steps=[{"step": "run_tests", "log_tail": log}],
+    )
+    detail = _first_failure([(GOLD, verdict)], repeats=1)
+    assert detail.startswith("gold patch, run 1 of 1: unresolved; tests not passing: ")
+    assert "tests/test_a.py::test_x (FAILED), tests/test_a.py::test_y (MISSING)" in detail
+    assert "ok (PASSED)" not in detail
+    assert detail.endswith(
+        "the test log ends: collected 3 items | tests/test_a.py F | E   ImportError: cannot import name 'roman' | = 1 failed, 1 passed ="
+    )
