@@ -13,13 +13,14 @@ campaign on the same engine would; build them first for a cold figure.
 import argparse
 import json
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 from eval_pipeline.benchmark import Benchmark, RepoSource
 from eval_pipeline.grading import grade
-from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
+from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxSettings, make_sandbox
 from eval_pipeline_tests.real_data import SWEBENCH_ROWS, swebench_mirror, swebench_rows
 
 LIMITS = ResourceLimits(memory_ceiling_mb=2048, output_bytes=200_000)
@@ -50,12 +51,22 @@ def measure(backend: str, repeats: int) -> dict[str, dict[str, float | str]]:
                 figures[instance.instance_id] = {
                     "python": spec.python,
                     "environment_s": round(prepared_s, 1),
+                    "environment_mb": round(_disk_bytes(sandbox, environment) / 2**20),
                     **{f"{name}_grading_s": round(statistics.median(t), 2) for name, t in timings.items()},
                     "outcomes": sorted(f"{name}:{outcome}" for name, outcome in outcomes),
                 }
         finally:
             sandbox.release()
         return figures
+
+
+def _disk_bytes(sandbox: SandboxBackend, environment: EnvironmentHandle) -> int:
+    """What the environment takes on disk: its directory locally, its image in the engine (shared layers
+    counted whole, as the engine reports an image's size)."""
+    if environment.backend == "local":
+        listing = subprocess.run(["du", "-sb", environment.location], capture_output=True, text=True, check=True)
+        return int(listing.stdout.split()[0])
+    return int(sandbox.client.images.get(environment.details["image"]).attrs["Size"])
 
 
 def main() -> None:

@@ -120,7 +120,10 @@ ROWS = FilesFixture(
 # older than the launcher's newer paths (no Item.from_parent before 5.4, locations as py.path objects).
 SWEBENCH_ROWS = ("pallets__flask-5014", "psf__requests-1142", "pylint-dev__pylint-4970")
 PYTEST_ROW = "pytest-dev__pytest-5809"
-SWEBENCH_LOCAL_ROWS = (*SWEBENCH_ROWS, "sympy__sympy-24443", PYTEST_ROW)
+# sphinx (local): its test command is `tox --current-env -epy39`, which re-executes the environment's Python
+# through a link (an environment must be a whole installation), and its spec `sed -i`s the tracked tox.ini.
+SPHINX_ROW = "sphinx-doc__sphinx-10466"
+SWEBENCH_LOCAL_ROWS = (*SWEBENCH_ROWS, "sympy__sympy-24443", PYTEST_ROW, SPHINX_ROW)
 
 # Real pytest commits replayed as tool calls (test_scripted_model.py): deletions and 22 hunks (nose support
 # removed), new files (helpers moved out), a rename with edits, a last line losing and gaining its newline, and a
@@ -150,6 +153,10 @@ REPOSITORIES = {
         ),
         GitFixture(
             "sympy/sympy", ("809c53c077485ca48a206cee78340389cb83b7f1", "c6cb7c5602fa48034ab1bd43c2347a7e8488f12e")
+        ),
+        GitFixture(
+            "sphinx-doc/sphinx",
+            ("cab2d93076d0cca7c53fac885f927dde3e2a5fec", "60775ec4c4ea08509eee4b564cbf90f316021aff"),
         ),
         GitFixture(
             "pytest-dev/pytest",

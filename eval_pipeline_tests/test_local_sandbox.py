@@ -2,7 +2,9 @@
 
 import os
 import shlex
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -88,9 +90,32 @@ def test_commands_run_in_the_environment_virtualenv_and_only_see_its_packages(sh
             timeout_s=30,
         )
     assert result.ok, result.stderr
-    assert result.stdout.strip() == os.path.join(environment.location, "venv")
+    assert result.stdout.strip() == os.path.join(environment.location, "python")
     assert not harness_only.ok, "the harness's packages are not the environment's"
     assert metadata.ok, metadata.stderr
+
+
+def test_an_environment_of_a_named_python_is_a_whole_installation_that_keeps_its_packages_through_a_link(
+    tmp_path, demo_benchmark, instance
+):
+    """tox-current-env (sphinx's SWE-bench test command) links `.tox/py39/bin/python` to `sys.executable` and
+    runs the tests through that link: a virtualenv's interpreter reached so has none of the virtualenv's
+    packages; an installation of the environment's own keeps them. It holds none of the machine's packages."""
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    spec = EnvironmentSpec(python=version, packages=("iniconfig==2.0.0",))
+    sandbox = LocalSandbox(tmp_path / "sb", ResourceLimits(), SandboxSettings(), "own-python")
+    environment = sandbox.prepare(instance, spec, demo_benchmark.source)
+    with sandbox.workspace(environment, "link") as workspace:
+        linked = workspace.run(
+            "mkdir -p .tox/py/bin && ln -s \"$(python -c 'import sys; print(sys.executable)')\" .tox/py/bin/python"
+            " && .tox/py/bin/python -c 'import sys, iniconfig; print(sys.prefix)'",
+            timeout_s=60,
+        )
+        machine = workspace.run("python -c 'import dagster'", timeout_s=60)
+    assert linked.ok, linked.stderr
+    assert linked.stdout.strip() == os.path.join(environment.location, "python")
+    assert not (Path(environment.location) / "python" / "pyvenv.cfg").exists(), "not a virtualenv"
+    assert not machine.ok, "the machine's installed packages are not the environment's"
 
 
 def test_install_steps_take_package_specifiers_as_single_arguments(tmp_path, instance):

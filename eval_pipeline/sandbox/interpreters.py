@@ -1,8 +1,8 @@
 """Which Python interpreter an environment's `python: "3.9"` means, on this machine.
 
-The local backend builds an environment's virtualenv with that interpreter, and
-the container backend (with `python_source: pyenv`) copies its installation
-into the image at the same path. Interpreters are looked for in pyenv's
+The local backend gives an environment a copy of that interpreter's whole
+installation (`copy_installation`), and the container backend (with
+`python_source: pyenv`) copies the installation into the image at the same path. Interpreters are looked for in pyenv's
 versions (`$PYENV_ROOT`, default `~/.pyenv`), the newest patch release first,
 then as `pythonX.Y` on PATH. An empty version means the harness's own.
 """
@@ -69,3 +69,26 @@ def find_interpreter(version: str) -> Interpreter:
         f"this environment needs Python {version}, and this machine has none: not in {root} and no "
         f"python{version} on PATH (install it, e.g. `pyenv install {version}`, or use the container backend)"
     )
+
+
+def copy_installation(interpreter: Interpreter, target: Path) -> None:
+    """A Python installation of the environment's own at `target`, copied from a pyenv build.
+
+    An environment must be a whole Python prefix, as SWE-bench's conda environment is, not a virtualenv
+    whose interpreter lives elsewhere: tools that re-execute `sys.executable` through a link (tox-current-env
+    makes `.tox/py39/bin/python` one) start a virtualenv's interpreter outside the virtualenv, without its
+    packages. The copy finds its own prefix from where it lies, and leaves out the build's installed packages
+    (the environment has only what its spec installs), the standard library's own test suite and static
+    libraries, which nothing an environment runs needs.
+    """
+    if interpreter.prefix is None:
+        raise ValueError(f"{interpreter.executable} is not a pyenv build: there is no installation to copy")
+    version = ".".join(interpreter.version.split(".")[:2])
+    emptied = {interpreter.prefix / "lib" / f"python{version}" / name for name in ("site-packages", "test")}
+
+    def left_out(directory: str, names: list[str]) -> set[str]:
+        if Path(directory) in emptied:
+            return set(names)
+        return {name for name in names if name.endswith(".a")}
+
+    shutil.copytree(interpreter.prefix, target, symlinks=True, ignore=left_out)

@@ -55,13 +55,13 @@ from eval_pipeline.sandbox.base import (
     ToolChannel,
     Workspace,
 )
-from eval_pipeline.sandbox.interpreters import find_interpreter
+from eval_pipeline.sandbox.interpreters import Interpreter, copy_installation, find_interpreter
 from eval_pipeline.sandbox.limited_exec import ViewUnavailable, run_limited
 from eval_pipeline.swebench_specs import requirements_text
 from eval_pipeline.tasks import Task
 
 # Bump when the layout of a prepared environment changes, so old ones are not reused.
-ENVIRONMENT_LAYOUT_VERSION = "4"
+ENVIRONMENT_LAYOUT_VERSION = "5"
 INSTALL_TIMEOUT_S = 1800.0
 TOOL_SERVER = Path(__file__).with_name("tool_server.py")
 _INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "PIP_INDEX_URL")
@@ -155,7 +155,7 @@ class LocalWorkspace(Workspace):
     def __init__(
         self,
         root: Path,
-        venv_dir: Path,
+        python_dir: Path,
         limits: ResourceLimits,
         view_target: Path | None = None,
         network: bool = False,
@@ -166,7 +166,7 @@ class LocalWorkspace(Workspace):
         self.base_revision = base_revision
         self.repo = root / "repo"
         self.harness = root / "harness"
-        self._venv = venv_dir
+        self._python = python_dir
         self._limits = limits
         self._view_target = view_target
 
@@ -178,8 +178,8 @@ class LocalWorkspace(Workspace):
         tmp.mkdir(exist_ok=True)
         return {
             **inherited,
-            "PATH": f"{self._venv / 'bin'}{os.pathsep}{inherited.get('PATH', os.defpath)}",
-            "VIRTUAL_ENV": str(self._venv),
+            "PATH": f"{self._python / 'bin'}{os.pathsep}{inherited.get('PATH', os.defpath)}",
+            **({"VIRTUAL_ENV": str(self._python)} if (self._python / "pyvenv.cfg").exists() else {}),
             "HOME": str(home),
             "TMPDIR": str(tmp),
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -318,12 +318,9 @@ class LocalSandbox(SandboxBackend):
         repo = directory / "repo"
         directory.mkdir(parents=True)
         clone_at(source.location(instance.repo), instance.base_commit, repo)
-        venv_dir = directory / "venv"
-        venv = [str(interpreter.executable), "-m", "venv", *([] if installs else ["--without-pip"]), str(venv_dir)]
-        created = subprocess.run(venv, capture_output=True, text=True, check=False)
-        if created.returncode != 0:
-            raise ImageBuildFailed(f"environment for {instance.instance_id}: {shlex.join(venv)}: {created.stderr}")
-        builder = LocalWorkspace(directory, venv_dir, self.limits)
+        python_dir = directory / "python"
+        self._make_python(interpreter, python_dir, with_pip=bool(installs), own_installation=bool(spec.python))
+        builder = LocalWorkspace(directory, python_dir, self.limits)
         log = directory.with_suffix(".log")  # beside the environment: kept when a failed build is removed
         with open(log, "w") as build_log:
             for command in self._install_commands(instance, spec, directory):
@@ -335,7 +332,23 @@ class LocalSandbox(SandboxBackend):
                         f"(exit {result.exit_code}): {(result.stderr or result.stdout)[-1500:]}; log: {log}"
                     )
         if spec.uses_pytest and not builder.run("python -c 'import pytest'", timeout_s=120).ok:
-            self._lend_harness_pytest(venv_dir, interpreter.version, instance.instance_id)
+            self._lend_harness_pytest(python_dir, interpreter.version, instance.instance_id)
+
+    @staticmethod
+    def _make_python(interpreter: Interpreter, target: Path, *, with_pip: bool, own_installation: bool) -> None:
+        """The environment's Python at `target`: for a spec that names its version, a whole installation of
+        its own copied from the pyenv build (interpreters.copy_installation says why); otherwise, and where
+        the version is not a pyenv build, a virtualenv of the interpreter."""
+        if own_installation and interpreter.prefix is not None:
+            copy_installation(interpreter, target)
+            command = [str(target / "bin" / interpreter.executable.name), "-m", "ensurepip", "--default-pip"]
+            if not with_pip:
+                return
+        else:
+            command = [str(interpreter.executable), "-m", "venv", *([] if with_pip else ["--without-pip"]), str(target)]
+        created = subprocess.run(command, capture_output=True, text=True, check=False)
+        if created.returncode != 0:
+            raise ImageBuildFailed(f"making the environment's Python: {shlex.join(command)}: {created.stderr[-1500:]}")
 
     @staticmethod
     def _install_commands(instance: Task, spec: EnvironmentSpec, directory: Path) -> list[str]:
@@ -350,7 +363,7 @@ class LocalSandbox(SandboxBackend):
         return [*commands, *spec.install, COMMIT_BASELINE, STRIP_HISTORY]
 
     @staticmethod
-    def _lend_harness_pytest(venv_dir: Path, python_version: str, instance_id: str) -> None:
+    def _lend_harness_pytest(python_dir: Path, python_version: str, instance_id: str) -> None:
         """Let an environment that installed no pytest import the harness's, and nothing else of the harness's.
 
         Grading needs pytest even on an offline machine (the demo). The lent
@@ -364,7 +377,7 @@ class LocalSandbox(SandboxBackend):
                 f"and the harness's pytest is for Python {sys.version_info[0]}.{sys.version_info[1]}, not "
                 f"{python_version}: add pytest to the environment's packages"
             )
-        lent = venv_dir / "harness-pytest"
+        lent = python_dir / "harness-pytest"
         lent.mkdir()
         for name in _requirements_closure("pytest"):
             distribution = metadata.distribution(name)
@@ -374,7 +387,7 @@ class LocalSandbox(SandboxBackend):
                 origin = Path(str(distribution.locate_file(top)))
                 if origin.exists() and not (lent / top).exists():
                     (lent / top).symlink_to(origin)
-        for site_packages in venv_dir.glob("lib/python*/site-packages"):
+        for site_packages in python_dir.glob("lib/python*/site-packages"):
             (site_packages / "zz_eval_pipeline_harness_pytest.pth").write_text(f"{lent}\n")
 
     @contextmanager
@@ -390,6 +403,6 @@ class LocalSandbox(SandboxBackend):
             (root / "harness" / OUTPUT_DIR).mkdir(parents=True)
             view = source / "repo" if environment.details.get("trial_view") != "copy" else None
             baseline = environment.details.get("baseline")
-            yield LocalWorkspace(root, source / "venv", self.limits, view, network, baseline)
+            yield LocalWorkspace(root, source / "python", self.limits, view, network, baseline)
         finally:
             shutil.rmtree(root, ignore_errors=True)
