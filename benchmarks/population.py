@@ -1,0 +1,173 @@
+"""SWE-bench Verified's population table: the reference and the empty patch on a stratified sample, per backend.
+
+    python benchmarks/population.py --mirrors DIR --backend local [--repos sympy/sympy ...] [--limit N]
+    python benchmarks/population.py --render
+
+The sample (`sample`) is one row of every repository x version of the repositories whose environments install
+without compiling, and one row of each repository that compiles its own extensions, chosen by the hash of the
+instance id (reproducible, and blind to how easy a row is). Each row is validated as `eval-pipeline validate`
+does it (validation.validate_task: the gold patch, then the empty patch, each in a fresh workspace) after its
+environment is prepared with nothing but SWE-bench's own spec, and the null agent's patch (an untouched
+workspace's diff) is measured. Rows come from the tests' SWE-bench Verified fixture (eval_pipeline_tests/
+fixtures.md); repositories from DIR, which holds full clones as `owner/name` (a campaign's `mirror_dir`:
+`git clone --mirror https://github.com/owner/name DIR/owner/name`).
+
+It takes hours: run it in parts (by repository, or --limit). Each row's result is appended to
+docs/validation/population.jsonl as soon as it is known, a row already there for the same backend and harness
+commit is skipped, and --render writes docs/VALIDATION.md from the latest result of every row and backend.
+"""
+
+import argparse
+import hashlib
+import json
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from eval_pipeline.benchmark import Benchmark, RepoSource
+from eval_pipeline.patches import workspace_diff
+from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxSettings, make_sandbox
+from eval_pipeline.validation import environment_failure, validate_task
+from eval_pipeline_tests.real_data import swebench_rows, verified_instance_ids
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "validation" / "population.jsonl"
+TABLE = ROOT / "docs" / "VALIDATION.md"
+COMPILING = ("astropy/astropy", "matplotlib/matplotlib", "scikit-learn/scikit-learn")
+LIMITS = ResourceLimits(memory_ceiling_mb=4096, output_bytes=200_000)
+TEST_TIMEOUT_S = 1800.0
+
+
+def _draw(instance_id: str) -> str:
+    return hashlib.sha256(instance_id.encode()).hexdigest()
+
+
+def sample(rows: Iterable[dict]) -> list[dict]:
+    """One row per (repository, version), or per repository for those that compile: the lowest hash wins."""
+    chosen: dict[tuple[str, str], dict] = {}
+    for row in rows:
+        stratum = (row["repo"], "" if row["repo"] in COMPILING else row["version"])
+        if stratum not in chosen or _draw(row["instance_id"]) < _draw(chosen[stratum]["instance_id"]):
+            chosen[stratum] = row
+    return [chosen[stratum] for stratum in sorted(chosen)]
+
+
+def _harness_commit() -> str:
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def _disk_mb(sandbox: SandboxBackend, environment: EnvironmentHandle) -> int:
+    """The environment on disk: its directory locally, its image (shared layers counted whole) in containers."""
+    if environment.backend == "local":
+        listing = subprocess.run(["du", "-sb", environment.location], capture_output=True, text=True, check=True)
+        return round(int(listing.stdout.split()[0]) / 2**20)
+    return round(int(sandbox.client.images.get(environment.details["image"]).attrs["Size"]) / 2**20)
+
+
+def measure(row: dict, backend: str, mirrors: Path, scratch: Path) -> dict:
+    """Prepare the row's environment (timed), take the null patch, and validate gold and empty once each."""
+    benchmark = Benchmark.from_rows("verified", [row], source=RepoSource(mirror_dir=str(mirrors)), swebench_specs=True)
+    instance = benchmark.instances[0]
+    spec = benchmark.environment_for(instance)
+    sandbox = make_sandbox(SandboxSettings.from_mapping({"backend": backend}), scratch, LIMITS, "population")
+    figures: dict = {"python": spec.python}
+    try:
+        started = time.perf_counter()
+        try:
+            environment = sandbox.prepare(instance, spec, benchmark.source)
+        except Exception as error:  # noqa: BLE001 - a build that fails is this row's result
+            validation = environment_failure("verified", instance, 1, error)
+        else:
+            figures["environment_s"] = round(time.perf_counter() - started, 1)
+            figures["environment_mb"] = _disk_mb(sandbox, environment)
+            with sandbox.workspace(environment, "null") as workspace:
+                figures["null_patch_bytes"] = len(workspace_diff(workspace, instance.base_commit).encode())
+            validation = validate_task(
+                "verified", instance, spec, environment, sandbox, repeats=1, test_timeout_s=TEST_TIMEOUT_S
+            )
+    finally:
+        sandbox.release()
+    verdicts = {"status": validation.status, "gold": validation.gold, "empty": validation.empty}
+    return {**figures, **verdicts, "detail": validation.detail}
+
+
+def run(backend: str, mirrors: Path, repos: list[str], limit: int | None) -> None:
+    done = {(r["instance_id"], r["backend"], r["harness"]) for r in _results()}
+    harness = _harness_commit()
+    rows = [row for row in sample(swebench_rows(verified_instance_ids())) if not repos or row["repo"] in repos]
+    pending = [row for row in rows if (row["instance_id"], backend, harness) not in done][:limit]
+    for number, row in enumerate(pending, 1):
+        with tempfile.TemporaryDirectory() as scratch:
+            result = measure(row, backend, mirrors, Path(scratch))
+        record = {
+            "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+            "harness": harness,
+            "backend": backend,
+            "instance_id": row["instance_id"],
+            "repo": row["repo"],
+            "version": row["version"],
+            **result,
+        }
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        with open(RESULTS, "a") as results:
+            results.write(json.dumps(record, sort_keys=True) + "\n")
+        print(f"[{number}/{len(pending)}] {row['instance_id']} {backend}: {record['status']}", flush=True)
+
+
+def _results() -> list[dict]:
+    return [json.loads(line) for line in RESULTS.read_text().splitlines()] if RESULTS.exists() else []
+
+
+def render(results: list[dict]) -> str:
+    """The table: the latest result of each row and backend, totals first."""
+    latest = {(r["instance_id"], r["backend"]): r for r in results}
+    rows = sorted(latest.values(), key=lambda r: (r["repo"], r["version"], r["backend"]))
+    lines = [
+        "# SWE-bench Verified: the population table",
+        "",
+        "Written by `python benchmarks/population.py --render` from `docs/validation/population.jsonl`; the sample,",
+        "the method and how to run it in parts are in the script's docstring. `valid`: gold resolved and the empty",
+        "patch did not, with nothing but SWE-bench's own spec of the row's repository and version.",
+        "",
+    ]
+    for backend in sorted({r["backend"] for r in rows}):
+        mine = [r for r in rows if r["backend"] == backend]
+        valid = sum(r["status"] == "valid" for r in mine)
+        lines.append(f"- **{backend}**: {valid} of {len(mine)} rows valid.")
+    lines += [
+        "",
+        "| repository | version | row | backend | Python | status | environment s | environment MB | null patch bytes | date | harness | why not valid |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        why = r["detail"].replace("|", "\\|").replace("\n", " ")[:300]
+        lines.append(
+            f"| {r['repo']} | {r['version']} | {r['instance_id']} | {r['backend']} | {r.get('python', '')} |"
+            f" {r['status']} | {r.get('environment_s', '')} | {r.get('environment_mb', '')} |"
+            f" {r.get('null_patch_bytes', '')} | {r['date']} | {r['harness']} | {why} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mirrors", type=Path, help="full clones as owner/name (a campaign's mirror_dir)")
+    parser.add_argument("--backend", choices=("local", "container"), default="local")
+    parser.add_argument("--repos", nargs="*", default=[], help="only these repositories (owner/name)")
+    parser.add_argument("--limit", type=int, help="at most this many rows in this part")
+    parser.add_argument("--render", action="store_true", help="write docs/VALIDATION.md from the results so far")
+    args = parser.parse_args()
+    if args.render:
+        TABLE.write_text(render(_results()))
+        return
+    if not args.mirrors:
+        parser.error("--mirrors is required to run rows")
+    run(args.backend, args.mirrors, args.repos, args.limit)
+
+
+if __name__ == "__main__":
+    main()
