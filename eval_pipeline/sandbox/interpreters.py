@@ -71,6 +71,9 @@ def find_interpreter(version: str) -> Interpreter:
     )
 
 
+_INTERPRETER_COMMANDS = ("python", "pydoc", "idle", "2to3")  # bin/'s own; the rest came with installed packages
+
+
 def copy_installation(interpreter: Interpreter, target: Path) -> None:
     """A Python installation of the environment's own at `target`, copied from a pyenv build.
 
@@ -78,8 +81,8 @@ def copy_installation(interpreter: Interpreter, target: Path) -> None:
     whose interpreter lives elsewhere: tools that re-execute `sys.executable` through a link (tox-current-env
     makes `.tox/py39/bin/python` one) start a virtualenv's interpreter outside the virtualenv, without its
     packages. The copy finds its own prefix from where it lies, and leaves out the build's installed packages
-    (the environment has only what its spec installs), the standard library's own test suite and static
-    libraries, which nothing an environment runs needs.
+    and the commands they put in bin/ (the environment has only what its spec installs), the standard
+    library's own test suite and static libraries, which nothing an environment runs needs.
     """
     if interpreter.prefix is None:
         raise ValueError(f"{interpreter.executable} is not a pyenv build: there is no installation to copy")
@@ -89,6 +92,8 @@ def copy_installation(interpreter: Interpreter, target: Path) -> None:
     def left_out(directory: str, names: list[str]) -> set[str]:
         if Path(directory) in emptied:
             return set(names)
+        if Path(directory) == interpreter.prefix / "bin":
+            return {name for name in names if not name.startswith(_INTERPRETER_COMMANDS)}
         return {name for name in names if name.endswith(".a")}
 
     shutil.copytree(interpreter.prefix, target, symlinks=True, ignore=left_out)
