@@ -164,6 +164,7 @@ def test_instance_partitions_follow_the_dataset_and_retired_ones_keep_their_hist
 def test_the_cli_shows_which_rows_are_invalid(demo_benchmark, mirror, tmp_path):
     rows = swebench_rows(demo_benchmark)[:2]
     rows[1]["test_patch"] = ""
+    del rows[0]["PASS_TO_PASS"]
     write_jsonl(tmp_path / "rows.jsonl", rows)
     campaign = tmp_path / "bad.yaml"
     campaign.write_text(
@@ -175,5 +176,6 @@ def test_the_cli_shows_which_rows_are_invalid(demo_benchmark, mirror, tmp_path):
         ["eval-pipeline", "run", "--campaign", str(campaign)], env=env, capture_output=True, text=True
     )
     assert completed.returncode == 1
+    assert f"row 0 ({rows[0]['instance_id']!r}): field PASS_TO_PASS: missing" in completed.stderr
     assert f"row 1 ({rows[1]['instance_id']!r}): field test_patch: missing or empty" in completed.stderr
     assert "Traceback" not in completed.stderr
