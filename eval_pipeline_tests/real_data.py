@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 __all__ = [
+    "PY36_ROW",
     "PYTEST_ROW",
     "SWEBENCH_LOCAL_ROWS",
     "SWEBENCH_ROWS",
@@ -121,6 +122,9 @@ ROWS = FilesFixture(
 SWEBENCH_ROWS = ("pallets__flask-5014", "psf__requests-1142", "pylint-dev__pylint-4970")
 PYTEST_ROW = "pytest-dev__pytest-5809"
 SWEBENCH_LOCAL_ROWS = (*SWEBENCH_ROWS, "sympy__sympy-24443", PYTEST_ROW)
+# A Python 3.6 row (django 3.1, SWE-bench's spec): the harness's own processes must not run on the environment's
+# 3.6, and its requirements compile C (pywatchman), as SWE-bench's base image allows. Its one test module runs fast.
+PY36_ROW = "django__django-12193"
 
 # Real pytest commits replayed as tool calls (test_scripted_model.py): deletions and 22 hunks (nose support
 # removed), new files (helpers moved out), a rename with edits, a last line losing and gaining its newline, and a
@@ -150,6 +154,9 @@ REPOSITORIES = {
         ),
         GitFixture(
             "sympy/sympy", ("809c53c077485ca48a206cee78340389cb83b7f1", "c6cb7c5602fa48034ab1bd43c2347a7e8488f12e")
+        ),
+        GitFixture(
+            "django/django", ("3fb7c12158a2402f0f80824f6778112071235803", "0668164b4ac93a5be79f5b87fae83c657124d9ab")
         ),
         GitFixture(
             "pytest-dev/pytest",

@@ -57,7 +57,6 @@ from eval_pipeline.sandbox.base import OUTPUT_DIR, EnvironmentHandle, SandboxBac
 from eval_pipeline.sandbox.exec_workspace import HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec, TaskLayout
 from eval_pipeline.sandbox.images import (
     CA_BUNDLE,
-    EXEC_SCRIPT,
     HARNESS_ROOT,
     MANAGED_LABEL,
     TASK_GIT_DIR,
@@ -71,7 +70,7 @@ from eval_pipeline.sandbox.images import (
     task_layers,
 )
 from eval_pipeline.sandbox.limited_exec import REQUEST_ENV
-from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, runtime_archive, runtime_identity
+from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, ToolRuntime, runtime_archive, runtime_identity
 from eval_pipeline.swebench_specs import requirements_text
 from eval_pipeline.tasks import Task, TaskImage
 
@@ -476,7 +475,7 @@ class ContainerSandbox(SandboxBackend):
             try:
                 return self.client.containers.run(
                     image,
-                    ["python3", EXEC_SCRIPT, "--reap"],
+                    ToolRuntime().runner("--reap"),
                     name=name,
                     detach=True,
                     labels=dict(labels),
