@@ -278,7 +278,7 @@ def swebench_mirror(rows: list[dict], mirror_dir: Path) -> Path:
     would be 0.1.dev1, which its own `minversion` refuses)."""
     for row in rows:
         fixture = REPOSITORIES[row["repo"]]
-        source = repository(fixture)
+        source = provide(fixture)
         target = mirror_dir / row["repo"]
         if not target.exists():
             _git("init", "-q", "--bare", str(target))

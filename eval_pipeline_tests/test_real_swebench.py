@@ -165,10 +165,13 @@ def test_real_rows_on_the_container_backend(engine, real_rows, real_benchmark, c
             assert_answer_unreachable(workspace, instance, mirrors)
 
 
+@pytest.mark.timeout(3600)  # a first run builds SWE-bench's system layer and django's requirements
 @pytest.mark.parametrize("backend", ["container", "local"])
-def test_a_python_36_row_resolves_on_its_own_python(engine, backend, tmp_path):
-    """django 3.1 on Python 3.6 with pip 18.1, as SWE-bench's spec says: the harness's runner and claims run on
-    its own interpreter (3.6 has no os.waitstatus_to_exitcode), and the requirements compile C (pywatchman)."""
+def test_a_python_36_row_resolves_on_its_own_python(request, backend, tmp_path):
+    """django 3.1 on Python 3.6 (born with pip 18.1), as SWE-bench's spec says: the harness's runner and claims
+    run on its own interpreter (3.6 has no os.waitstatus_to_exitcode), and the requirements compile C (pywatchman)."""
+    if backend == "container":
+        request.getfixturevalue("engine")
     rows = swebench_rows((PY36_ROW,))
     rows_file, mirrors = write_rows(rows, tmp_path / "verified.jsonl"), swebench_mirror(rows, tmp_path / "mirrors")
     sandbox = "sandbox: {backend: container}\n" if backend == "container" else ""

@@ -39,7 +39,7 @@ from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.gitutil import STRIP_HISTORY
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import ImageBuildFailed
-from eval_pipeline.sandbox.interpreters import find_interpreter
+from eval_pipeline.sandbox.interpreters import UPGRADE_PIP, find_interpreter
 from eval_pipeline.tasks import Task, TaskImage
 from eval_pipeline.terminal_tasks import COMMIT_ENV as TASK_COMMIT_ENV
 
@@ -179,6 +179,8 @@ def env_layer(
     pip = f"{ENV_VENV}/bin/pip install --no-cache-dir"
     system = [f"RUN {step}" for step in spec.image_install]
     lines = [f"FROM {base.tag}", *system, f"RUN {shlex.quote(interpreter)} -m venv {ENV_VENV}"]
+    if spec.requirements or spec.packages:
+        lines.append(f"RUN {ENV_VENV}/bin/{UPGRADE_PIP} --no-cache-dir")  # interpreters.UPGRADE_PIP says why
     if spec.requirements:
         lines += [
             f"COPY requirements {HARNESS_ROOT}/requirements",
