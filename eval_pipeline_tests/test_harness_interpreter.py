@@ -7,12 +7,14 @@ attack in real pods, with a `python3` planted first on PATH.
 """
 
 import json
+import re
 import shlex
 from collections.abc import Mapping
 
 from eval_pipeline.outcomes import InfrastructureError
 from eval_pipeline.sandbox.base import SandboxError, ToolChannel
 from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec, claimed_slot
+from eval_pipeline.sandbox.images import SWEBENCH_SYSTEM_PACKAGES, PythonSource, base_layer
 from eval_pipeline.sandbox.pod_manifest import environment_pod_manifest
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, ToolRuntime
 
@@ -76,3 +78,18 @@ def test_the_pod_spec_starts_its_runner_on_the_runtime_interpreter():
     assert container["command"] == ToolRuntime().runner("--reap")
     assert container["command"][2:4] == [INTERPRETER, "-I"]
     assert {"mountPath": TOOLS_ROOT, "readOnly": True}.items() <= container["volumeMounts"][0].items()
+
+
+def test_the_system_layer_holds_what_swebenchs_base_image_installs_under_every_environment():
+    """The list is SWE-bench's own, read from the pinned swebench package's base Dockerfile."""
+    from swebench.harness.dockerfiles.python import _DOCKERFILE_BASE_PY
+
+    listed = re.search(r"apt install -y \\\n(.*?)&& rm", _DOCKERFILE_BASE_PY, re.DOTALL)
+    assert listed, "swebench's base Dockerfile no longer installs its packages in one apt line"
+    assert set(SWEBENCH_SYSTEM_PACKAGES) == {word for word in listed[1].split() if word != "\\"}
+    base, _ = base_layer(PythonSource("localhost/eval-base:bookworm"), "", None)
+    system = base.parent
+    assert system is not None and system.kind == "system" and system.parent is None
+    assert all(package in system.dockerfile for package in SWEBENCH_SYSTEM_PACKAGES)
+    other, _ = base_layer(PythonSource("localhost/eval-base:bookworm"), "", "/etc/ssl/certs/ca-certificates.crt")
+    assert other.parent == system and other.tag != base.tag, "one system layer, whatever is above it"

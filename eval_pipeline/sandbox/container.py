@@ -54,7 +54,7 @@ from eval_pipeline.gitutil import clone_at
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import InfrastructureError, SandboxLost
 from eval_pipeline.sandbox.base import OUTPUT_DIR, EnvironmentHandle, SandboxBackend, SandboxError, ToolChannel
-from eval_pipeline.sandbox.exec_workspace import HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec, TaskLayout
+from eval_pipeline.sandbox.exec_workspace import HARNESS, HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec, TaskLayout
 from eval_pipeline.sandbox.images import (
     CA_BUNDLE,
     HARNESS_ROOT,
@@ -70,7 +70,7 @@ from eval_pipeline.sandbox.images import (
     task_layers,
 )
 from eval_pipeline.sandbox.limited_exec import REQUEST_ENV
-from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, ToolRuntime, runtime_archive, runtime_identity
+from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, runtime_archive, runtime_identity
 from eval_pipeline.swebench_specs import requirements_text
 from eval_pipeline.tasks import Task, TaskImage
 
@@ -475,7 +475,7 @@ class ContainerSandbox(SandboxBackend):
             try:
                 return self.client.containers.run(
                     image,
-                    ToolRuntime().runner("--reap"),
+                    HARNESS.runner("--reap"),
                     name=name,
                     detach=True,
                     labels=dict(labels),
