@@ -10,6 +10,7 @@ from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.gitutil import git
 from eval_pipeline.outcomes import ImageBuildFailed
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
+from eval_pipeline.sandbox.interpreters import UPGRADE_PIP
 from eval_pipeline.sandbox.limited_exec import run_limited
 from eval_pipeline.sandbox.local import LocalSandbox
 
@@ -96,8 +97,9 @@ def test_commands_run_in_the_environment_virtualenv_and_only_see_its_packages(sh
 def test_install_steps_take_package_specifiers_as_single_arguments(tmp_path, instance):
     spec = EnvironmentSpec(packages=("numpy<2", "pytest>=8.3"), install=("python -m pip install -e .",))
     commands = LocalSandbox._install_commands(instance, spec, tmp_path)
-    assert shlex.split(commands[0]) == ["python", "-m", "pip", "install", "numpy<2", "pytest>=8.3"]
-    assert commands[1] == "python -m pip install -e ."
+    assert commands[0] == UPGRADE_PIP, "the venv's own pip may be too old for today's wheels (Python 3.6's)"
+    assert shlex.split(commands[1]) == ["python", "-m", "pip", "install", "numpy<2", "pytest>=8.3"]
+    assert commands[2] == "python -m pip install -e ."
 
 
 def test_an_environment_whose_python_this_machine_lacks_fails_naming_the_version(tmp_path, demo_benchmark, instance):
