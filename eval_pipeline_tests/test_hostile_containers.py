@@ -43,7 +43,7 @@ def test_an_agent_writing_outside_its_workspace_harms_nothing(pod, store):
     generation = run_agent(pod, store, command)
     assert generation.status == "completed"
     stderr = generation.trajectory[0]["stderr_tail"]
-    assert stderr.count("Permission denied") >= 2 and "Read-only file system" in stderr, stderr
+    assert stderr.count("Permission denied") >= 3, stderr
     assert "README.md" in generation.patch, "its own workspace is its to change"
     still_works(pod)
 
