@@ -345,7 +345,7 @@ def task_layers(task: TaskImage, from_image: str | None) -> ImageLayer:
         "RUN command -v git >/dev/null 2>&1 || (apt-get update"
         " && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git"
         " && rm -rf /var/lib/apt/lists/*)\n"
-        f"RUN mkdir -p {shlex.quote(task.workdir)} && {git} init -q && {git} add -A"
+        f"RUN mkdir -p {shlex.quote(task.workdir)} {HARNESS_ROOT} && {git} init -q && {git} add -A"
         f" && {identity} {git} commit -q --allow-empty --no-gpg-sign -m 'task working tree'"
         f" && chmod 700 {TASK_GIT_DIR}\n"
         f"WORKDIR {task.workdir}\n"
