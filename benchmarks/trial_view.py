@@ -21,7 +21,8 @@ from pathlib import Path
 from eval_pipeline.demo_benchmark import build_demo_benchmark
 from eval_pipeline.grading import grade
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
-from eval_pipeline.sandbox.images import EXEC_SCRIPT, PATH, TESTBED
+from eval_pipeline.sandbox.exec_workspace import HARNESS
+from eval_pipeline.sandbox.images import PATH, TESTBED
 from eval_pipeline.sandbox.limited_exec import run_limited
 
 LIMITS = ResourceLimits(memory_ceiling_mb=1024, cpu_ceiling=1)
@@ -93,7 +94,7 @@ def container_command_cost(commands: int) -> dict[str, float]:
                 for _ in range(commands):
                     for name, request in requests.items():
                         started = time.perf_counter()
-                        exit_code, _, stderr = workspace.pod.run(["python3", EXEC_SCRIPT, json.dumps(request)])
+                        exit_code, _, stderr = workspace.pod.run(HARNESS.runner(), private=json.dumps(request))
                         timings[name].append(time.perf_counter() - started)
                         assert exit_code == 0, stderr
         finally:

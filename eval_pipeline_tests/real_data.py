@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 __all__ = [
+    "PY36_ROW",
     "PYTEST_ROW",
     "SWEBENCH_LOCAL_ROWS",
     "SWEBENCH_ROWS",
@@ -124,6 +125,9 @@ PYTEST_ROW = "pytest-dev__pytest-5809"
 # through a link (an environment must be a whole installation), and its spec `sed -i`s the tracked tox.ini.
 SPHINX_ROW = "sphinx-doc__sphinx-10466"
 SWEBENCH_LOCAL_ROWS = (*SWEBENCH_ROWS, "sympy__sympy-24443", PYTEST_ROW, SPHINX_ROW)
+# A Python 3.6 row (django 3.1, SWE-bench's spec): the harness's own processes must not run on the environment's
+# 3.6, and its requirements compile C (pywatchman), as SWE-bench's base image allows. Its one test module runs fast.
+PY36_ROW = "django__django-12193"
 
 # Real pytest commits replayed as tool calls (test_scripted_model.py): deletions and 22 hunks (nose support
 # removed), new files (helpers moved out), a rename with edits, a last line losing and gaining its newline, and a
@@ -157,6 +161,9 @@ REPOSITORIES = {
         GitFixture(
             "sphinx-doc/sphinx",
             ("cab2d93076d0cca7c53fac885f927dde3e2a5fec", "60775ec4c4ea08509eee4b564cbf90f316021aff"),
+        ),
+        GitFixture(
+            "django/django", ("3fb7c12158a2402f0f80824f6778112071235803", "0668164b4ac93a5be79f5b87fae83c657124d9ab")
         ),
         GitFixture(
             "pytest-dev/pytest",

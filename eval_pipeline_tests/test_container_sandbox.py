@@ -19,6 +19,7 @@ from dagster import DagsterInstance
 
 from eval_pipeline.agents import make_agent
 from eval_pipeline.artifacts import LocalArtifactStore
+from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.campaign import BUILTIN_DIR, load_campaign
 from eval_pipeline.defs import build_definitions, stage_job_name
 from eval_pipeline.demo_benchmark import DemoBug, DemoRepo, DemoStage, build_repos_benchmark
@@ -27,7 +28,8 @@ from eval_pipeline.generation import generate
 from eval_pipeline.grading import grade
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.sandbox import ResourceLimits, janitor
-from eval_pipeline.sandbox.images import MANAGED_LABEL, ImageBuilder
+from eval_pipeline.sandbox.images import ENV_VENV, MANAGED_LABEL, ImageBuilder
+from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT
 from eval_pipeline.settings import Paths
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR
 from eval_pipeline_tests.conftest import prepare_on
@@ -123,6 +125,40 @@ def test_gold_resolves_and_empty_does_not_in_containers(container_sandbox, demo_
         all=True, filters={"label": [f"eval_pipeline.campaign={sandbox.campaign}", "eval_pipeline.role=trial"]}
     )
     assert trial_containers == [], "strict containers are removed with their workspace"
+
+
+# The environment's own `python3`, first on PATH, replaced by one that leaves a mark and fails: were any harness
+# process started as `python3`, root would leave the mark and the runner would answer nothing.
+PLANTED_PYTHON = (
+    f"rm {ENV_VENV}/bin/python3 && printf '#!/bin/sh\\ntouch /planted-python3-ran\\nexit 97\\n' > {ENV_VENV}/bin/python3"
+    f" && chmod 755 {ENV_VENV}/bin/python3"
+)
+
+
+@pytest.mark.parametrize(("mode", "python"), [("pod", "3.6"), ("strict", "3.6"), ("pod", "3.7"), ("pod", "3.8")])
+def test_the_harness_runs_on_its_own_interpreter_whatever_python3_the_environment_has(
+    container_sandbox, demo_benchmark, mode, python
+):
+    """An environment on an older Python (3.6 lacks os.waitstatus_to_exitcode, which the runner calls) whose
+    `python3` is not even Python: the pod's PID 1, the uid claim, the runner and its sweep are the runtime's
+    interpreter, started by path; the trial's own commands still get the environment's python3."""
+    sandbox = container_sandbox(mode=mode)
+    spec = EnvironmentSpec(python=python, install=(PLANTED_PYTHON,))
+    environment = sandbox.prepare(demo_benchmark.instances[0], spec, demo_benchmark.source)
+    interpreter = f"{TOOLS_ROOT}/python/bin/python3"
+    with sandbox.workspace(environment, "planted") as workspace:
+        result = workspace.run(
+            f"python{python} -c 'import os; print(hasattr(os, \"waitstatus_to_exitcode\"))'; python3; echo $?;"
+            " tr '\\0' ' ' < /proc/$PPID/cmdline",
+            timeout_s=60,
+        )
+        assert result.ok, result.summary()
+        old, planted, runner = result.stdout.splitlines()
+        assert (old, planted) == ("False", "97"), "the trial's commands get the environment's own python3"
+        assert runner.split()[:3] == [interpreter, "-I", f"{TOOLS_ROOT}/limited_exec.py"]
+        pid1 = workspace.container.exec_run(["readlink", "/proc/1/exe"])
+        assert pid1.output.decode().strip() == interpreter
+        assert workspace.container.exec_run(["test", "-e", "/planted-python3-ran"]).exit_code == 1
 
 
 def test_an_oom_kill_that_a_script_swallows_is_still_an_oom(container_sandbox, demo_benchmark):

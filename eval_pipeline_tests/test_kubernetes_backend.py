@@ -411,7 +411,7 @@ def test_a_tool_session_streams_over_the_exec_subresource(streaming_exec_server,
             assert result.structured_content["content"] == "from the pod\n"
 
     anyio.run(main)
-    assert commands == [["env", "PYTHONHOME=/x", "/opt/eval/tools/python/bin/python3"]]
+    assert commands == [["/usr/bin/env", "PYTHONHOME=/x", "/opt/eval/tools/python/bin/python3"]]
 
 
 def test_a_tool_server_that_fails_to_start_says_why_through_the_stream(streaming_exec_server):

@@ -28,7 +28,7 @@ from eval_pipeline.sandbox.container import EngineExec
 from eval_pipeline.sandbox.exec_workspace import PodExec, claimed_slot
 from eval_pipeline.sandbox.kubernetes import KubernetesSandbox
 from eval_pipeline.sandbox.pod_manifest import CONTAINER, TOOLS_VOLUME
-from eval_pipeline.sandbox.tool_runtime import extract_runtime, runtime_identity
+from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, extract_runtime, runtime_identity
 from eval_pipeline.tool_session import open_tool_session
 
 
@@ -92,6 +92,8 @@ def test_a_rendered_environment_pod_runs_a_trial_under_podman_kube_play(engine, 
             line.split(":\t", 1) for line in pod.exec_run(["cat", "/proc/1/status"]).output.decode().splitlines()
         )
         assert status["NoNewPrivs"] == "1", "the security context forbids regaining privileges"
+        pid1 = pod.exec_run(["readlink", "/proc/1/exe"]).output.decode().strip()
+        assert pid1 == f"{TOOLS_ROOT}/python/bin/python3", "the runner runs on the runtime's interpreter"
         assert not int(status["CapBnd"], 16) & (1 << 13), "CAP_NET_RAW (13) is dropped"
 
         outcomes = {}

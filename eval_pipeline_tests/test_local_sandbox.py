@@ -12,6 +12,7 @@ from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.gitutil import git
 from eval_pipeline.outcomes import ImageBuildFailed
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
+from eval_pipeline.sandbox.interpreters import UPGRADE_PIP
 from eval_pipeline.sandbox.limited_exec import run_limited
 from eval_pipeline.sandbox.local import LocalSandbox
 
@@ -121,8 +122,9 @@ def test_an_environment_of_a_named_python_is_a_whole_installation_that_keeps_its
 def test_install_steps_take_package_specifiers_as_single_arguments(tmp_path, instance):
     spec = EnvironmentSpec(packages=("numpy<2", "pytest>=8.3"), install=("python -m pip install -e .",))
     commands = LocalSandbox._install_commands(instance, spec, tmp_path)
-    assert shlex.split(commands[0]) == ["python", "-m", "pip", "install", "numpy<2", "pytest>=8.3"]
-    assert commands[1] == "python -m pip install -e ."
+    assert commands[0] == UPGRADE_PIP, "the venv's own pip may be too old for today's wheels (Python 3.6's)"
+    assert shlex.split(commands[1]) == ["python", "-m", "pip", "install", "numpy<2", "pytest>=8.3"]
+    assert commands[2] == "python -m pip install -e ."
 
 
 def test_an_environment_whose_python_this_machine_lacks_fails_naming_the_version(tmp_path, demo_benchmark, instance):

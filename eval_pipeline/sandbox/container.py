@@ -54,10 +54,9 @@ from eval_pipeline.gitutil import clone_at
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import InfrastructureError, SandboxLost
 from eval_pipeline.sandbox.base import OUTPUT_DIR, EnvironmentHandle, SandboxBackend, SandboxError, ToolChannel
-from eval_pipeline.sandbox.exec_workspace import HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec, TaskLayout
+from eval_pipeline.sandbox.exec_workspace import HARNESS, HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec, TaskLayout
 from eval_pipeline.sandbox.images import (
     CA_BUNDLE,
-    EXEC_SCRIPT,
     HARNESS_ROOT,
     MANAGED_LABEL,
     TASK_GIT_DIR,
@@ -476,7 +475,7 @@ class ContainerSandbox(SandboxBackend):
             try:
                 return self.client.containers.run(
                     image,
-                    ["python3", EXEC_SCRIPT, "--reap"],
+                    HARNESS.runner("--reap"),
                     name=name,
                     detach=True,
                     labels=dict(labels),

@@ -38,10 +38,13 @@ from typing import Any
 
 from eval_pipeline.outcomes import InfrastructureError
 from eval_pipeline.sandbox.base import OUTPUT_DIR, ExecResult, ToolChannel, Workspace
-from eval_pipeline.sandbox.images import ENV_VENV, EXEC_SCRIPT, PATH, TASK_GIT_DIR, TESTBED, WORKSPACES
+from eval_pipeline.sandbox.images import ENV_VENV, PATH, TASK_GIT_DIR, TESTBED, WORKSPACES
 from eval_pipeline.sandbox.limited_exec import REQUEST_ENV
 from eval_pipeline.sandbox.tool_runtime import ToolRuntime
 
+# Every harness process in a pod runs on the runtime's own interpreter, never on the environment's `python3`
+# (first on PATH, and possibly Python 3.6, or a trial's own): tool_runtime.py.
+HARNESS = ToolRuntime()
 # The uids trials get: clear of the image's own users, under 65534 (nobody) and so within the 65536 ids a
 # rootless engine maps into a container.
 TRIAL_UIDS = range(20000, 65534)
@@ -188,7 +191,7 @@ class ExecWorkspace(Workspace):
             return
         made = " ".join(f"{root}/{name}" for name in ("home", "tmp", f"harness/{OUTPUT_DIR}"))
         owned = f"{root}/repo {made}"
-        claim = shlex.join(["python3", "-c", _CLAIM_UID, UID_CLAIMS, str(TRIAL_UIDS.start), str(len(TRIAL_UIDS))])
+        claim = shlex.join(HARNESS.python("-c", _CLAIM_UID, UID_CLAIMS, str(TRIAL_UIDS.start), str(len(TRIAL_UIDS))))
         script = (
             f"uid=$({claim}) && rm -rf {root} && mkdir -p {made} && cp -a {TESTBED} {root}/repo"
             f' && chown -R "$uid:$uid" {owned} && chmod 700 {owned}'
@@ -211,13 +214,8 @@ class ExecWorkspace(Workspace):
         if self.uid is None:
             self._as_root(["rm", "-rf", self.root])
             return
-        self._as_root(
-            [
-                "sh",
-                "-c",
-                f"python3 {EXEC_SCRIPT} --sweep {self.uid} && rm -rf {self.root} && rmdir {UID_CLAIMS}/{self.uid}",
-            ]
-        )
+        sweep = shlex.join(HARNESS.runner("--sweep", str(self.uid)))
+        self._as_root(["sh", "-c", f"{sweep} && rm -rf {self.root} && rmdir {UID_CLAIMS}/{self.uid}"])
 
     @contextmanager
     def created(self) -> Iterator["ExecWorkspace"]:
@@ -256,7 +254,7 @@ class ExecWorkspace(Workspace):
         placement = self.command_placement()
         request = {**placement, "command": command, "env": {**placement["env"], **(env or {})}, "timeout_s": timeout_s}
         exit_code, stdout, stderr = self.pod.run(
-            ["python3", EXEC_SCRIPT], timeout_s=timeout_s + EXEC_MARGIN_S, private=json.dumps(request)
+            HARNESS.runner(), timeout_s=timeout_s + EXEC_MARGIN_S, private=json.dumps(request)
         )
         if exit_code != 0 or not stdout:
             raise self.pod.failure(f"the command runner failed (exit {exit_code}): {stderr[-2000:]!r}")
@@ -264,8 +262,7 @@ class ExecWorkspace(Workspace):
 
     def tool_server_command(self) -> tuple[list[str], dict[str, str]]:
         """The runtime mounted in every container (tool_runtime.py)."""
-        runtime = ToolRuntime()
-        return runtime.argv, runtime.env
+        return HARNESS.argv, HARNESS.env
 
     def open_tool_channel(self, session: Mapping[str, Any]) -> ToolChannel:
         """The tool server runs as root in the pod; it drops to the workspace's uid and view for every call, as
@@ -280,7 +277,7 @@ class ExecWorkspace(Workspace):
         path, data = self._writable_harness_path(name), content.encode()
         for start in range(0, max(len(data), 1), FILE_CHUNK_BYTES):
             chunk = base64.b64encode(data[start : start + FILE_CHUNK_BYTES]).decode()
-            self._as_root(["python3", "-c", _APPEND_BASE64, path, "ab" if start else "wb"], private=chunk)
+            self._as_root(HARNESS.python("-c", _APPEND_BASE64, path, "ab" if start else "wb"), private=chunk)
         return path
 
     def _writable_harness_path(self, name: str) -> str:
@@ -290,7 +287,7 @@ class ExecWorkspace(Workspace):
         return self.harness_path(name)
 
     def read_harness_file(self, name: str) -> bytes | None:
-        exit_code, stdout, stderr = self.pod.run(["python3", "-c", _PRINT_BASE64, self.harness_path(name)])
+        exit_code, stdout, stderr = self.pod.run(HARNESS.python("-c", _PRINT_BASE64, self.harness_path(name)))
         if exit_code == MISSING_FILE_EXIT:
             return None
         if exit_code != 0:
@@ -354,7 +351,7 @@ def claimed_slot(
     owner = uuid.uuid4().hex
     while True:
         exit_code, stdout, stderr = pod.run(
-            ["python3", "-c", _CLAIM_SLOT, CLAIMS, str(slots), owner, str(stale_after_s)]
+            HARNESS.python("-c", _CLAIM_SLOT, CLAIMS, str(slots), owner, str(stale_after_s))
         )
         if exit_code == 0:
             break
@@ -383,6 +380,6 @@ def claimed_slot(
         held.set()
         heartbeat.join()
         try:
-            pod.run(["python3", "-c", _RELEASE_SLOT, claim, owner])
+            pod.run(HARNESS.python("-c", _RELEASE_SLOT, claim, owner))
         except InfrastructureError as error:  # unrefreshed, the claim goes stale and is broken later
             logger.warning("could not release %s: %s", claim, error)

@@ -2,8 +2,12 @@
 
 - base: the base image for the spec's Python (the configured base image, or
   `python_image` for a version, or the configured base with the machine's
-  pyenv build of that version copied in at its own path), plus git, patch, the
-  harness's command runner, and an extra CA bundle if set;
+  pyenv build of that version copied in at its own path), over a system layer
+  holding what SWE-bench's own base image installs (a compiler and headers,
+  git, jq, curl, locales, tzdata: SWEBENCH_SYSTEM_PACKAGES) plus patch, built
+  once per base image and shared by every Python and environment, and an
+  extra CA bundle if set (the harness's own processes run on the runtime
+  every container mounts, tool_runtime.py, not on anything in the image);
 - env: per (repository, version), the spec's system steps and a virtualenv at
   /opt/env with the spec's requirements and packages (each one argument);
 - instance: the repository at its base commit in /testbed, installed into
@@ -35,13 +39,11 @@ from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.gitutil import COMMIT_BASELINE, STRIP_HISTORY
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import ImageBuildFailed
-from eval_pipeline.sandbox import limited_exec
-from eval_pipeline.sandbox.interpreters import find_interpreter
+from eval_pipeline.sandbox.interpreters import UPGRADE_PIP, find_interpreter
 from eval_pipeline.tasks import Task, TaskImage
 from eval_pipeline.terminal_tasks import COMMIT_ENV as TASK_COMMIT_ENV
 
 HARNESS_ROOT = "/opt/eval"
-EXEC_SCRIPT = f"{HARNESS_ROOT}/limited_exec.py"
 CA_BUNDLE = f"{HARNESS_ROOT}/ca-bundle.crt"
 ENV_VENV = "/opt/env"
 TASK_GIT_DIR = f"{HARNESS_ROOT}/task.git"  # a terminal task's working tree history, kept outside its WORKDIR
@@ -93,6 +95,40 @@ def _extra_ca(bundle: str | None) -> tuple[str, dict[str, bytes]]:
     return lines, {"extra-ca.crt": Path(bundle).read_bytes()}
 
 
+# What SWE-bench's base image installs with apt (swebench 4.0.4, harness/dockerfiles/python.py), with
+# recommends, as it does: its environments assume them (django's pywatchman compiles C at install, locale-gen
+# runs in its eval commands). patch and ca-certificates are the harness's own (patches, the extra CA bundle).
+SWEBENCH_SYSTEM_PACKAGES = (
+    "wget",
+    "git",
+    "build-essential",
+    "libffi-dev",
+    "libtiff-dev",
+    "python3",
+    "python3-pip",
+    "python-is-python3",
+    "jq",
+    "curl",
+    "locales",
+    "locales-all",
+    "tzdata",
+)
+HARNESS_SYSTEM_PACKAGES = ("patch", "ca-certificates")
+
+
+def system_layer(image: str) -> ImageLayer:
+    """SWE-bench's base packages over `image`: one layer per base image, built once per engine and shared by
+    every Python version and environment above it (its tag depends on nothing else)."""
+    packages = " ".join((*SWEBENCH_SYSTEM_PACKAGES, *HARNESS_SYSTEM_PACKAGES))
+    dockerfile = (
+        f"FROM {image}\n"
+        "ENV TZ=Etc/UTC\n"
+        f"RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y {packages}"
+        " && rm -rf /var/lib/apt/lists/*\n"
+    )
+    return ImageLayer("system", dockerfile, labels={"eval_pipeline.layer": "system"})
+
+
 @dataclass(frozen=True)
 class PythonSource:
     """Where an environment's Python comes from (SandboxSettings): `image` takes `python_image` with the version
@@ -119,25 +155,18 @@ def base_layer(python: PythonSource, version: str, extra_ca_bundle: str | None) 
         copy = f"COPY python {found.prefix}\nRUN chmod a+x {parents}\n"
         interpreter, directory = str(found.executable), ("python", found.prefix)
         identity = f"{found.prefix}@{found.version}"
+    system = system_layer(image)
     dockerfile = (
-        f"FROM {image}\n"
-        f"{ca_lines}"
-        "RUN (command -v git && command -v patch) >/dev/null 2>&1 || (apt-get update"
-        " && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git patch ca-certificates"
-        " && rm -rf /var/lib/apt/lists/*)\n"
-        f"{copy}"
-        f"COPY limited_exec.py {EXEC_SCRIPT}\n"
-        f"ENV PATH={PATH}\n"
-        f"RUN mkdir -p {WORKSPACES} && chmod 711 {WORKSPACES}\n"
+        f"FROM {system.tag}\n{ca_lines}{copy}ENV PATH={PATH}\nRUN mkdir -p {WORKSPACES} && chmod 711 {WORKSPACES}\n"
     )
-    files = {"limited_exec.py": Path(limited_exec.__file__).read_bytes(), **ca_files}
     layer = ImageLayer(
         "base",
         dockerfile,
-        files,
+        ca_files,
         directory=directory,
         directory_identity=identity,
         directory_excludes=(f"lib/python{version}/site-packages",) if directory else (),
+        parent=system,
         labels={"eval_pipeline.layer": "base"},
     )
     return layer, interpreter
@@ -150,6 +179,8 @@ def env_layer(
     pip = f"{ENV_VENV}/bin/pip install --no-cache-dir"
     system = [f"RUN {step}" for step in spec.image_install]
     lines = [f"FROM {base.tag}", *system, f"RUN {shlex.quote(interpreter)} -m venv {ENV_VENV}"]
+    if spec.requirements or spec.packages:
+        lines.append(f"RUN {ENV_VENV}/bin/{UPGRADE_PIP} --no-cache-dir")  # interpreters.UPGRADE_PIP says why
     if spec.requirements:
         lines += [
             f"COPY requirements {HARNESS_ROOT}/requirements",
@@ -295,8 +326,9 @@ def substitute_from(dockerfile: str, image: str) -> str:
 
 def task_layers(task: TaskImage, from_image: str | None) -> ImageLayer:
     """A task's own image (a terminal task's), built from its Dockerfile as written (only `FROM` replaced, when
-    `from_image` is set), with the harness on top: git and Python for the command runner if the image lacks
-    them, and the WORKDIR's content committed in a git directory outside it, for the agent's patch."""
+    `from_image` is set), with the harness on top: git if the image lacks it, and the WORKDIR's content
+    committed in a git directory outside it, for the agent's patch (the command runner needs nothing of the
+    image: it runs on the runtime every container mounts, tool_runtime.py)."""
     dockerfile = substitute_from(task.dockerfile, from_image) if from_image else task.dockerfile
     own = ImageLayer(
         "task",
@@ -310,11 +342,10 @@ def task_layers(task: TaskImage, from_image: str | None) -> ImageLayer:
     identity = " ".join(f"{name}={value}" for name, value in TASK_COMMIT_ENV.items())
     harness = (
         f"FROM {own.tag}\nUSER root\n"
-        "RUN (command -v git && command -v python3) >/dev/null 2>&1 || (apt-get update"
-        " && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git python3"
+        "RUN command -v git >/dev/null 2>&1 || (apt-get update"
+        " && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git"
         " && rm -rf /var/lib/apt/lists/*)\n"
-        f"COPY limited_exec.py {EXEC_SCRIPT}\n"
-        f"RUN mkdir -p {shlex.quote(task.workdir)} && {git} init -q && {git} add -A"
+        f"RUN mkdir -p {shlex.quote(task.workdir)} {HARNESS_ROOT} && {git} init -q && {git} add -A"
         f" && {identity} {git} commit -q --allow-empty --no-gpg-sign -m 'task working tree'"
         f" && chmod 700 {TASK_GIT_DIR}\n"
         f"WORKDIR {task.workdir}\n"
@@ -322,7 +353,6 @@ def task_layers(task: TaskImage, from_image: str | None) -> ImageLayer:
     return ImageLayer(
         "harness",
         harness,
-        {"limited_exec.py": Path(limited_exec.__file__).read_bytes()},
         parent=own,
         labels={"eval_pipeline.layer": "harness", "eval_pipeline.instance": task.instance_id},
     )

@@ -19,6 +19,11 @@ from pathlib import Path
 from eval_pipeline.outcomes import ImageBuildFailed
 
 _VERSION = re.compile(r"^\d+\.\d+$")
+# Before an environment installs packages, its venv gets the newest pip its Python supports, as SWE-bench's conda
+# environments have: the pip a venv is born with can be too old for today's wheels (Python 3.6's pip 18.1 reads
+# no manylinux2010/2014 tag, so it builds bcrypt from source, which needs Rust). Old pip still honours each
+# release's Requires-Python, so it picks a pip that runs on that Python.
+UPGRADE_PIP = "python -m pip install --upgrade pip"
 
 
 @dataclass(frozen=True)

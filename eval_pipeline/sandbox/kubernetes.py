@@ -143,14 +143,15 @@ class KubernetesExec(PodExec):
         return exit_code_of(status, self.failure), stdout.encode(), stderr.encode()
 
     def open_channel(self, argv: list[str], env: Mapping[str, str], first_line: str) -> ToolChannel:
-        """An exec stream; the exec subresource takes no environment, so `env` is set by `env` in argv."""
+        """An exec stream; the exec subresource takes no environment, so `env` is set by `/usr/bin/env` in argv
+        (by path: the environment's venv comes first on PATH)."""
         try:
             session = stream(
                 self.core.connect_get_namespaced_pod_exec,
                 self.name,
                 self.namespace,
                 container=CONTAINER,
-                command=["env", *(f"{key}={value}" for key, value in env.items()), *argv],
+                command=["/usr/bin/env", *(f"{key}={value}" for key, value in env.items()), *argv],
                 stdin=True,
                 stdout=True,
                 stderr=True,

@@ -1,8 +1,9 @@
 """Run one shell command under limits and report what it did: the sandboxes' common executor.
 
 Standard library only, and compatible with Python 3.9: the local backend
-imports it, and the container backend copies this file into its base image
-and runs it as root (`python3 limited_exec.py`), where it drops to the trial's
+imports it, and the container backend runs it as root on the harness's own
+interpreter, from the runtime every container mounts (tool_runtime.py; never
+the environment's `python3`, which may be 3.6), where it drops to the trial's
 uid for the command and prints one JSON result (`--reap` makes it an
 environment pod's PID 1; `--sweep UID` ends a trial, see `sweep_uid`). The
 request (command, environment, limits) arrives in the exec's environment

@@ -9,8 +9,8 @@ import re
 from typing import Any
 
 from eval_pipeline.sandbox.base import ResourceLimits
-from eval_pipeline.sandbox.images import EXEC_SCRIPT, TESTBED
-from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT
+from eval_pipeline.sandbox.images import TESTBED
+from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, ToolRuntime
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "eval-pipeline"}
 CAMPAIGN_LABEL = "eval-pipeline/campaign"
@@ -100,7 +100,7 @@ def environment_pod_manifest(
                     "name": CONTAINER,
                     "image": image,
                     "imagePullPolicy": "IfNotPresent",
-                    "command": ["python3", EXEC_SCRIPT, "--reap"],
+                    "command": ToolRuntime().runner("--reap"),  # the runtime's interpreter, as every exec's
                     "resources": resources,
                     "readinessProbe": {"exec": {"command": ["test", "-d", TESTBED]}, "periodSeconds": 2},
                     "volumeMounts": [{"name": TOOLS_VOLUME, "mountPath": TOOLS_ROOT, "readOnly": True}],

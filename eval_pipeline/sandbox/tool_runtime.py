@@ -1,11 +1,14 @@
-"""The tool server's runtime, carried into every container: a Python of its own with the `mcp` SDK.
+"""The harness's runtime, carried into every container: a Python of its own with the `mcp` SDK.
 
 An environment's own Python may be 3.6, or absent (a terminal task's image),
-and its packages are the task's, so the tool server (tool_server.py) cannot
-run on them. It brings its own instead: this machine's interpreter (its
-binary, shared library and standard library) and the installed distributions
-`mcp` needs, with tool_server.py and limited_exec.py beside them, laid out
-under TOOLS_ROOT. The container backend puts that in a volume once per engine
+and its packages are the task's, so no harness process (the command runner
+limited_exec.py, the pod's PID 1, the uid and slot claims, the tool server
+tool_server.py) can run on them. They bring their own instead: this machine's
+interpreter (its binary, shared library and standard library) and the
+installed distributions `mcp` needs, with tool_server.py and limited_exec.py
+beside them, laid out under TOOLS_ROOT, and started by absolute path
+(`ToolRuntime.python`), never as `python3` from PATH, where the environment's
+venv comes first. The container backend puts that in a volume once per engine
 and mounts it read-only into every pod and container (container.py); the
 Kubernetes backend builds it as an image of its own (`tools_layer`, FROM
 scratch) that pods mount read-only as an image volume. Either way no
@@ -54,6 +57,24 @@ class ToolRuntime:
     """What a container needs to start a tool server: the command and its environment, under `root`."""
 
     root: str = TOOLS_ROOT
+
+    def python(self, *args: str) -> list[str]:
+        """A command line running the runtime's interpreter on `args`, whatever PATH and the image's variables
+        say: by absolute path, isolated (-I: no PYTHON* variable, user site directory or script directory
+        that an environment's image or a trial could have planted is read), its shared library found through
+        LD_LIBRARY_PATH (its own link names the machine's pyenv directory). `/usr/bin/env` sets that variable
+        for this process alone: no exec API offers an environment everywhere (Kubernetes' has none)."""
+        return [
+            "/usr/bin/env",
+            f"LD_LIBRARY_PATH={self.root}/python/lib",
+            f"{self.root}/python/bin/python3",
+            "-I",
+            *args,
+        ]
+
+    def runner(self, *args: str) -> list[str]:
+        """The command runner (limited_exec.py) on the runtime's interpreter."""
+        return self.python(f"{self.root}/limited_exec.py", *args)
 
     @property
     def argv(self) -> list[str]:

@@ -1,0 +1,95 @@
+"""Every harness process in a pod is started on the runtime's own interpreter, by path, never as `python3`.
+
+The environment's venv is first on PATH in every container, so `python3` there is the environment's (Python 3.6
+for django 3.x rows, which lacks what the runner calls) or whatever a trial or an image put first. These tests
+record every command line the harness sends into a pod (no engine needed); test_container_sandbox.py runs the same
+attack in real pods, with a `python3` planted first on PATH.
+"""
+
+import json
+import re
+import shlex
+from collections.abc import Mapping
+
+from eval_pipeline.outcomes import InfrastructureError
+from eval_pipeline.sandbox.base import SandboxError, ToolChannel
+from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec, claimed_slot
+from eval_pipeline.sandbox.images import SWEBENCH_SYSTEM_PACKAGES, PythonSource, base_layer
+from eval_pipeline.sandbox.pod_manifest import environment_pod_manifest
+from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, ToolRuntime
+
+INTERPRETER = f"{TOOLS_ROOT}/python/bin/python3"
+RESULT = {"command": "", "exit_code": 0, "stdout": "", "stderr": "", "duration_s": 0.1}
+
+
+class RecordingPod(PodExec):
+    """A pod that answers each harness command as a real one would and records its command line."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.commands: list[list[str]] = []
+
+    def run(self, argv: list[str], timeout_s: float = 0, private: str | None = None) -> tuple[int, bytes, bytes]:
+        self.commands.append(argv)
+        if argv[:2] == ["sh", "-c"] and "chown" in argv[2]:
+            return 0, b"20000\n", b""  # the uid claim's script prints the uid
+        if "limited_exec.py" in " ".join(argv) and "--sweep" not in argv:
+            return 0, json.dumps(RESULT).encode(), b""
+        if any("print(slot)" in arg for arg in argv):
+            return 0, b"0\n", b""
+        if any("b64encode" in arg for arg in argv):
+            return 0, b"aGk=", b""
+        return 0, b"", b""
+
+    def failure(self, message: str) -> InfrastructureError:
+        return SandboxError(message)
+
+    def open_channel(self, argv: list[str], env: Mapping[str, str], first_line: str) -> ToolChannel:
+        raise NotImplementedError
+
+
+def python_invocations(argv: list[str]) -> list[list[str]]:
+    """Each Python interpreter the command line starts, as the words from its program on: directly, or inside
+    an `sh -c` script, where the words are split as the shell splits them."""
+    words = shlex.split(argv[2]) if argv[:2] == ["sh", "-c"] else argv
+    return [words[i:] for i, word in enumerate(words) if word.rsplit("/", 1)[-1].startswith("python")]
+
+
+def test_every_harness_command_in_a_pod_starts_the_runtime_interpreter_by_path():
+    pod = RecordingPod()
+    with claimed_slot(pod, 2, heartbeat_s=60) as slot:
+        workspace = ExecWorkspace(pod, f"/workspaces/slot{slot}", {}, 1000)
+        with workspace.created():
+            workspace.run("python3 -m pytest", timeout_s=10)
+            workspace.write_harness_file("model.patch", "diff")
+            assert workspace.read_harness_file("model.patch") == b"hi"
+    started = [invocation for argv in pod.commands for invocation in python_invocations(argv)]
+    assert len(started) == 7, pod.commands  # slot claim, uid claim, runner, write, read, sweep, slot release
+    for invocation in started:
+        assert invocation[:2] == [INTERPRETER, "-I"], invocation
+    runs = [argv for argv in pod.commands if argv[-1] == f"{TOOLS_ROOT}/limited_exec.py"]
+    assert runs == [["/usr/bin/env", f"LD_LIBRARY_PATH={TOOLS_ROOT}/python/lib", INTERPRETER, "-I", runs[0][-1]]]
+
+
+def test_the_pod_spec_starts_its_runner_on_the_runtime_interpreter():
+    manifest = environment_pod_manifest("pod", "ns", "image", "tools", "campaign", "instance", {})
+    container = manifest["spec"]["containers"][0]
+    assert container["command"] == ToolRuntime().runner("--reap")
+    assert container["command"][2:4] == [INTERPRETER, "-I"]
+    assert {"mountPath": TOOLS_ROOT, "readOnly": True}.items() <= container["volumeMounts"][0].items()
+
+
+def test_the_system_layer_holds_what_swebenchs_base_image_installs_under_every_environment():
+    """The list is SWE-bench's own, read from the pinned swebench package's base Dockerfile."""
+    from swebench.harness.dockerfiles.python import _DOCKERFILE_BASE_PY
+
+    listed = re.search(r"apt install -y \\\n(.*?)&& rm", _DOCKERFILE_BASE_PY, re.DOTALL)
+    assert listed, "swebench's base Dockerfile no longer installs its packages in one apt line"
+    assert set(SWEBENCH_SYSTEM_PACKAGES) == {word for word in listed[1].split() if word != "\\"}
+    base, _ = base_layer(PythonSource("localhost/eval-base:bookworm"), "", None)
+    system = base.parent
+    assert system is not None and system.kind == "system" and system.parent is None
+    assert all(package in system.dockerfile for package in SWEBENCH_SYSTEM_PACKAGES)
+    other, _ = base_layer(PythonSource("localhost/eval-base:bookworm"), "", "/etc/ssl/certs/ca-certificates.crt")
+    assert other.parent == system and other.tag != base.tag, "one system layer, whatever is above it"
