@@ -27,6 +27,7 @@ from eval_pipeline_tests.conftest import eval_pipeline_cli, prepare_on
 from eval_pipeline_tests.real_data import (
     PY36_ROW,
     PYTEST_ROW,
+    SPHINX_ROW,
     SWEBENCH_LOCAL_ROWS,
     SWEBENCH_ROWS,
     swebench_mirror,
@@ -170,14 +171,16 @@ def test_real_rows_on_the_container_backend(engine, real_rows, real_benchmark, c
             assert workspace_diff(workspace, instance.base_commit) == "", "the null agent's patch is 0 bytes"
 
 
-@pytest.mark.timeout(3600)  # a first run builds SWE-bench's system layer and django's requirements
-@pytest.mark.parametrize("backend", ["container", "local"])
-def test_a_python_36_row_resolves_on_its_own_python(request, backend, tmp_path):
+@pytest.mark.timeout(3600)  # a first run builds SWE-bench's system layer and the rows' requirements
+@pytest.mark.parametrize(("row", "backend"), [(PY36_ROW, "container"), (PY36_ROW, "local"), (SPHINX_ROW, "container")])
+def test_a_row_that_needs_its_own_python_resolves_on_it(request, row, backend, tmp_path):
     """django 3.1 on Python 3.6 (born with pip 18.1), as SWE-bench's spec says: the harness's runner and claims
-    run on its own interpreter (3.6 has no os.waitstatus_to_exitcode), and the requirements compile C (pywatchman)."""
+    run on its own interpreter (3.6 has no os.waitstatus_to_exitcode), and the requirements compile C (pywatchman).
+    sphinx under `tox --current-env`, which re-executes the environment's Python through a link: the image's
+    environment is that Python's whole installation, not a virtualenv (locally, it runs with the other rows)."""
     if backend == "container":
         request.getfixturevalue("engine")
-    rows = swebench_rows((PY36_ROW,))
+    rows = swebench_rows((row,))
     rows_file, mirrors = write_rows(rows, tmp_path / "verified.jsonl"), swebench_mirror(rows, tmp_path / "mirrors")
     sandbox = "sandbox: {backend: container}\n" if backend == "container" else ""
     summary = run_campaign(rows_file, mirrors, tmp_path, {"EVAL_PIPELINE_DATA_DIR": str(tmp_path / "data")}, sandbox)

@@ -39,7 +39,7 @@ from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.gitutil import COMMIT_BASELINE, STRIP_HISTORY
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import ImageBuildFailed
-from eval_pipeline.sandbox.interpreters import UPGRADE_PIP, find_interpreter
+from eval_pipeline.sandbox.interpreters import UPGRADE_PIP, find_interpreter, installation_excludes
 from eval_pipeline.tasks import Task, TaskImage
 from eval_pipeline.terminal_tasks import COMMIT_ENV as TASK_COMMIT_ENV
 
@@ -165,7 +165,7 @@ def base_layer(python: PythonSource, version: str, extra_ca_bundle: str | None) 
         ca_files,
         directory=directory,
         directory_identity=identity,
-        directory_excludes=(f"lib/python{version}/site-packages",) if directory else (),
+        directory_excludes=installation_excludes(found) if directory else (),
         parent=system,
         labels={"eval_pipeline.layer": "base"},
     )
@@ -175,10 +175,25 @@ def base_layer(python: PythonSource, version: str, extra_ca_bundle: str | None) 
 def env_layer(
     base: ImageLayer, interpreter: str, instance: Task, spec: EnvironmentSpec, requirements: Path | None
 ) -> ImageLayer:
-    """The spec's system steps and virtualenv; `requirements` is where the build finds requirements.txt."""
-    pip = f"{ENV_VENV}/bin/pip install --no-cache-dir"
+    """The spec's system steps and the environment's Python at ENV_VENV, with its packages; `requirements` is
+    where the build finds requirements.txt.
+
+    For a spec that names its Python version ENV_VENV is that version's whole installation (the image's own,
+    or the pyenv build the base layer copied), which the packages are installed into: each image has its own
+    copy-on-write layer of it, and tools that re-execute `sys.executable` through a link keep the packages
+    (interpreters.copy_installation says why a virtualenv does not). The base image's own Python (Debian's,
+    which refuses system-wide pip installs) gets a virtualenv.
+    """
+    pip = f"{ENV_VENV}/bin/python -m pip install --no-cache-dir"
     system = [f"RUN {step}" for step in spec.image_install]
-    lines = [f"FROM {base.tag}", *system, f"RUN {shlex.quote(interpreter)} -m venv {ENV_VENV}"]
+    quoted = shlex.quote(interpreter)
+    python = (
+        f"RUN ln -s \"$({quoted} -c 'import sys; print(sys.prefix)')\" {ENV_VENV}"
+        f" && ({ENV_VENV}/bin/python -m pip --version >/dev/null 2>&1 || {ENV_VENV}/bin/python -m ensurepip)"
+        if spec.python
+        else f"RUN {quoted} -m venv {ENV_VENV}"
+    )
+    lines = [f"FROM {base.tag}", *system, python]
     if spec.requirements or spec.packages:
         lines.append(f"RUN {ENV_VENV}/bin/{UPGRADE_PIP} --no-cache-dir")  # interpreters.UPGRADE_PIP says why
     if spec.requirements:
@@ -204,8 +219,8 @@ def env_layer(
 def instance_layer(env: ImageLayer, instance: Task, spec: EnvironmentSpec, checkout: Path) -> ImageLayer:
     steps = [*spec.pre_install, *spec.install]
     harness_pytest = (
-        f"RUN {ENV_VENV}/bin/python -c 'import pytest' 2>/dev/null || {ENV_VENV}/bin/pip install --no-cache-dir"
-        f" pytest=={pytest.__version__} || {ENV_VENV}/bin/pip install --no-cache-dir pytest\n"
+        f"RUN {ENV_VENV}/bin/python -c 'import pytest' 2>/dev/null || {ENV_VENV}/bin/python -m pip install"
+        f" --no-cache-dir pytest=={pytest.__version__} || {ENV_VENV}/bin/python -m pip install --no-cache-dir pytest\n"
         if spec.uses_pytest
         else ""
     )

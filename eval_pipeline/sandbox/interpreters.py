@@ -79,26 +79,34 @@ def find_interpreter(version: str) -> Interpreter:
 _INTERPRETER_COMMANDS = ("python", "pydoc", "idle", "2to3")  # bin/'s own; the rest came with installed packages
 
 
+def installation_excludes(interpreter: Interpreter) -> tuple[str, ...]:
+    """What a copy of a pyenv build leaves out, as paths relative to it: the build's installed packages and
+    the commands they put in bin/ (an environment has only what its spec installs), the standard library's
+    own test suite and static libraries, which nothing an environment runs needs."""
+    if interpreter.prefix is None:
+        raise ValueError(f"{interpreter.executable} is not a pyenv build: there is no installation to copy")
+    prefix, lib = interpreter.prefix, f"lib/python{'.'.join(interpreter.version.split('.')[:2])}"
+    commands = (
+        f"bin/{path.name}" for path in (prefix / "bin").iterdir() if not path.name.startswith(_INTERPRETER_COMMANDS)
+    )
+    static = (str(path.relative_to(prefix)) for path in (prefix / lib).glob("config-*/*.a"))
+    return (f"{lib}/site-packages", f"{lib}/test", *sorted(commands), *sorted(static))
+
+
 def copy_installation(interpreter: Interpreter, target: Path) -> None:
     """A Python installation of the environment's own at `target`, copied from a pyenv build.
 
     An environment must be a whole Python prefix, as SWE-bench's conda environment is, not a virtualenv
     whose interpreter lives elsewhere: tools that re-execute `sys.executable` through a link (tox-current-env
     makes `.tox/py39/bin/python` one) start a virtualenv's interpreter outside the virtualenv, without its
-    packages. The copy finds its own prefix from where it lies, and leaves out the build's installed packages
-    and the commands they put in bin/ (the environment has only what its spec installs), the standard
-    library's own test suite and static libraries, which nothing an environment runs needs.
+    packages. The copy finds its own prefix from where it lies; `installation_excludes` says what it leaves
+    out. Its site-packages starts empty.
     """
-    if interpreter.prefix is None:
-        raise ValueError(f"{interpreter.executable} is not a pyenv build: there is no installation to copy")
-    version = ".".join(interpreter.version.split(".")[:2])
-    emptied = {interpreter.prefix / "lib" / f"python{version}" / name for name in ("site-packages", "test")}
+    excluded = {interpreter.prefix / path for path in installation_excludes(interpreter)}  # type: ignore[operator]
 
     def left_out(directory: str, names: list[str]) -> set[str]:
-        if Path(directory) in emptied:
-            return set(names)
-        if Path(directory) == interpreter.prefix / "bin":
-            return {name for name in names if not name.startswith(_INTERPRETER_COMMANDS)}
-        return {name for name in names if name.endswith(".a")}
+        return {name for name in names if Path(directory, name) in excluded}
 
-    shutil.copytree(interpreter.prefix, target, symlinks=True, ignore=left_out)
+    shutil.copytree(interpreter.prefix, target, symlinks=True, ignore=left_out)  # type: ignore[arg-type]
+    site_packages = installation_excludes(interpreter)[0]
+    (target / site_packages).mkdir()
