@@ -48,7 +48,7 @@ from eval_pipeline.hashing import stable_hash
 from eval_pipeline.tasks import TaskImage
 
 if TYPE_CHECKING:  # grading and the sandboxes build on this module; a task reaches them when it is graded
-    from eval_pipeline.grading import Verdict
+    from eval_pipeline.grading import Verdict, VerifierRun
     from eval_pipeline.sandbox import ExecResult, Workspace
 
 DEMO_TASKS_DIR = Path(__file__).parent / "demo_tasks"
@@ -143,6 +143,13 @@ class TerminalTask:
         from eval_pipeline.grading import grade_terminal  # grading builds on this module
 
         return grade_terminal(self, model_patch, workspace, test_timeout_s)
+
+    def verify_in_place(self, workspace: "Workspace", test_timeout_s: float) -> "VerifierRun":
+        """Run the verifier in the agent's own workspace as the agent left it, processes still running, as
+        Harbor does (grading.run_verifier); its run is scored later (grading.score_verifier)."""
+        from eval_pipeline.grading import run_verifier  # grading builds on this module
+
+        return run_verifier(self, workspace, test_timeout_s)
 
 
 class _TaskError(ValueError):

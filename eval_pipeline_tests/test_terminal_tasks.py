@@ -258,3 +258,81 @@ def test_a_task_that_forbids_the_internet_runs_without_a_network(tmp_path, conta
     generation = generate(task, make_agent("null"), 0, environment, sandbox, store)
     verdict = evaluate(task, tasks.environment_for(task), generation, environment, sandbox, store, 60)
     assert verdict.outcome == Outcome.RESOLVED, (verdict.detail, verdict.steps)
+
+
+# A task whose product is its container's state, as kv-store-grpc's is: a file outside the WORKDIR and a server
+# left running. The verifier reports what it found on stderr and rewards only both.
+STATEFUL_TASK = {
+    "task.toml": "[verifier]\ntimeout_sec = 60\n",
+    "instruction.md": "Serve /etc/served (holding 'ready') over HTTP on port 8123, and leave the server running.\n",
+    "environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
+    "solution/solve.sh": (
+        "echo ready > /etc/served\ncd /etc && setsid python3 -m http.server 8123 >/dev/null 2>&1 &\nsleep 1\n"
+    ),
+    "tests/test.sh": (
+        "sleep 1\n"  # time for a process the agent left to act, were it able to
+        "python3 - <<'EOF' > /logs/verifier/reward.txt\n"
+        "import pathlib, sys, urllib.request\n"
+        "try:\n"
+        "    served = urllib.request.urlopen('http://127.0.0.1:8123/served', timeout=5).read() == b'ready\\n'\n"
+        "except OSError:\n"
+        "    served = False\n"
+        "found = pathlib.Path('/etc/served').exists()\n"
+        "print(f'file {found} server {served} attacker saw tests {pathlib.Path(\"/app/saw-tests\").exists()}',"
+        " file=sys.stderr)\n"
+        "print(1 if found and served else 0)\n"
+        "EOF\n"
+    ),
+}
+# What a hostile agent leaves behind, knowing the verifier runs in its container: a process that tries to uncover
+# the verifier's directories (unmount, move aside, unmount from a namespace of its own) and writes 1 to the reward
+# file, at Harbor's path and through every process's root, noting whether it ever saw the tests.
+REWARD_WRITER = (
+    "setsid sh -c 'while true; do umount /logs /tests; mv /logs /logs.aside;"
+    ' unshare -rm sh -c "umount -l /logs; echo 1 > /logs/verifier/reward.txt";'
+    " mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt;"
+    " for root in /proc/[0-9]*/root; do echo 1 > $root/logs/verifier/reward.txt;"
+    " [ -e $root/tests/test.sh ] && touch /app/saw-tests; done;"
+    " [ -e /tests/test.sh ] && touch /app/saw-tests; sleep 0.02; done 2>/dev/null' >/dev/null 2>&1 &"
+)
+
+
+@pytest.fixture
+def stateful(tmp_path, container_sandbox):
+    """The stateful task, its container sandbox and environment."""
+    write_task(tmp_path / "tasks", "serve", STATEFUL_TASK)
+    tasks = load_terminal_tasks(tmp_path / "tasks", tmp_path / "mirrors")
+    task = tasks.instance("serve")
+    sandbox = container_sandbox(task_base_image=task_base_image(), network=True)
+    return task, sandbox, sandbox.prepare(task, tasks.environment_for(task), tasks.source)
+
+
+@pytest.mark.slow  # containers
+def test_a_task_whose_product_is_state_is_verified_in_the_agent_s_container_and_regraded_from_its_snapshot(
+    stateful, store
+):
+    """Harbor's way: the verifier runs in the agent's container right after it, its server still running; a
+    re-grade (here under another test time limit) starts from the snapshot: the file is there, the server is not."""
+    task, sandbox, environment = stateful
+    oracle = generate(task, make_agent("oracle"), 0, environment, sandbox, store, test_timeout_s=60)
+    assert oracle.snapshot and oracle.verification, oracle.error
+    in_container = evaluate(task, task.environment, oracle, environment, sandbox, store, 60)
+    assert (in_container.outcome, in_container.grading_mode) == (Outcome.RESOLVED, "in_container"), in_container.steps
+    regraded = evaluate(task, task.environment, oracle, environment, sandbox, store, 61)
+    assert (regraded.outcome, regraded.grading_mode) == (Outcome.UNRESOLVED, "snapshot"), regraded.steps
+    assert "file True server False" in regraded.steps[-1]["stderr_tail"]
+    null = generate(task, make_agent("null"), 0, environment, sandbox, store, test_timeout_s=60)
+    verdict = evaluate(task, task.environment, null, environment, sandbox, store, 60)
+    assert (verdict.outcome, verdict.grading_mode) == (Outcome.UNRESOLVED, "in_container"), verdict.steps
+
+
+@pytest.mark.slow  # containers
+def test_a_process_the_agent_leaves_cannot_write_the_reward_of_the_verifier_in_its_container(stateful, store):
+    """The agent's commands see /tests and /logs/verifier covered by mounts of their own, which nothing they
+    start can remove or look beneath, and hold no capability where the verifier runs (limited_exec.py)."""
+    task, sandbox, environment = stateful
+    agent = make_agent("command", {"command": REWARD_WRITER})
+    generation = generate(task, agent, 0, environment, sandbox, store, network=True, test_timeout_s=60)
+    verdict = evaluate(task, task.environment, generation, environment, sandbox, store, 60)
+    assert (verdict.outcome, verdict.detail) == (Outcome.UNRESOLVED, "reward 0"), verdict.steps
+    assert "attacker saw tests False" in verdict.steps[-1]["stderr_tail"]

@@ -41,6 +41,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,7 @@ from eval_pipeline.swebench_specs import requirements_text
 from eval_pipeline.tasks import Task, TaskImage
 
 TOOLS_VOLUME_PREFIX = "eval-pipeline-tools-"
+SNAPSHOT_REPOSITORY = "localhost/eval-pipeline-snapshot"  # terminal task containers as their agent left them
 TOOLS_MARKER = ".complete"
 _FILLED_VOLUMES: set[tuple[str, str]] = set()  # (engine, volume) filled by this process
 # Commands are timed out inside the container; the client waits as long as they may run.
@@ -242,6 +244,18 @@ class ContainerWorkspace(ExecWorkspace):
         if not written:
             raise self.pod.failure(f"could not write {name}")
         return self.harness_path(name)
+
+    def snapshot(self, name: str) -> dict[str, str] | None:
+        """A terminal task's container committed as an image (its filesystem, not its processes), tagged
+        `name` and labelled as the harness's; a pod's workspaces keep none (their product is their diff)."""
+        if not self.task:
+            return None
+        labels = [f"LABEL {MANAGED_LABEL}=true", "LABEL eval_pipeline.layer=snapshot"]
+        try:
+            image = self.container.commit(repository=SNAPSHOT_REPOSITORY, tag=name, changes=labels)
+        except _ENGINE_FAILURES as error:
+            raise self.pod.failure(f"committing {self.container.name}: {error}") from error
+        return {"image": f"{SNAPSHOT_REPOSITORY}:{name}", "image_id": image.id}
 
     def read_harness_file(self, name: str) -> bytes | None:
         """Through the engine's archive, whose output an exec under load can lose. The archive follows a final
@@ -425,6 +439,15 @@ class ContainerSandbox(SandboxBackend):
         if self.settings.mode == "pod":
             self._pod(handle)
         return handle
+
+    def snapshot_environment(self, environment: EnvironmentHandle, snapshot: Mapping[str, str]) -> EnvironmentHandle:
+        """The task's environment with the snapshot as its image; SandboxLost when the snapshot is gone or is
+        no longer the image that was committed (a re-grade then cannot start from the agent's state)."""
+        with engine_errors(f"the snapshot {snapshot['image']}"):
+            image = self.client.images.get(snapshot["image"])
+        if image.id != snapshot["image_id"]:
+            raise SandboxLost(f"{snapshot['image']} is {image.id}, not the snapshot {snapshot['image_id']}")
+        return replace(environment, details={**environment.details, **snapshot})
 
     def _security_options(self) -> list[str]:
         """Each trial command enters a user and mount namespace of its own (its view of /testbed). Podman's
