@@ -113,16 +113,14 @@ def _solve(agent: Agent, task: AgentTask, workspace: Workspace) -> tuple[AgentOu
 
 
 def _verified_in_place(
-    instance: Task, workspace: Workspace, key: str, status: str, test_timeout_s: float | None
+    instance: Task, workspace: Workspace, name: str, status: str, test_timeout_s: float | None
 ) -> tuple[dict[str, str] | None, dict[str, Any] | None]:
-    """(snapshot, verifier run) of a task judged in its container, whose agent completed: the snapshot first,
-    so that it holds the agent's state and none of the verifier's; (None, None) where the workspace keeps no
-    snapshot (the product is the patch) or there is nothing to judge."""
-    if status != COMPLETED or test_timeout_s is None:
+    """(snapshot, verifier run) of a workspace judged in place whose agent completed: the snapshot (named
+    `name`) first, so that it holds the agent's state and none of the verifier's; (None, None) where the product
+    is the patch or there is nothing to judge."""
+    if status != COMPLETED or test_timeout_s is None or not workspace.judged_in_place:
         return None, None
-    snapshot = workspace.snapshot(key.removeprefix("generation/").removesuffix(".json"))
-    if snapshot is None:
-        return None, None
+    snapshot = workspace.snapshot(name)
     run = instance.verify_in_place(workspace, test_timeout_s)
     return snapshot, run.as_record() if run else None
 
@@ -163,7 +161,8 @@ def generate(
                 patch = workspace_diff(workspace, instance.base_commit)
             except WorkspaceDiffError as failure:  # the agent left a workspace that makes no patch
                 patch, status, error = "", Outcome.AGENT_ERROR.value, f"{error}\n{failure}".strip()
-            snapshot, verification = _verified_in_place(instance, workspace, key, status, test_timeout_s)
+            name = key.removeprefix("generation/").removesuffix(".json")  # the snapshot is named by the trial's key
+            snapshot, verification = _verified_in_place(instance, workspace, name, status, test_timeout_s)
     generation = Generation(
         key=key,
         instance_id=instance.instance_id,

@@ -41,6 +41,7 @@ def test_oracle_resolves_and_null_does_not_on_the_container_backend(container_sa
             generation = generate(task, agent, 0, environment, sandbox, store, test_timeout_s=timeout)
             assert generation.status == "completed", generation.error
             evaluation = evaluate(task, task.environment, generation, environment, sandbox, store, timeout)
-            assert evaluation.outcome == expected, (task.instance_id, agent.name, evaluation.detail, evaluation.steps)
+            output = evaluation.steps[-1].get("stdout_tail", "") if evaluation.steps else ""
+            assert evaluation.outcome == expected, (task.instance_id, agent.name, evaluation.detail, output)
             assert evaluation.detail.startswith("reward "), "the reward file decided"
             assert evaluation.grading_mode == "in_container"

@@ -273,9 +273,15 @@ class Workspace(ABC):
         paths (a terminal task's container), which the verifier sees."""
         return self.run(command, timeout_s=timeout_s, env=env)
 
+    @property
+    def judged_in_place(self) -> bool:
+        """Whether a task's verifier judges this workspace as its agent left it, processes and all (a terminal
+        task's own container, as in Harbor), rather than the agent's patch replayed on a fresh workspace."""
+        return False
+
     def snapshot(self, name: str) -> dict[str, str] | None:
-        """Keep the workspace's whole filesystem as it is now under `name`, for a later re-grade; None where the
-        backend keeps no snapshot (its tasks are graded by replaying their patch on a fresh workspace)."""
+        """Keep the workspace's whole filesystem as it is now under `name`, for a later re-grade; None where it
+        is not judged in place (its product is its patch)."""
         return None
 
     @abstractmethod

@@ -245,10 +245,14 @@ class ContainerWorkspace(ExecWorkspace):
             raise self.pod.failure(f"could not write {name}")
         return self.harness_path(name)
 
+    @property
+    def judged_in_place(self) -> bool:
+        return self.task is not None  # a terminal task's own container; a pod's workspaces give their diff
+
     def snapshot(self, name: str) -> dict[str, str] | None:
         """A terminal task's container committed as an image (its filesystem, not its processes), tagged
-        `name` and labelled as the harness's; a pod's workspaces keep none (their product is their diff)."""
-        if not self.task:
+        `name` and labelled as the harness's."""
+        if not self.judged_in_place:
             return None
         labels = [f"LABEL {MANAGED_LABEL}=true", "LABEL eval_pipeline.layer=snapshot"]
         try:
@@ -492,8 +496,13 @@ class ContainerSandbox(SandboxBackend):
         _FILLED_VOLUMES.add((engine, name))
         return name
 
-    def _start(self, image: str, name: str, labels: Mapping[str, str], trials: int, network: str) -> Container:
-        """Start a container on `network` (ENGINE_NETWORK or NO_NETWORK), with the tool runtime mounted."""
+    def _start(
+        self, image: str, name: str, labels: Mapping[str, str], trials: int, network: str, task: bool = False
+    ) -> Container:
+        """Start a container on `network` (ENGINE_NETWORK or NO_NETWORK), with the tool runtime mounted. A
+        terminal task's lets any user bind ports below 1024, as Docker Engine's containers do by default: its
+        agent is root in a user namespace of its own (limited_exec.py), which holds no capability over the
+        container's network (an nginx on port 80 would otherwise fail)."""
         tools = self._tools_volume(image)
         with engine_errors(f"starting {name}"):
             try:
@@ -506,6 +515,7 @@ class ContainerSandbox(SandboxBackend):
                     volumes={tools: {"bind": TOOLS_ROOT, "mode": "ro,nocopy"}},
                     security_opt=self._security_options(),
                     **({"network_mode": "none"} if network != ENGINE_NETWORK else {}),
+                    **({"sysctls": {"net.ipv4.ip_unprivileged_port_start": "0"}} if task else {}),
                     **self._container_limits(trials),
                 )
             except docker.errors.APIError as error:
@@ -576,7 +586,7 @@ class ContainerSandbox(SandboxBackend):
             engine_network = environment.details.get("network", NO_NETWORK)
         else:
             engine_network = ENGINE_NETWORK if network else NO_NETWORK
-        container = self._start(environment.details["image"], name, labels, 1, engine_network)
+        container = self._start(environment.details["image"], name, labels, 1, engine_network, bool(task))
         try:
             with self._used(container, "trial", task, cut_network=False) as workspace:  # its own network, or none
                 yield workspace
