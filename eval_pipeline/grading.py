@@ -30,9 +30,13 @@ skip is no regression); a graded test absent from the results makes the
 outcome `tests_missing`, and a run that reports no test at all is a grading
 error, never a silent `unresolved`.
 
-A terminal task gets its tests only now (at /tests where the workspace keeps
-Harbor's paths) and runs tests/test.sh; its reward file decides, and a
-verifier that wrote none is a grading error.
+A terminal task gets its tests only when its verifier runs (at /tests where
+the workspace keeps Harbor's paths, hidden from every agent command until
+then) and runs tests/test.sh (`run_verifier`); its reward file decides
+(`score_verifier`), and a verifier that wrote none is a grading error. On the
+container backend the verifier runs in the agent's own container right after
+it (generation.py keeps that run); `grade_terminal` replays a patch, or
+re-grades a snapshot of that container with the empty patch.
 
 Each kind of task owns its grading (`Task.grade`, tasks.py) and calls its
 grader here: a code task `grade`, a terminal task `grade_terminal`.

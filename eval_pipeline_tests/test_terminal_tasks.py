@@ -37,8 +37,9 @@ def run_trial(
     task = tasks.instance(task_id)
     sandbox = sandbox or LocalSandbox(tmp_path / "sandbox", task_limits(task, multiplier), SandboxSettings(), "test")
     environment = sandbox.prepare(task, tasks.environment_for(task), tasks.source)
-    generation = generate(task, make_agent(agent, params), seed, environment, sandbox, store, timeout_multiplier)
     timeout = task.verifier_timeout_s * timeout_multiplier
+    agent = make_agent(agent, params)
+    generation = generate(task, agent, seed, environment, sandbox, store, timeout_multiplier, test_timeout_s=timeout)
     return evaluate(task, tasks.environment_for(task), generation, environment, sandbox, store, timeout)
 
 
@@ -255,9 +256,12 @@ def test_a_task_that_forbids_the_internet_runs_without_a_network(tmp_path, conta
     sandbox = container_sandbox(task_base_image=task_base_image())
     environment = sandbox.prepare(task, tasks.environment_for(task), tasks.source)
     assert environment.details["network"] == "none"
-    generation = generate(task, make_agent("null"), 0, environment, sandbox, store)
+    generation = generate(task, make_agent("null"), 0, environment, sandbox, store, test_timeout_s=60)
     verdict = evaluate(task, tasks.environment_for(task), generation, environment, sandbox, store, 60)
-    assert verdict.outcome == Outcome.RESOLVED, (verdict.detail, verdict.steps)
+    assert (verdict.outcome, verdict.grading_mode) == (Outcome.RESOLVED, "in_container"), (
+        verdict.detail,
+        verdict.steps,
+    )
 
 
 # A task whose product is its container's state, as kv-store-grpc's is: a file outside the WORKDIR and a server
