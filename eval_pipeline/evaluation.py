@@ -15,8 +15,8 @@ How a generation is graded is its `grading_mode`, recorded with the evaluation: 
 patch (a SWE-bench row; a terminal task on the local backend) by `patch_replay` in a fresh workspace; a task
 judged in its container by its verifier's run `in_container`, right after the agent (stored with the
 generation), scored here; and where that run does not answer this evaluation (it ran under another test time
-limit, or none was stored), by a re-grade from the generation's `snapshot`: the verifier in a fresh container of
-the agent's files, without its processes.
+limit or other resources, as a calibration's multipliers give), by a re-grade from the generation's `snapshot`:
+the verifier in a fresh container of the agent's files, without its processes.
 
 A final evaluation's key holds its patch's hash, known only once the
 generation exists. So that a campaign can tell its finished trials from one
@@ -146,9 +146,11 @@ def mark_scored(store: ArtifactStore, trial_scored_id: str, evaluation_key: str,
         store.put(marker, {"evaluation_key": evaluation_key})
 
 
-def grading_mode(generation: Generation, test_timeout_s: float) -> str:
-    """How `generation` is graded under `test_timeout_s` (the module's docstring says why)."""
-    if generation.verification is not None and generation.verification["test_timeout_s"] == test_timeout_s:
+def grading_mode(generation: Generation, test_timeout_s: float, resources: dict[str, Any]) -> str:
+    """How `generation` is graded under `test_timeout_s` and `resources` (the sandbox's record): by its
+    in-container run only if that ran under both (the module's docstring says why)."""
+    verification = generation.verification
+    if verification and (verification["test_timeout_s"], generation.verified_resources) == (test_timeout_s, resources):
         return IN_CONTAINER
     return SNAPSHOT if generation.snapshot is not None else PATCH_REPLAY
 
@@ -164,7 +166,7 @@ def _judge(
     """The verdict, whatever happens: the agent's own failure, the grading's, or the infrastructure's."""
     if generation.status != COMPLETED:  # the agent crashed or ran out of time: its failure, already final
         return Verdict(Outcome(generation.status), detail=generation.error[-2000:])
-    mode = grading_mode(generation, test_timeout_s)
+    mode = grading_mode(generation, test_timeout_s, sandbox.resources_record())
     if mode == IN_CONTAINER:
         return score_verifier(VerifierRun.from_record(generation.verification or {}))
     try:
@@ -232,7 +234,7 @@ def evaluate(
         harness_version=HARNESS_VERSION,
         grading_version=GRADING_VERSION,
         limit_evidence=evidence.payload() if evidence else None,
-        grading_mode=grading_mode(generation, test_timeout_s),
+        grading_mode=grading_mode(generation, test_timeout_s, under.resources),
     )
     attempt = Attempt(
         stage=Stage.EVALUATION,

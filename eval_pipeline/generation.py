@@ -65,10 +65,12 @@ class Generation(StoredRecord):
     cost_usd: float
     steps: int = 0
     stop_reason: str = ""
-    # A task judged in its container: the container's snapshot ({image, image_id}) and the verifier's run in it
-    # right after the agent (grading.VerifierRun.as_record); None where the product is the patch.
+    # A task judged in its container: the container's snapshot ({image, image_id}), the verifier's run in it
+    # right after the agent (grading.VerifierRun.as_record) and the sandbox's resources record it ran under (an
+    # evaluation under other limits re-grades); None where the product is the patch.
     snapshot: dict[str, str] | None = None
     verification: dict[str, Any] | None = None
+    verified_resources: dict[str, Any] | None = None
     started_at: str
     duration_s: float
     harness_version: str
@@ -181,6 +183,7 @@ def generate(
         stop_reason=output.stop_reason if output else status,
         snapshot=snapshot,
         verification=verification,
+        verified_resources=sandbox.resources_record() if verification else None,
         started_at=started_at,
         duration_s=round(time.monotonic() - clock, 3),
         harness_version=HARNESS_VERSION,

@@ -426,8 +426,9 @@ def run_limited(
     system refuses the namespaces that takes. A view with `hide` (paths) and no source covers each of
     those paths with an empty mount of the command's own, which nothing it starts can remove: a
     terminal task's agent, root in its container, never sees the verifier's /tests or reward file,
-    nor can the processes it leaves running reach them (`_View`). With a `uid` (a pod's trial), every process of that uid
-    is ended once the command has (`end_processes_of`), whatever group or session it moved to.
+    nor can the processes it leaves running reach them (`_View`). With a `uid` (a pod's trial),
+    every process of that uid is ended once the command has (`end_processes_of`), whatever group or
+    session it moved to.
 
     For hosts without cgroups, `memory_ceiling_mb` is enforced on the process
     group's resident memory (watched, and checked against the peak at exit)
