@@ -78,6 +78,7 @@ from eval_pipeline.tasks import Task, TaskImage
 
 TOOLS_VOLUME_PREFIX = "eval-pipeline-tools-"
 SNAPSHOT_REPOSITORY = "localhost/eval-pipeline-snapshot"  # terminal task containers as their agent left them
+CAMPAIGN_LABEL = "eval_pipeline.campaign"
 TOOLS_MARKER = ".complete"
 _FILLED_VOLUMES: set[tuple[str, str]] = set()  # (engine, volume) filled by this process
 # Commands are timed out inside the container; the client waits as long as they may run.
@@ -251,10 +252,15 @@ class ContainerWorkspace(ExecWorkspace):
 
     def snapshot(self, name: str) -> dict[str, str] | None:
         """A terminal task's container committed as an image (its filesystem, not its processes), tagged
-        `name` and labelled as the harness's."""
+        `name` and labelled as the harness's and its campaign's."""
         if not self.judged_in_place:
             return None
-        labels = [f"LABEL {MANAGED_LABEL}=true", "LABEL eval_pipeline.layer=snapshot"]
+        campaign = self.container.labels.get(CAMPAIGN_LABEL, "")
+        labels = [
+            f"LABEL {MANAGED_LABEL}=true",
+            "LABEL eval_pipeline.layer=snapshot",
+            f"LABEL {CAMPAIGN_LABEL}={campaign}",
+        ]
         try:
             image = self.container.commit(repository=SNAPSHOT_REPOSITORY, tag=name, changes=labels)
         except _ENGINE_FAILURES as error:
@@ -309,7 +315,7 @@ class ContainerSandbox(SandboxBackend):
         return engine_client()
 
     def _labels(self, **extra: str) -> dict[str, str]:
-        return {MANAGED_LABEL: "true", "eval_pipeline.campaign": self.campaign, **extra}
+        return {MANAGED_LABEL: "true", CAMPAIGN_LABEL: self.campaign, **extra}
 
     def _checkout_dir(self, instance: Task) -> Path:
         return self.root / "checkouts" / _slug(f"{instance.repo}@{instance.base_commit}")
@@ -445,13 +451,12 @@ class ContainerSandbox(SandboxBackend):
         return handle
 
     def snapshot_environment(self, environment: EnvironmentHandle, snapshot: Mapping[str, str]) -> EnvironmentHandle:
-        """The task's environment with the snapshot as its image; SandboxLost when the snapshot is gone or is
-        no longer the image that was committed (a re-grade then cannot start from the agent's state)."""
-        with engine_errors(f"the snapshot {snapshot['image']}"):
-            image = self.client.images.get(snapshot["image"])
-        if image.id != snapshot["image_id"]:
-            raise SandboxLost(f"{snapshot['image']} is {image.id}, not the snapshot {snapshot['image_id']}")
-        return replace(environment, details={**environment.details, **snapshot})
+        """The task's environment with the snapshot as its image, found by its id (its tag names the generation,
+        which another campaign on this engine may have committed since); SandboxLost when it is gone (a re-grade
+        then cannot start from the agent's state)."""
+        with engine_errors(f"the snapshot {snapshot['image']} ({snapshot['image_id']})"):
+            self.client.images.get(snapshot["image_id"])
+        return replace(environment, details={**environment.details, "image": snapshot["image_id"]})
 
     def _security_options(self) -> list[str]:
         """Each trial command enters a user and mount namespace of its own (its view of /testbed). Podman's
@@ -616,6 +621,6 @@ class ContainerSandbox(SandboxBackend):
     def release(self) -> None:
         with engine_errors(f"releasing campaign {self.campaign}'s containers"):
             for container in self.client.containers.list(
-                all=True, filters={"label": [f"{MANAGED_LABEL}=true", f"eval_pipeline.campaign={self.campaign}"]}
+                all=True, filters={"label": [f"{MANAGED_LABEL}=true", f"{CAMPAIGN_LABEL}={self.campaign}"]}
             ):
                 container.remove(force=True)
