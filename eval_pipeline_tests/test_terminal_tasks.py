@@ -14,6 +14,7 @@ from eval_pipeline.outcomes import ImageBuildFailed, Outcome
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR, load_terminal_tasks
+from eval_pipeline.validation import Status, validate_task
 from eval_pipeline_tests.real_data import task_base_image
 
 DETERMINISTIC = ("hello-file", "word-count", "fix-config", "csv-total", "sort-unique")
@@ -328,6 +329,13 @@ def test_a_task_whose_product_is_state_is_verified_in_the_agent_s_container_and_
     null = generate(task, make_agent("null"), 0, environment, sandbox, store, test_timeout_s=60)
     verdict = evaluate(task, task.environment, null, environment, sandbox, store, 60)
     assert (verdict.outcome, verdict.grading_mode) == (Outcome.UNRESOLVED, "in_container"), verdict.steps
+
+
+@pytest.mark.slow  # containers
+def test_validation_judges_a_stateful_task_s_reference_in_its_container(stateful):
+    task, sandbox, environment = stateful
+    validation = validate_task("t", task, task.environment, environment, sandbox, repeats=1, test_timeout_s=60)
+    assert validation.status == Status.VALID, validation
 
 
 @pytest.mark.slow  # containers
