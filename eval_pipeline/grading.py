@@ -330,6 +330,7 @@ class VerifierRun:
     reward_txt: str | None
     reward_json: str | None
     test_timeout_s: float
+    in_place: bool = False  # in the agent's own container, its processes still running
 
     def as_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -344,19 +345,23 @@ def _text(workspace: Workspace, name: str) -> str | None:
     return None if content is None else content.decode("utf-8", errors="replace")
 
 
-def run_verifier(task: TerminalTask, workspace: Workspace, test_timeout_s: float) -> VerifierRun:
+def run_verifier(
+    task: TerminalTask, workspace: Workspace, test_timeout_s: float, in_place: bool = False
+) -> VerifierRun:
     """Run tests/test.sh on the workspace as it is, as Harbor does: its tests and an empty reward directory put
     in place only now (at /tests and /logs/verifier where the workspace keeps Harbor's paths, which the agent's
-    commands never saw), root in the WORKDIR, with the task's [verifier] env."""
+    commands never saw), root in the WORKDIR, with the task's [verifier] env. test.sh is the command's own
+    process (`exec`), so a signal that ends it shows as the command's."""
     tests_dir = workspace.write_harness_tree("tests", task.tests)
     reward_file = workspace.harness_path(REWARD_FILE)
     reward_dir = shlex.quote(reward_file.rsplit("/", 1)[0])
     tests = workspace.verify(
-        f"rm -rf {reward_dir} && mkdir -p {reward_dir} && bash {shlex.quote(tests_dir + '/test.sh')}",
+        f"rm -rf {reward_dir} && mkdir -p {reward_dir} && exec bash {shlex.quote(tests_dir + '/test.sh')}",
         timeout_s=test_timeout_s,
         env={**task.verifier_env, "EVAL_TESTS_DIR": tests_dir, "EVAL_REWARD_FILE": reward_file},
     )
-    return VerifierRun(tests.summary(), _text(workspace, REWARD_FILE), _text(workspace, REWARD_JSON), test_timeout_s)
+    reward_txt, reward_json = _text(workspace, REWARD_FILE), _text(workspace, REWARD_JSON)
+    return VerifierRun(tests.summary(), reward_txt, reward_json, test_timeout_s, in_place)
 
 
 def _reward(run: VerifierRun) -> float | None:
@@ -381,6 +386,13 @@ def score_verifier(run: VerifierRun) -> Verdict:
         reward = _reward(run)
     except (ValueError, KeyError, TypeError) as error:
         verdict.detail = f"the reward file is not a number: {error!r}"
+        return verdict
+    if reward is None and run.in_place and run.run["exit_code"] < 0:  # neither the time limit nor the OOM killer
+        verdict.outcome = Outcome.UNRESOLVED
+        verdict.detail = (
+            f"test.sh was killed by signal {-run.run['exit_code']} in the agent's container, where only the"
+            " processes the agent left could send it: scored as not resolved"
+        )
         return verdict
     if reward is None:
         verdict.detail = f"the verifier wrote no reward file (test.sh exited {run.run['exit_code']})"

@@ -150,7 +150,7 @@ class TerminalTask:
         Harbor does (grading.run_verifier); its run is scored later (grading.score_verifier)."""
         from eval_pipeline.grading import run_verifier  # grading builds on this module
 
-        return run_verifier(self, workspace, test_timeout_s)
+        return run_verifier(self, workspace, test_timeout_s, in_place=True)
 
 
 class _TaskError(ValueError):

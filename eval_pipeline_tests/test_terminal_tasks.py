@@ -275,7 +275,7 @@ STATEFUL_TASK = {
         "echo ready > /etc/served\ncd /etc && setsid python3 -m http.server 8123 >/dev/null 2>&1 &\nsleep 1\n"
     ),
     "tests/test.sh": (
-        "sleep 1\n"  # time for a process the agent left to act, were it able to
+        "rm -f /app/attacker-alive; sleep 1\n"  # time for a process the agent left to act, were it able to
         "python3 - <<'EOF' > /logs/verifier/reward.txt\n"
         "import pathlib, sys, urllib.request\n"
         "try:\n"
@@ -283,8 +283,9 @@ STATEFUL_TASK = {
         "except OSError:\n"
         "    served = False\n"
         "found = pathlib.Path('/etc/served').exists()\n"
-        "print(f'file {found} server {served} attacker saw tests {pathlib.Path(\"/app/saw-tests\").exists()}',"
-        " file=sys.stderr)\n"
+        "app = pathlib.Path('/app')\n"
+        "print(f'file {found} server {served} attacker saw tests {(app / \"saw-tests\").exists()}'"
+        " f' attacker alive {(app / \"attacker-alive\").exists()}', file=sys.stderr)\n"
         "print(1 if found and served else 0)\n"
         "EOF\n"
     ),
@@ -298,7 +299,8 @@ REWARD_WRITER = (
     " mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt;"
     " for root in /proc/[0-9]*/root; do echo 1 > $root/logs/verifier/reward.txt;"
     " [ -e $root/tests/test.sh ] && touch /app/saw-tests; done;"
-    " [ -e /tests/test.sh ] && touch /app/saw-tests; sleep 0.02; done 2>/dev/null' >/dev/null 2>&1 &"
+    " [ -e /tests/test.sh ] && touch /app/saw-tests; touch /app/attacker-alive; sleep 0.02; done 2>/dev/null'"
+    " >/dev/null 2>&1 &"
 )
 
 
@@ -347,4 +349,23 @@ def test_a_process_the_agent_leaves_cannot_write_the_reward_of_the_verifier_in_i
     generation = generate(task, agent, 0, environment, sandbox, store, network=True, test_timeout_s=60)
     verdict = evaluate(task, task.environment, generation, environment, sandbox, store, 60)
     assert (verdict.outcome, verdict.detail) == (Outcome.UNRESOLVED, "reward 0"), verdict.steps
-    assert "attacker saw tests False" in verdict.steps[-1]["stderr_tail"]
+    assert "attacker saw tests False attacker alive True" in verdict.steps[-1]["stderr_tail"]
+
+
+# Left behind to kill the verifier, so that it writes no reward and the trial goes unscored (its pattern does not
+# match its own command line).
+VERIFIER_KILLER = (
+    "setsid sh -c 'while true; do for p in /proc/[0-9]*; do"
+    ' grep -qs "/tests/test\\.sh" $p/cmdline && kill -9 ${p#/proc/}; done; sleep 0.02; done\' >/dev/null 2>&1 &'
+)
+
+
+@pytest.mark.slow  # containers
+def test_a_verifier_killed_by_a_process_the_agent_left_is_scored_against_the_agent(stateful, store):
+    """Only the agent's processes can signal the verifier in its container (the time limit and the OOM killer
+    are told apart): no reward then is the agent's doing, never an unscored grading error."""
+    task, sandbox, environment = stateful
+    agent = make_agent("command", {"command": VERIFIER_KILLER})
+    generation = generate(task, agent, 0, environment, sandbox, store, network=True, test_timeout_s=60)
+    verdict = evaluate(task, task.environment, generation, environment, sandbox, store, 60)
+    assert verdict.outcome == Outcome.UNRESOLVED and "killed by signal 9" in verdict.detail, verdict.steps

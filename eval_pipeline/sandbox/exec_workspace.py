@@ -255,12 +255,14 @@ class ExecWorkspace(Workspace):
         }
 
     def _task_placement(self, task: TaskLayout) -> dict[str, Any]:
-        """Root in a terminal task's WORKDIR with its image's variables, in the container's own namespaces."""
+        """Root in a terminal task's WORKDIR with its image's variables, in the container's own namespaces,
+        the processes a command leaves running kept (limited_exec.run_limited's `keep_background`)."""
         return {
             "cwd": task.workdir,
             "env": {**task.env, **self._extra_env},
             "output_bytes": self._output_bytes,
             "watch_cgroup_oom": True,
+            "keep_background": True,
         }
 
     def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:

@@ -417,8 +417,14 @@ def run_limited(
     uid=None,
     watch_cgroup_oom=False,
     view=None,
+    keep_background=False,
 ):
     """Run `sh -c command` in its own process group; kill the group on timeout. Returns a JSON-ready dict.
+
+    The group is killed when the command ends too, unless `keep_background` (a terminal task's container,
+    where processes left running are the agent's product, as in Harbor): then only a group still holding
+    the command's output a moment after it ended is killed (`nohup server &` with no redirection), and a
+    process that let go of it (`server > log 2>&1 &`, setsid or not) runs on.
 
     `view` ({"source": workspace, "target": environment path, "network": allowed}) runs the command
     with the workspace mounted at the environment's path, `cwd` then being inside `target`, and with
@@ -494,7 +500,11 @@ def run_limited(
         if watch:
             watch.exited.set()
     process.returncode = os.waitstatus_to_exitcode(status)
-    kill_group()  # background children left behind would hold the pipes open
+    if keep_background and not timed_out:  # as Harbor leaves them: only those holding the output end
+        for reader in readers:
+            reader.join(_REAP_GRACE_S)
+    if not keep_background or any(reader.is_alive() for reader in readers):
+        kill_group()  # background children left behind would hold the pipes open
     if uid:
         end_processes_of(uid)  # and those that left the group (setsid), which would outlive the command
     for reader in readers:
