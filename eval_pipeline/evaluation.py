@@ -1,4 +1,4 @@
-"""Evaluation: grade a stored generation in a pristine workspace and keep every attempt.
+"""Evaluation: grade a stored generation (afresh, or by its verifier's run in place) and keep every attempt.
 
 A scored verdict (resolved, unresolved, patch_apply_failed, and the agent's
 own agent_error and agent_timeout) is final: it is stored under a key derived
