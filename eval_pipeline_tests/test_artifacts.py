@@ -201,7 +201,8 @@ def test_a_record_from_before_versions_is_version_one_and_new_records_carry_thei
     assert Generation.from_payload(_stored_generation(), key="g", reused=False).record_version == UNVERSIONED
     snapshot = {"image": "localhost/eval-pipeline-snapshot:x", "image_id": "sha256:x"}
     payload = _stored_generation(record_version=4, steps=4, stop_reason="completed", snapshot=snapshot)
-    assert Generation.from_payload(payload, key="g", reused=False).payload() == {**payload, "verification": None}
+    loaded = Generation.from_payload(payload, key="g", reused=False).payload()
+    assert loaded == {**payload, "verification": None, "verified_resources": None}
     older = Generation.from_payload(_stored_generation(record_version=2), key="g", reused=False)
     assert (older.steps, older.stop_reason, older.snapshot) == (0, "", None), "fields added since take their defaults"
 
