@@ -168,6 +168,10 @@ class Instance:
 
         return grade(self, spec, model_patch, workspace, test_timeout_s)
 
+    def verify_in_place(self, workspace: "Workspace", test_timeout_s: float) -> None:
+        """None: a SWE-bench row's product is its patch, graded on a fresh workspace (`grade`), never in place."""
+        return None
+
 
 @dataclass(frozen=True)
 class EnvironmentSpec:

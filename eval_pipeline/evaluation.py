@@ -1,4 +1,4 @@
-"""Evaluation: grade a stored generation in a pristine workspace and keep every attempt.
+"""Evaluation: grade a stored generation (afresh, or by its verifier's run in place) and keep every attempt.
 
 A scored verdict (resolved, unresolved, patch_apply_failed, and the agent's
 own agent_error and agent_timeout) is final: it is stored under a key derived
@@ -10,6 +10,13 @@ attempt, final or not, is kept; a retry adds one and deletes none. A test run
 stopped by a limit within which the instance's reference is known to pass is
 the patch's doing, scored and final (limit_evidence.py); an oracle's resolved
 evaluation is that knowledge.
+
+How a generation is graded is its `grading_mode`, recorded with the evaluation: a task whose product is a
+patch (a SWE-bench row; a terminal task on the local backend) by `patch_replay` in a fresh workspace; a task
+judged in its container by its verifier's run `in_container`, right after the agent (stored with the
+generation), scored here; and where that run does not answer this evaluation (it ran under another test time
+limit or other resources, as a calibration's multipliers give), by a re-grade from the generation's `snapshot`:
+the verifier in a fresh container of the agent's files, without its processes.
 
 A final evaluation's key holds its patch's hash, known only once the
 generation exists. So that a campaign can tell its finished trials from one
@@ -30,7 +37,7 @@ from eval_pipeline.artifacts import ArtifactStore, StoredRecord
 from eval_pipeline.attempt_log import Attempt, Stage, keep, now
 from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.generation import COMPLETED, Generation
-from eval_pipeline.grading import GRADING_VERSION, Verdict, grade_task
+from eval_pipeline.grading import GRADING_VERSION, Verdict, VerifierRun, grade_task, score_verifier
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.limit_evidence import CAMPAIGN, GradedUnder, record_reference_pass, scored_at_limits
 from eval_pipeline.outcomes import InfrastructureError, Outcome
@@ -39,10 +46,11 @@ from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.tasks import Task
 
 SCORED = "scored"
+PATCH_REPLAY, IN_CONTAINER, SNAPSHOT = "patch_replay", "in_container", "snapshot"
 
 
 class Evaluation(StoredRecord):
-    record_version: int = 2
+    record_version: int = 3
     key: str
     attempt_id: str
     generation_key: str
@@ -66,6 +74,8 @@ class Evaluation(StoredRecord):
     grading_version: str
     # The reference's pass (limit_evidence.ReferencePass) that scored a test run stopped by a limit; else None.
     limit_evidence: dict[str, Any] | None = None
+    # How the generation was graded (`grading_mode`): patch_replay, in_container or snapshot.
+    grading_mode: str = PATCH_REPLAY
 
     @property
     def outcome_type(self) -> Outcome:
@@ -136,6 +146,15 @@ def mark_scored(store: ArtifactStore, trial_scored_id: str, evaluation_key: str,
         store.put(marker, {"evaluation_key": evaluation_key})
 
 
+def grading_mode(generation: Generation, test_timeout_s: float, resources: dict[str, Any]) -> str:
+    """How `generation` is graded under `test_timeout_s` and `resources` (the sandbox's record): by its
+    in-container run only if that ran under both (the module's docstring says why)."""
+    verification = generation.verification
+    if verification and (verification["test_timeout_s"], generation.verified_resources) == (test_timeout_s, resources):
+        return IN_CONTAINER
+    return SNAPSHOT if generation.snapshot is not None else PATCH_REPLAY
+
+
 def _judge(
     instance: Task,
     spec: EnvironmentSpec,
@@ -147,9 +166,15 @@ def _judge(
     """The verdict, whatever happens: the agent's own failure, the grading's, or the infrastructure's."""
     if generation.status != COMPLETED:  # the agent crashed or ran out of time: its failure, already final
         return Verdict(Outcome(generation.status), detail=generation.error[-2000:])
+    mode = grading_mode(generation, test_timeout_s, sandbox.resources_record())
+    if mode == IN_CONTAINER:
+        return score_verifier(VerifierRun.from_record(generation.verification or {}))
     try:
+        if mode == SNAPSHOT:  # the agent's files are in the snapshot: nothing to apply
+            environment = sandbox.snapshot_environment(environment, generation.snapshot or {})
+        patch = "" if mode == SNAPSHOT else generation.patch
         with sandbox.workspace(environment, label=f"eval-{generation.seed}") as workspace:
-            return grade_task(instance, spec, generation.patch, workspace, test_timeout_s)
+            return grade_task(instance, spec, patch, workspace, test_timeout_s)
     except InfrastructureError as error:
         return Verdict(error.outcome, detail=f"{error}\n{traceback.format_exc(limit=20)}")
     except Exception:  # noqa: BLE001 - a harness bug is an outcome, not a crash, and no verdict on the agent
@@ -209,6 +234,7 @@ def evaluate(
         harness_version=HARNESS_VERSION,
         grading_version=GRADING_VERSION,
         limit_evidence=evidence.payload() if evidence else None,
+        grading_mode=grading_mode(generation, test_timeout_s, under.resources),
     )
     attempt = Attempt(
         stage=Stage.EVALUATION,

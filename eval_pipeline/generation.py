@@ -5,6 +5,11 @@ model), so its artifact is keyed by what determines it (instance content,
 agent config, seed) and never recomputed once stored, not even when its
 evaluation is re-run.
 
+A task whose product is its container's state (a terminal task, on the container backend) is judged where
+Harbor judges it: right after its agent, in the agent's own container, its processes still running. So its
+generation also keeps the container's filesystem as a snapshot image (taken before the verifier touches it) and
+the verifier's raw run, which evaluation scores (evaluation.py says when it re-grades from the snapshot instead).
+
 The agent's own failures (it raised, ran over its time or used up its steps,
 tokens or cost) are stored as the generation, final like any other, with what
 it did until then. An infrastructure failure under the agent
@@ -44,7 +49,7 @@ class Generation(StoredRecord):
     """A stored generation: the patch, how it was made (the agent's trajectory, its steps and why it stopped),
     and what it cost."""
 
-    record_version: int = 3
+    record_version: int = 4
     key: str
     instance_id: str
     agent_config: dict[str, Any]
@@ -60,6 +65,12 @@ class Generation(StoredRecord):
     cost_usd: float
     steps: int = 0
     stop_reason: str = ""
+    # A task judged in its container: the container's snapshot ({image, image_id}), the verifier's run in it
+    # right after the agent (grading.VerifierRun.as_record) and the sandbox's resources record it ran under (an
+    # evaluation under other limits re-grades); None where the product is the patch.
+    snapshot: dict[str, str] | None = None
+    verification: dict[str, Any] | None = None
+    verified_resources: dict[str, Any] | None = None
     started_at: str
     duration_s: float
     harness_version: str
@@ -103,6 +114,19 @@ def _solve(agent: Agent, task: AgentTask, workspace: Workspace) -> tuple[AgentOu
         return None, Outcome.AGENT_ERROR.value, traceback.format_exc(limit=20)
 
 
+def _verified_in_place(
+    instance: Task, workspace: Workspace, name: str, status: str, test_timeout_s: float | None
+) -> tuple[dict[str, str] | None, dict[str, Any] | None]:
+    """(snapshot, verifier run) of a workspace judged in place whose agent completed: the snapshot (named
+    `name`) first, so that it holds the agent's state and none of the verifier's; (None, None) where the product
+    is the patch or there is nothing to judge."""
+    if status != COMPLETED or test_timeout_s is None or not workspace.judged_in_place:
+        return None, None
+    snapshot = workspace.snapshot(name)
+    run = instance.verify_in_place(workspace, test_timeout_s)
+    return snapshot, run.as_record() if run else None
+
+
 def generate(
     instance: Task,
     agent: Agent,
@@ -112,6 +136,7 @@ def generate(
     store: ArtifactStore,
     timeout_multiplier: float = 1.0,
     network: bool = False,
+    test_timeout_s: float | None = None,
 ) -> Generation:
     """The stored generation for (instance, agent, seed), running the agent only if there is none.
 
@@ -121,7 +146,8 @@ def generate(
     even inside the agent's own commands) is kept as a failed attempt and
     raised, so nothing final is stored and the step can be retried.
 
-    The agent's workspace has network only when `network` (its variant opted in).
+    The agent's workspace has network only when `network` (its variant opted in). A task judged in its
+    container is verified there under `test_timeout_s` right after the agent (no verification without it).
     """
     key = generation_key(instance, agent, seed, timeout_multiplier, network)
     if (stored := store.get(key)) is not None:
@@ -137,6 +163,8 @@ def generate(
                 patch = workspace_diff(workspace, instance.base_commit)
             except WorkspaceDiffError as failure:  # the agent left a workspace that makes no patch
                 patch, status, error = "", Outcome.AGENT_ERROR.value, f"{error}\n{failure}".strip()
+            name = key.removeprefix("generation/").removesuffix(".json")  # the snapshot is named by the trial's key
+            snapshot, verification = _verified_in_place(instance, workspace, name, status, test_timeout_s)
     generation = Generation(
         key=key,
         instance_id=instance.instance_id,
@@ -153,6 +181,9 @@ def generate(
         cost_usd=output.cost_usd if output else 0.0,
         steps=output.steps if output else 0,
         stop_reason=output.stop_reason if output else status,
+        snapshot=snapshot,
+        verification=verification,
+        verified_resources=sandbox.resources_record() if verification else None,
         started_at=started_at,
         duration_s=round(time.monotonic() - clock, 3),
         harness_version=HARNESS_VERSION,

@@ -30,9 +30,13 @@ skip is no regression); a graded test absent from the results makes the
 outcome `tests_missing`, and a run that reports no test at all is a grading
 error, never a silent `unresolved`.
 
-A terminal task gets its tests only now (at /tests where the workspace keeps
-Harbor's paths) and runs tests/test.sh; its reward file decides, and a
-verifier that wrote none is a grading error.
+A terminal task gets its tests only when its verifier runs (at /tests where
+the workspace keeps Harbor's paths, hidden from every agent command until
+then) and runs tests/test.sh (`run_verifier`); its reward file decides
+(`score_verifier`), and a verifier that wrote none is a grading error. On the
+container backend the verifier runs in the agent's own container right after
+it (generation.py keeps that run); `grade_terminal` replays a patch, or
+re-grades a snapshot of that container with the empty patch.
 
 Each kind of task owns its grading (`Task.grade`, tasks.py) and calls its
 grader here: a code task `grade`, a terminal task `grade_terminal`.
@@ -41,7 +45,8 @@ grader here: a code task `grade`, a terminal task `grade_terminal`.
 import json
 import shlex
 import xml.etree.ElementTree as ElementTree
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatch
 from pathlib import PurePosixPath
 from typing import Any
@@ -52,7 +57,7 @@ from eval_pipeline.patch_audit import AuditFlag, audit_patch
 from eval_pipeline.patches import apply_patch, patch_paths, patch_problem
 from eval_pipeline.pytest_launcher import XFAIL_CALLED
 from eval_pipeline.pytest_run import LAUNCHER_NAME, LAUNCHER_SOURCE, Canary, launched_command
-from eval_pipeline.sandbox import ExecResult, Workspace
+from eval_pipeline.sandbox import Workspace
 from eval_pipeline.swebench_specs import log_parser, test_directives
 from eval_pipeline.tasks import Task
 from eval_pipeline.terminal_tasks import REWARD_FILE, REWARD_JSON, TerminalTask
@@ -216,13 +221,13 @@ def _apply_model_patch(verdict: Verdict, model_patch: str, workspace: Workspace)
     return applied.ok
 
 
-def _stopped_by_a_limit(verdict: Verdict, tests: ExecResult, test_timeout_s: float) -> bool:
+def _stopped_by_a_limit(verdict: Verdict, timed_out: bool, oom_killed: bool, test_timeout_s: float) -> bool:
     """A test run cut off by a limit is no verdict on the patch: the outcome says which limit."""
-    if tests.timed_out:
+    if timed_out:
         verdict.outcome, verdict.detail = Outcome.TEST_TIMEOUT, f"the tests ran over {test_timeout_s:g}s"
-    elif tests.oom_killed:
+    elif oom_killed:
         verdict.outcome, verdict.detail = Outcome.OOM_KILLED, "the tests were OOM-killed at the memory ceiling"
-    return tests.timed_out or tests.oom_killed
+    return timed_out or oom_killed
 
 
 def _test_statuses(spec: EnvironmentSpec, workspace: Workspace) -> dict[str, str]:
@@ -292,7 +297,7 @@ def grade(
     verdict.steps.append(
         {"step": "run_tests", **tests.summary(), "log_tail": log[-4000:], "canary": canary and canary.node_id}
     )
-    if _stopped_by_a_limit(verdict, tests, test_timeout_s):
+    if _stopped_by_a_limit(verdict, tests.timed_out, tests.oom_killed, test_timeout_s):
         return verdict
     try:
         statuses = _test_statuses(spec, workspace)
@@ -315,46 +320,98 @@ def grade(
     return verdict
 
 
-def _reward(workspace: Workspace) -> float | None:
+@dataclass(frozen=True)
+class VerifierRun:
+    """What a terminal task's verifier did, as read the moment it ended: test.sh's run (`ExecResult.summary`),
+    the reward files it left (None for a file it did not write) and the time limit it ran under. Kept with the
+    generation when the verifier ran in the agent's own container, and scored by `score_verifier`."""
+
+    run: dict[str, Any]
+    reward_txt: str | None
+    reward_json: str | None
+    test_timeout_s: float
+    in_place: bool = False  # in the agent's own container, its processes still running
+
+    def as_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> "VerifierRun":
+        return cls(**record)
+
+
+def _text(workspace: Workspace, name: str) -> str | None:
+    content = workspace.read_harness_file(name)
+    return None if content is None else content.decode("utf-8", errors="replace")
+
+
+def run_verifier(
+    task: TerminalTask, workspace: Workspace, test_timeout_s: float, in_place: bool = False
+) -> VerifierRun:
+    """Run tests/test.sh on the workspace as it is, as Harbor does: its tests and an empty reward directory put
+    in place only now (at /tests and /logs/verifier where the workspace keeps Harbor's paths, which the agent's
+    commands never saw), root in the WORKDIR, with the task's [verifier] env. test.sh is the command's own
+    process (`exec`), so a signal that ends it shows as the command's."""
+    tests_dir = workspace.write_harness_tree("tests", task.tests)
+    reward_file = workspace.harness_path(REWARD_FILE)
+    reward_dir = shlex.quote(reward_file.rsplit("/", 1)[0])
+    tests = workspace.verify(
+        f"rm -rf {reward_dir} && mkdir -p {reward_dir} && exec bash {shlex.quote(tests_dir + '/test.sh')}",
+        timeout_s=test_timeout_s,
+        env={**task.verifier_env, "EVAL_TESTS_DIR": tests_dir, "EVAL_REWARD_FILE": reward_file},
+    )
+    reward_txt, reward_json = _text(workspace, REWARD_FILE), _text(workspace, REWARD_JSON)
+    return VerifierRun(tests.summary(), reward_txt, reward_json, test_timeout_s, in_place)
+
+
+def _reward(run: VerifierRun) -> float | None:
     """The verifier's reward: reward.txt (a number) or reward.json ({"reward": number}); None if it wrote none."""
-    if (text := workspace.read_harness_file(REWARD_FILE)) is not None:
-        return float(text.decode().strip())
-    if (text := workspace.read_harness_file(REWARD_JSON)) is not None:
-        return float(json.loads(text)["reward"])
+    if run.reward_txt is not None:
+        return float(run.reward_txt.strip())
+    if run.reward_json is not None:
+        return float(json.loads(run.reward_json)["reward"])
     return None
 
 
-def grade_terminal(task: TerminalTask, model_patch: str, workspace: Workspace, test_timeout_s: float) -> Verdict:
-    """Judge `model_patch` on a pristine workspace of the terminal task: resolved at reward 1.
+def score_verifier(run: VerifierRun) -> Verdict:
+    """The verdict on a verifier's run: resolved at reward 1.
 
     The reward file decides, as in Harbor; a verifier that wrote none is a grading error, whatever its exit
     code (Harbor's test.sh scripts exit 0 after writing a reward of 0, and a missing file must never pass).
     """
-    verdict = Verdict(outcome=Outcome.GRADING_ERROR)
-    if not _apply_model_patch(verdict, model_patch, workspace):
-        return verdict
-    tests_dir = workspace.write_harness_tree("tests", task.tests)
-    reward_file = workspace.harness_path(REWARD_FILE)
-    tests = workspace.run(
-        f"mkdir -p {shlex.quote(reward_file.rsplit('/', 1)[0])} && bash {shlex.quote(tests_dir + '/test.sh')}",
-        timeout_s=test_timeout_s,
-        env={**task.verifier_env, "EVAL_TESTS_DIR": tests_dir, "EVAL_REWARD_FILE": reward_file},
-    )
-    verdict.steps.append({"step": "run_tests", **tests.summary()})
-    if _stopped_by_a_limit(verdict, tests, test_timeout_s):
+    verdict = Verdict(outcome=Outcome.GRADING_ERROR, steps=[{"step": "run_tests", **run.run}])
+    if _stopped_by_a_limit(verdict, run.run["timed_out"], run.run["oom_killed"], run.test_timeout_s):
         return verdict
     try:
-        reward = _reward(workspace)
+        reward = _reward(run)
     except (ValueError, KeyError, TypeError) as error:
         verdict.detail = f"the reward file is not a number: {error!r}"
         return verdict
+    if reward is None and run.in_place and run.run["exit_code"] < 0:  # neither the time limit nor the OOM killer
+        verdict.outcome = Outcome.UNRESOLVED
+        verdict.detail = (
+            f"test.sh was killed by signal {-run.run['exit_code']} in the agent's container, where only the"
+            " processes the agent left could send it: scored as not resolved"
+        )
+        return verdict
     if reward is None:
-        verdict.detail = f"the verifier wrote no reward file (test.sh exited {tests.exit_code})"
+        verdict.detail = f"the verifier wrote no reward file (test.sh exited {run.run['exit_code']})"
         return verdict
     verdict.tests = {"tests/test.sh": PASSED if reward >= 1.0 else FAILED}
     verdict.detail = f"reward {reward:g}"
     verdict.outcome = Outcome.RESOLVED if reward >= 1.0 else Outcome.UNRESOLVED
     return verdict
+
+
+def grade_terminal(task: TerminalTask, model_patch: str, workspace: Workspace, test_timeout_s: float) -> Verdict:
+    """Judge `model_patch` on a pristine workspace of the terminal task (patch replay), or the empty patch on a
+    snapshot of the agent's container (a re-grade): apply it, run the verifier and score its run."""
+    verdict = Verdict(outcome=Outcome.GRADING_ERROR)
+    if not _apply_model_patch(verdict, model_patch, workspace):
+        return verdict
+    scored = score_verifier(run_verifier(task, workspace, test_timeout_s))
+    scored.steps[:0], scored.audit = verdict.steps, verdict.audit
+    return scored
 
 
 def grade_task(

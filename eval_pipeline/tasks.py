@@ -20,14 +20,16 @@ to find out by asking which kind it is:
   applies: `reference_patch` when the kind has it as a patch, and
   `apply_reference`, which works on a workspace;
 - how it is graded: `grade`. Each kind owns its grading, as Inspect AI's tasks
-  own their scorers; grading.py holds the graders and GRADING_VERSION.
+  own their scorers; grading.py holds the graders and GRADING_VERSION. A kind
+  whose product is its container's state (a terminal task) is also judged in
+  place, right after its agent (`verify_in_place`); a SWE-bench row is not.
 """
 
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # grading and the sandboxes build on the task kinds, which implement this protocol
     from eval_pipeline.benchmark import EnvironmentSpec
-    from eval_pipeline.grading import Verdict
+    from eval_pipeline.grading import Verdict, VerifierRun
     from eval_pipeline.sandbox import ExecResult, Workspace
 
 
@@ -117,4 +119,9 @@ class Task(Protocol):
         self, spec: "EnvironmentSpec", model_patch: str, workspace: "Workspace", test_timeout_s: float
     ) -> "Verdict":
         """Judge `model_patch` on a pristine workspace of the task."""
+        ...
+
+    def verify_in_place(self, workspace: "Workspace", test_timeout_s: float) -> "VerifierRun | None":
+        """Run the task's verifier on the agent's own workspace as the agent left it and return its raw run
+        (scored by grading.score_verifier); None for a kind graded only by replaying its patch."""
         ...

@@ -12,14 +12,15 @@ A task is a directory::
 
 The working tree is what the Dockerfile's COPY and ADD place under WORKDIR. It is committed into a git repository
 with a fixed author and date, so its commit is the same on every machine; from there a terminal task flows through
-the sandboxes like a code task: workspaces are forked from the commit, and the agent's product is the diff of its
-workspace.
+the sandboxes like a code task: workspaces are forked from the commit, and the diff of its workspace is the agent's
+patch. On the container backend, though, the task is judged as Harbor judges it: its verifier runs in the agent's
+own container right after the agent, processes still running (`verify_in_place`; generation.py, evaluation.py).
 
 On the container backend a task runs as its author wrote it: its own Dockerfile is built as it is (every
 instruction; only `FROM` can be replaced, by the `task_base_image` setting, where no registry can be reached), with
 the harness on top, and each workspace is a container of its own in which the agent works as root in the WORKDIR.
 `tests/` and `solution/` appear at Harbor's paths (/tests, /solution) only for the verifier and the oracle, and the
-reward is read from /logs/verifier. Scripts also find these through variables: `$EVAL_TESTS_DIR`,
+reward is read from /logs/verifier; every agent command sees /tests and /logs as empty directories of its own. Scripts also find these through variables: `$EVAL_TESTS_DIR`,
 `$EVAL_SOLUTION_DIR`, `$EVAL_REWARD_FILE`. The reward file (`reward.txt`, or `reward.json` with `{"reward": x}`)
 decides; a verifier that wrote none is a grading error, never a pass.
 
@@ -48,7 +49,7 @@ from eval_pipeline.hashing import stable_hash
 from eval_pipeline.tasks import TaskImage
 
 if TYPE_CHECKING:  # grading and the sandboxes build on this module; a task reaches them when it is graded
-    from eval_pipeline.grading import Verdict
+    from eval_pipeline.grading import Verdict, VerifierRun
     from eval_pipeline.sandbox import ExecResult, Workspace
 
 DEMO_TASKS_DIR = Path(__file__).parent / "demo_tasks"
@@ -143,6 +144,13 @@ class TerminalTask:
         from eval_pipeline.grading import grade_terminal  # grading builds on this module
 
         return grade_terminal(self, model_patch, workspace, test_timeout_s)
+
+    def verify_in_place(self, workspace: "Workspace", test_timeout_s: float) -> "VerifierRun":
+        """Run the verifier in the agent's own workspace as the agent left it, processes still running, as
+        Harbor does (grading.run_verifier); its run is scored later (grading.score_verifier)."""
+        from eval_pipeline.grading import run_verifier  # grading builds on this module
+
+        return run_verifier(self, workspace, test_timeout_s, in_place=True)
 
 
 class _TaskError(ValueError):

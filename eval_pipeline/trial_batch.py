@@ -75,6 +75,7 @@ class TrialSetup:
                     self.store,
                     self.campaign.timeout_multiplier,
                     work.trial.variant.network,
+                    self.campaign.test_timeout_for(instance),
                 )
             except InfrastructureError as error:
                 return TrialResult(work, error.outcome, f"generation: {error}", None, None, 1)

@@ -86,6 +86,8 @@ def _lineage(records: TrialRecords) -> dict[str, Any]:
         "dataset_version": result.dataset_version,
         "generation_version": generation.generation_version if generation else GENERATION_VERSION,
         "grading_version": records.evaluation.grading_version if records.evaluation else GRADING_VERSION,
+        "grading_mode": result.grading_mode,
+        "snapshot": generation.snapshot if generation else None,
         "environment_key": identity.environment_key,
         "environment_image": result.environment_image,
         "sandbox": {"backend": result.sandbox_backend, "mode": result.sandbox_mode},

@@ -72,6 +72,8 @@ class TrialResult:
     enforced_limits: str
     # Why a test run stopped by a limit was scored: where the reference passed within it (limit_evidence.py).
     limit_evidence: str | None
+    # How the generation was graded: patch_replay, in_container or snapshot (evaluation.py); None before grading.
+    grading_mode: str | None = None
 
 
 @dataclass(frozen=True)
@@ -258,6 +260,7 @@ def read_trial(
         pids_limit=limits.pids,
         enforced_limits=json.dumps(sandbox.enforced_limits(), sort_keys=True),
         limit_evidence=_limit_evidence(final),
+        grading_mode=evaluation.grading_mode if evaluation else None,
     )
     return TrialRecords(identity, result, attempts, generation, evaluation)
 

@@ -41,7 +41,7 @@ from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.agents import AgentTimeout, OracleAgent, agent_task
 from eval_pipeline.artifacts import ArtifactStore
 from eval_pipeline.benchmark import EnvironmentSpec
-from eval_pipeline.grading import GRADING_VERSION, PASSED, Verdict, grade_task
+from eval_pipeline.grading import GRADING_VERSION, PASSED, Verdict, grade_task, score_verifier
 from eval_pipeline.limit_evidence import UNSCORED_LIMITS, VALIDATION, GradedUnder, record_reference_pass
 from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.patches import WorkspaceDiffError, workspace_diff
@@ -166,15 +166,18 @@ def _reference_run(
     test_timeout_s: float,
     timeout_multiplier: float,
 ) -> Verdict:
-    """Grade the reference: its patch where the kind has one (a code task's gold patch), else the diff its
+    """Grade the reference: its patch where the kind has one (a code task's gold patch), else what its
     reference (solve.sh) leaves in a fresh workspace, made as the oracle agent makes it in a campaign (a
-    solve.sh that fails or runs out of time is the reference's failure)."""
+    solve.sh that fails or runs out of time is the reference's failure), judged as a campaign judges it: in that
+    very workspace where it is judged in place (a terminal task's container), else as its diff."""
     if task.reference_patch is not None:
         return _grade(task, spec, task.reference_patch, environment, sandbox, test_timeout_s)
     try:
         with sandbox.workspace(environment, label="validate-oracle") as workspace:
             OracleAgent().solve(agent_task(task, seed=0, timeout_multiplier=timeout_multiplier), workspace)
             patch = workspace_diff(workspace, task.base_commit)
+            if workspace.judged_in_place and (run := task.verify_in_place(workspace, test_timeout_s)):
+                return score_verifier(run)
     except AgentTimeout as error:
         return Verdict(Outcome.AGENT_TIMEOUT, detail=f"solve.sh: {error}")
     except WorkspaceDiffError as error:

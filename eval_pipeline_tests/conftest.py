@@ -220,6 +220,11 @@ def container_sandbox(engine, tmp_path):
     yield make
     for sandbox in made:
         sandbox.release()
+    snapshots = {
+        "label": [f"{MANAGED_LABEL}=true", "eval_pipeline.layer=snapshot", f"eval_pipeline.campaign={campaign}"]
+    }
+    for image in engine.images.list(filters=snapshots):  # a terminal trial's snapshot outlives its campaign's run
+        engine.images.remove(image.id, force=True)
 
 
 def prepare_on(sandbox, benchmark, instance):

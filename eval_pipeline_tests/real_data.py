@@ -176,9 +176,11 @@ REPOSITORIES = {
 
 # Terminal-Bench 2.0 tasks in Harbor's format, as vendored unchanged in yujianll/skill-usage (terminal-bench-2/):
 # their WORKDIR is /app, log-summary-date-ranges makes its input with RUN steps, both verifiers fetch pytest with
-# uvx and write /logs/verifier/reward.txt.
+# uvx and write /logs/verifier/reward.txt. kv-store-grpc's product is its container's state: its solution
+# pip-installs grpcio system-wide and leaves a gRPC server running in the background, and its verifier (pip, then
+# pytest) imports grpc and calls that server on port 5328.
 TASKS_PATH = "terminal-bench-2"
-TERMINAL_BENCH_TASKS = ("regex-log", "log-summary-date-ranges")
+TERMINAL_BENCH_TASKS = ("regex-log", "log-summary-date-ranges", "kv-store-grpc")
 TASKS = FilesFixture(
     "yujianll/skill-usage",
     "f9f89fadc42150d0b3de9dfa8ff31da31607ca89",

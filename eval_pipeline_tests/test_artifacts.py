@@ -199,10 +199,12 @@ def test_a_record_from_a_newer_harness_loads_without_its_unknown_fields():
 
 def test_a_record_from_before_versions_is_version_one_and_new_records_carry_theirs():
     assert Generation.from_payload(_stored_generation(), key="g", reused=False).record_version == UNVERSIONED
-    payload = _stored_generation(record_version=3, steps=4, stop_reason="completed")
-    assert Generation.from_payload(payload, key="g", reused=False).payload() == payload
+    snapshot = {"image": "localhost/eval-pipeline-snapshot:x", "image_id": "sha256:x"}
+    payload = _stored_generation(record_version=4, steps=4, stop_reason="completed", snapshot=snapshot)
+    loaded = Generation.from_payload(payload, key="g", reused=False).payload()
+    assert loaded == {**payload, "verification": None, "verified_resources": None}
     older = Generation.from_payload(_stored_generation(record_version=2), key="g", reused=False)
-    assert (older.steps, older.stop_reason) == (0, ""), "fields added since take their defaults"
+    assert (older.steps, older.stop_reason, older.snapshot) == (0, "", None), "fields added since take their defaults"
 
 
 def test_a_record_missing_a_defaulted_field_loads():

@@ -29,15 +29,19 @@ def test_the_local_backend_refuses_tasks_it_cannot_run_faithfully(tasks, tmp_pat
 
 
 def test_oracle_resolves_and_null_does_not_on_the_container_backend(container_sandbox, tasks, store):
-    """Built from the task's own Dockerfile (FROM replaced), solved and verified at Harbor's paths, as root."""
+    """Built from the task's own Dockerfile (FROM replaced), solved and verified at Harbor's paths, as root, in
+    the agent's own container right after it: kv-store-grpc's verifier imports the grpcio its solution installed
+    and calls the server it left running."""
     sandbox = container_sandbox(task_base_image=task_base_image(), mode="pod")
     for task in tasks.instances:
         environment = prepare_on(sandbox, tasks, task)
         assert environment.details["task"]["workdir"] == "/app"
         timeout = task.verifier_timeout_s
         for agent, expected in ((OracleAgent(), Outcome.RESOLVED), (NullAgent(), Outcome.UNRESOLVED)):
-            generation = generate(task, agent, 0, environment, sandbox, store)
+            generation = generate(task, agent, 0, environment, sandbox, store, test_timeout_s=timeout)
             assert generation.status == "completed", generation.error
             evaluation = evaluate(task, task.environment, generation, environment, sandbox, store, timeout)
-            assert evaluation.outcome == expected, (task.instance_id, agent.name, evaluation.detail, evaluation.steps)
+            output = evaluation.steps[-1].get("stdout_tail", "") if evaluation.steps else ""
+            assert evaluation.outcome == expected, (task.instance_id, agent.name, evaluation.detail, output)
             assert evaluation.detail.startswith("reward "), "the reward file decided"
+            assert evaluation.grading_mode == "in_container"

@@ -14,6 +14,7 @@ from eval_pipeline.outcomes import ImageBuildFailed, Outcome
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR, load_terminal_tasks
+from eval_pipeline.validation import Status, validate_task
 from eval_pipeline_tests.real_data import task_base_image
 
 DETERMINISTIC = ("hello-file", "word-count", "fix-config", "csv-total", "sort-unique")
@@ -37,8 +38,9 @@ def run_trial(
     task = tasks.instance(task_id)
     sandbox = sandbox or LocalSandbox(tmp_path / "sandbox", task_limits(task, multiplier), SandboxSettings(), "test")
     environment = sandbox.prepare(task, tasks.environment_for(task), tasks.source)
-    generation = generate(task, make_agent(agent, params), seed, environment, sandbox, store, timeout_multiplier)
     timeout = task.verifier_timeout_s * timeout_multiplier
+    agent = make_agent(agent, params)
+    generation = generate(task, agent, seed, environment, sandbox, store, timeout_multiplier, test_timeout_s=timeout)
     return evaluate(task, tasks.environment_for(task), generation, environment, sandbox, store, timeout)
 
 
@@ -255,6 +257,115 @@ def test_a_task_that_forbids_the_internet_runs_without_a_network(tmp_path, conta
     sandbox = container_sandbox(task_base_image=task_base_image())
     environment = sandbox.prepare(task, tasks.environment_for(task), tasks.source)
     assert environment.details["network"] == "none"
-    generation = generate(task, make_agent("null"), 0, environment, sandbox, store)
+    generation = generate(task, make_agent("null"), 0, environment, sandbox, store, test_timeout_s=60)
     verdict = evaluate(task, tasks.environment_for(task), generation, environment, sandbox, store, 60)
-    assert verdict.outcome == Outcome.RESOLVED, (verdict.detail, verdict.steps)
+    assert (verdict.outcome, verdict.grading_mode) == (Outcome.RESOLVED, "in_container"), (
+        verdict.detail,
+        verdict.steps,
+    )
+
+
+# A task whose product is its container's state, as kv-store-grpc's is: a file outside the WORKDIR and a server
+# left running. The verifier reports what it found on stderr and rewards only both.
+STATEFUL_TASK = {
+    "task.toml": "[verifier]\ntimeout_sec = 60\n",
+    "instruction.md": "Serve /etc/served (holding 'ready') over HTTP on port 8123, and leave the server running.\n",
+    "environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
+    "solution/solve.sh": (
+        "echo ready > /etc/served\ncd /etc && setsid python3 -m http.server 8123 >/dev/null 2>&1 &\nsleep 1\n"
+    ),
+    "tests/test.sh": (
+        "rm -f /app/attacker-alive; sleep 1\n"  # time for a process the agent left to act, were it able to
+        "python3 - <<'EOF' > /logs/verifier/reward.txt\n"
+        "import pathlib, sys, urllib.request\n"
+        "try:\n"
+        "    served = urllib.request.urlopen('http://127.0.0.1:8123/served', timeout=5).read() == b'ready\\n'\n"
+        "except OSError:\n"
+        "    served = False\n"
+        "found = pathlib.Path('/etc/served').exists()\n"
+        "app = pathlib.Path('/app')\n"
+        "print(f'file {found} server {served} attacker saw tests {(app / \"saw-tests\").exists()}'"
+        " f' attacker alive {(app / \"attacker-alive\").exists()}', file=sys.stderr)\n"
+        "print(1 if found and served else 0)\n"
+        "EOF\n"
+    ),
+}
+# What a hostile agent leaves behind, knowing the verifier runs in its container: a process that tries to uncover
+# the verifier's directories (unmount, move aside, unmount from a namespace of its own) and writes 1 to the reward
+# file, at Harbor's path and through every process's root, noting whether it ever saw the tests.
+REWARD_WRITER = (
+    "setsid sh -c 'while true; do umount /logs /tests; mv /logs /logs.aside;"
+    ' unshare -rm sh -c "umount -l /logs; echo 1 > /logs/verifier/reward.txt";'
+    " mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt;"
+    " for root in /proc/[0-9]*/root; do echo 1 > $root/logs/verifier/reward.txt;"
+    " [ -e $root/tests/test.sh ] && touch /app/saw-tests; done;"
+    " [ -e /tests/test.sh ] && touch /app/saw-tests; touch /app/attacker-alive; sleep 0.02; done 2>/dev/null'"
+    " >/dev/null 2>&1 &"
+)
+
+
+@pytest.fixture
+def stateful(tmp_path, container_sandbox):
+    """The stateful task, its container sandbox and environment."""
+    write_task(tmp_path / "tasks", "serve", STATEFUL_TASK)
+    tasks = load_terminal_tasks(tmp_path / "tasks", tmp_path / "mirrors")
+    task = tasks.instance("serve")
+    sandbox = container_sandbox(task_base_image=task_base_image(), network=True)
+    return task, sandbox, sandbox.prepare(task, tasks.environment_for(task), tasks.source)
+
+
+@pytest.mark.slow  # containers
+def test_a_task_whose_product_is_state_is_verified_in_the_agent_s_container_and_regraded_from_its_snapshot(
+    stateful, store
+):
+    """Harbor's way: the verifier runs in the agent's container right after it, its server still running; a
+    re-grade (here under another test time limit) starts from the snapshot: the file is there, the server is not."""
+    task, sandbox, environment = stateful
+    oracle = generate(task, make_agent("oracle"), 0, environment, sandbox, store, test_timeout_s=60)
+    assert oracle.snapshot and oracle.verification, oracle.error
+    in_container = evaluate(task, task.environment, oracle, environment, sandbox, store, 60)
+    assert (in_container.outcome, in_container.grading_mode) == (Outcome.RESOLVED, "in_container"), in_container.steps
+    regraded = evaluate(task, task.environment, oracle, environment, sandbox, store, 61)
+    assert (regraded.outcome, regraded.grading_mode) == (Outcome.UNRESOLVED, "snapshot"), regraded.steps
+    assert "file True server False" in regraded.steps[-1]["stderr_tail"]
+    null = generate(task, make_agent("null"), 0, environment, sandbox, store, test_timeout_s=60)
+    verdict = evaluate(task, task.environment, null, environment, sandbox, store, 60)
+    assert (verdict.outcome, verdict.grading_mode) == (Outcome.UNRESOLVED, "in_container"), verdict.steps
+
+
+@pytest.mark.slow  # containers
+def test_validation_judges_a_stateful_task_s_reference_in_its_container(stateful):
+    task, sandbox, environment = stateful
+    validation = validate_task("t", task, task.environment, environment, sandbox, repeats=1, test_timeout_s=60)
+    assert validation.status == Status.VALID, validation
+
+
+@pytest.mark.slow  # containers
+def test_a_process_the_agent_leaves_cannot_write_the_reward_of_the_verifier_in_its_container(stateful, store):
+    """The agent's commands see /tests and /logs/verifier covered by mounts of their own, which nothing they
+    start can remove or look beneath, and hold no capability where the verifier runs (limited_exec.py)."""
+    task, sandbox, environment = stateful
+    agent = make_agent("command", {"command": REWARD_WRITER})
+    generation = generate(task, agent, 0, environment, sandbox, store, network=True, test_timeout_s=60)
+    verdict = evaluate(task, task.environment, generation, environment, sandbox, store, 60)
+    assert (verdict.outcome, verdict.detail) == (Outcome.UNRESOLVED, "reward 0"), verdict.steps
+    assert "attacker saw tests False attacker alive True" in verdict.steps[-1]["stderr_tail"]
+
+
+# Left behind to kill the verifier, so that it writes no reward and the trial goes unscored (its pattern does not
+# match its own command line).
+VERIFIER_KILLER = (
+    "setsid sh -c 'while true; do for p in /proc/[0-9]*; do"
+    ' grep -qs "/tests/test\\.sh" $p/cmdline && kill -9 ${p#/proc/}; done; sleep 0.02; done\' >/dev/null 2>&1 &'
+)
+
+
+@pytest.mark.slow  # containers
+def test_a_verifier_killed_by_a_process_the_agent_left_is_scored_against_the_agent(stateful, store):
+    """Only the agent's processes can signal the verifier in its container (the time limit and the OOM killer
+    are told apart): no reward then is the agent's doing, never an unscored grading error."""
+    task, sandbox, environment = stateful
+    agent = make_agent("command", {"command": VERIFIER_KILLER})
+    generation = generate(task, agent, 0, environment, sandbox, store, network=True, test_timeout_s=60)
+    verdict = evaluate(task, task.environment, generation, environment, sandbox, store, 60)
+    assert verdict.outcome == Outcome.UNRESOLVED and "killed by signal 9" in verdict.detail, verdict.steps

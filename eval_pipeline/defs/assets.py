@@ -149,6 +149,7 @@ def _trial_materializations(
             "attempt_id": evaluation.attempt_id,
             "generation_artifact": generation.key,
             "tries": result.tries,
+            "grading_mode": evaluation.grading_mode,  # patch_replay, in_container or snapshot (evaluation.py)
             "audit_flags": MetadataValue.json(evaluation.audit),
         },
     )

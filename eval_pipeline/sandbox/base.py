@@ -270,6 +270,22 @@ class Workspace(ABC):
     def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
         """Run a shell command under the backend's resource limits."""
 
+    def verify(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
+        """Run a task's verifier: as `run`, except where the agent's commands are kept from the verifier's
+        paths (a terminal task's container), which the verifier sees."""
+        return self.run(command, timeout_s=timeout_s, env=env)
+
+    @property
+    def judged_in_place(self) -> bool:
+        """Whether a task's verifier judges this workspace as its agent left it, processes and all (a terminal
+        task's own container, as in Harbor), rather than the agent's patch replayed on a fresh workspace."""
+        return False
+
+    def snapshot(self, name: str) -> dict[str, str] | None:
+        """Keep the workspace's whole filesystem as it is now under `name`, for a later re-grade; None where it
+        is not judged in place (its product is its patch)."""
+        return None
+
     @abstractmethod
     def command_placement(self) -> dict[str, Any]:
         """Where, as whom and under which limits this workspace's commands run: the arguments of
@@ -354,6 +370,11 @@ class SandboxBackend(ABC):
         Returns a JSON-ready record with at least `environment_key` and `built`
         (what this call built: empty when everything existed).
         """
+
+    def snapshot_environment(self, environment: EnvironmentHandle, snapshot: Mapping[str, str]) -> EnvironmentHandle:
+        """The environment a re-grade starts from: `environment` with a workspace's snapshot in place of its
+        image. Only backends whose workspaces make snapshots (`Workspace.snapshot`) are asked."""
+        raise NotImplementedError(f"the {self.name} backend keeps no snapshots")
 
     def release(self) -> None:  # noqa: B027 - a no-op for backends that keep nothing running
         """Stop what this backend keeps running between trials; `prepare` or `workspace` restart it."""

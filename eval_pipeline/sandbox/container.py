@@ -41,6 +41,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,8 @@ from eval_pipeline.swebench_specs import requirements_text
 from eval_pipeline.tasks import Task, TaskImage
 
 TOOLS_VOLUME_PREFIX = "eval-pipeline-tools-"
+SNAPSHOT_REPOSITORY = "localhost/eval-pipeline-snapshot"  # terminal task containers as their agent left them
+CAMPAIGN_LABEL = "eval_pipeline.campaign"
 TOOLS_MARKER = ".complete"
 _FILLED_VOLUMES: set[tuple[str, str]] = set()  # (engine, volume) filled by this process
 # Commands are timed out inside the container; the client waits as long as they may run.
@@ -242,6 +245,27 @@ class ContainerWorkspace(ExecWorkspace):
             raise self.pod.failure(f"could not write {name}")
         return self.harness_path(name)
 
+    @property
+    def judged_in_place(self) -> bool:
+        return self.task is not None  # a terminal task's own container; a pod's workspaces give their diff
+
+    def snapshot(self, name: str) -> dict[str, str] | None:
+        """A terminal task's container committed as an image (its filesystem, not its processes), tagged
+        `name` and labelled as the harness's and its campaign's."""
+        if not self.judged_in_place:
+            return None
+        campaign = self.container.labels.get(CAMPAIGN_LABEL, "")
+        labels = [
+            f"LABEL {MANAGED_LABEL}=true",
+            "LABEL eval_pipeline.layer=snapshot",
+            f"LABEL {CAMPAIGN_LABEL}={campaign}",
+        ]
+        try:
+            image = self.container.commit(repository=SNAPSHOT_REPOSITORY, tag=name, changes=labels)
+        except _ENGINE_FAILURES as error:
+            raise self.pod.failure(f"committing {self.container.name}: {error}") from error
+        return {"image": f"{SNAPSHOT_REPOSITORY}:{name}", "image_id": image.id}
+
     def read_harness_file(self, name: str) -> bytes | None:
         """Through the engine's archive, whose output an exec under load can lose. The archive follows a final
         link, so one (planted by the uid in out/: it could name another trial's file) is read as no file;
@@ -290,7 +314,7 @@ class ContainerSandbox(SandboxBackend):
         return engine_client()
 
     def _labels(self, **extra: str) -> dict[str, str]:
-        return {MANAGED_LABEL: "true", "eval_pipeline.campaign": self.campaign, **extra}
+        return {MANAGED_LABEL: "true", CAMPAIGN_LABEL: self.campaign, **extra}
 
     def _checkout_dir(self, instance: Task) -> Path:
         return self.root / "checkouts" / _slug(f"{instance.repo}@{instance.base_commit}")
@@ -425,6 +449,14 @@ class ContainerSandbox(SandboxBackend):
             self._pod(handle)
         return handle
 
+    def snapshot_environment(self, environment: EnvironmentHandle, snapshot: Mapping[str, str]) -> EnvironmentHandle:
+        """The task's environment with the snapshot as its image, found by its id (its tag names the generation,
+        which another campaign on this engine may have committed since); SandboxLost when it is gone (a re-grade
+        then cannot start from the agent's state)."""
+        with engine_errors(f"the snapshot {snapshot['image']} ({snapshot['image_id']})"):
+            self.client.images.get(snapshot["image_id"])
+        return replace(environment, details={**environment.details, "image": snapshot["image_id"]})
+
     def _security_options(self) -> list[str]:
         """Each trial command enters a user and mount namespace of its own (its view of /testbed). Podman's
         default seccomp profile allows that; Docker Engine's allows it only with CAP_SYS_ADMIN, a far larger
@@ -468,8 +500,13 @@ class ContainerSandbox(SandboxBackend):
         _FILLED_VOLUMES.add((engine, name))
         return name
 
-    def _start(self, image: str, name: str, labels: Mapping[str, str], trials: int, network: str) -> Container:
-        """Start a container on `network` (ENGINE_NETWORK or NO_NETWORK), with the tool runtime mounted."""
+    def _start(
+        self, image: str, name: str, labels: Mapping[str, str], trials: int, network: str, task: bool = False
+    ) -> Container:
+        """Start a container on `network` (ENGINE_NETWORK or NO_NETWORK), with the tool runtime mounted. A
+        terminal task's lets any user bind ports below 1024, as Docker Engine's containers do by default: its
+        agent is root in a user namespace of its own (limited_exec.py), which holds no capability over the
+        container's network (an nginx on port 80 would otherwise fail)."""
         tools = self._tools_volume(image)
         with engine_errors(f"starting {name}"):
             try:
@@ -482,6 +519,7 @@ class ContainerSandbox(SandboxBackend):
                     volumes={tools: {"bind": TOOLS_ROOT, "mode": "ro,nocopy"}},
                     security_opt=self._security_options(),
                     **({"network_mode": "none"} if network != ENGINE_NETWORK else {}),
+                    **({"sysctls": {"net.ipv4.ip_unprivileged_port_start": "0"}} if task else {}),
                     **self._container_limits(trials),
                 )
             except docker.errors.APIError as error:
@@ -552,7 +590,7 @@ class ContainerSandbox(SandboxBackend):
             engine_network = environment.details.get("network", NO_NETWORK)
         else:
             engine_network = ENGINE_NETWORK if network else NO_NETWORK
-        container = self._start(environment.details["image"], name, labels, 1, engine_network)
+        container = self._start(environment.details["image"], name, labels, 1, engine_network, bool(task))
         try:
             with self._used(container, "trial", task, cut_network=False) as workspace:  # its own network, or none
                 yield workspace
@@ -582,6 +620,6 @@ class ContainerSandbox(SandboxBackend):
     def release(self) -> None:
         with engine_errors(f"releasing campaign {self.campaign}'s containers"):
             for container in self.client.containers.list(
-                all=True, filters={"label": [f"{MANAGED_LABEL}=true", f"eval_pipeline.campaign={self.campaign}"]}
+                all=True, filters={"label": [f"{MANAGED_LABEL}=true", f"{CAMPAIGN_LABEL}={self.campaign}"]}
             ):
                 container.remove(force=True)

@@ -139,6 +139,10 @@ class TaskLayout:
     base_commit: str = ""
 
     HARBOR_DIRS = {"tests": "/tests", "solution": "/solution", "verifier": "/logs/verifier"}
+    # What the agent's commands never see (each covered by an empty mount of their own, limited_exec.py): the
+    # verifier's tests and reward, which the harness puts in place only when the verifier runs. Whole top-level
+    # directories: a mount deeper down could be moved aside by renaming its parent, which the agent may do.
+    VERIFIER_DIRS = ("/tests", "/logs")
 
     def path(self, name: str) -> str | None:
         """Where a harness file lives at Harbor's paths (tests/…, solution/…, verifier/…), else None."""
@@ -186,8 +190,9 @@ class ExecWorkspace(Workspace):
     def create(self) -> None:
         """Claim a uid, copy /testbed for it, and lay out who owns what (the module's docstring says why)."""
         root = self.root
-        if self.task:
+        if self.task:  # the verifier's directories exist, empty, as mount points for the agent's hiding mounts
             self._as_root(["mkdir", "-p", "-m", "700", f"{root}/harness/{OUTPUT_DIR}"])
+            self._as_root(["mkdir", "-p", *self.task.VERIFIER_DIRS])
             return
         made = " ".join(f"{root}/{name}" for name in ("home", "tmp", f"harness/{OUTPUT_DIR}"))
         owned = f"{root}/repo {made}"
@@ -230,11 +235,12 @@ class ExecWorkspace(Workspace):
                 logger.warning("could not remove workspace %s: %s", self.root, error)
 
     def command_placement(self) -> dict[str, Any]:
-        """Where and as whom a command runs: a task as root in its WORKDIR with its image's variables; a pod
-        trial as its own uid, seeing its workspace at /testbed, with the environment's venv first on PATH."""
-        limits = {"output_bytes": self._output_bytes, "watch_cgroup_oom": True}
+        """Where and as whom a command runs: a task as root in its WORKDIR with its image's variables, the
+        verifier's directories hidden (`verify` runs without that view); a pod trial as its own uid,
+        seeing its workspace at /testbed, with the environment's venv first on PATH."""
         if self.task:
-            return {"cwd": self.task.workdir, "env": {**self.task.env, **self._extra_env}, **limits}
+            hidden = {"hide": list(self.task.VERIFIER_DIRS), "network": True}  # the container's own network
+            return {**self._task_placement(self.task), "view": hidden}
         return {
             "cwd": TESTBED,
             "view": {"source": self.repo, "target": TESTBED, "network": not self.cut_network},
@@ -247,11 +253,32 @@ class ExecWorkspace(Workspace):
                 "PYTHONDONTWRITEBYTECODE": "1",
                 **self._extra_env,
             },
-            **limits,
+            "output_bytes": self._output_bytes,
+            "watch_cgroup_oom": True,
+        }
+
+    def _task_placement(self, task: TaskLayout) -> dict[str, Any]:
+        """Root in a terminal task's WORKDIR with its image's variables, in the container's own namespaces,
+        the processes a command leaves running kept (limited_exec.run_limited's `keep_background`)."""
+        return {
+            "cwd": task.workdir,
+            "env": {**task.env, **self._extra_env},
+            "output_bytes": self._output_bytes,
+            "watch_cgroup_oom": True,
+            "keep_background": True,
         }
 
     def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
-        placement = self.command_placement()
+        return self._run_placed(self.command_placement(), command, timeout_s, env)
+
+    def verify(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
+        """A terminal task's verifier runs as Harbor runs it, where the directories the agent never saw are."""
+        placement = self._task_placement(self.task) if self.task else self.command_placement()
+        return self._run_placed(placement, command, timeout_s, env)
+
+    def _run_placed(
+        self, placement: Mapping[str, Any], command: str, timeout_s: float, env: Mapping[str, str] | None
+    ) -> ExecResult:
         request = {**placement, "command": command, "env": {**placement["env"], **(env or {})}, "timeout_s": timeout_s}
         exit_code, stdout, stderr = self.pod.run(
             HARNESS.runner(), timeout_s=timeout_s + EXEC_MARGIN_S, private=json.dumps(request)

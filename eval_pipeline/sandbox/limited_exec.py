@@ -14,7 +14,9 @@ are not.
 
 A `view` runs the command in a mount namespace of its own (inside a user
 namespace, so no privilege beyond the container's defaults is needed) where
-the trial's workspace is bind-mounted over the environment's repository. Every
+the trial's workspace is bind-mounted over the environment's repository, or
+(a terminal task's agent, root in its own container) where the verifier's
+paths are `hide`den under empty mounts of its own. Every
 process of the trial then finds its own files at the environment's path, so
 editable installs, src layouts and absolute paths recorded at install time
 import the trial's code, while concurrent trials each see only theirs. The command's
@@ -53,6 +55,9 @@ _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _MS_BIND = 4096
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
+_MS_NOSUID, _MS_NODEV = 2, 4
+_PR_CAPBSET_DROP, _CAP_SYS_ADMIN = 24, 21
+_HIDING_MOUNT = b"size=64m,mode=755"  # an empty, small tmpfs over each hidden path
 _LIBC = ctypes.CDLL(None, use_errno=True)
 REQUEST_ENV = "EVAL_PIPELINE_EXEC_REQUEST"
 # Where any uid may leave files that outlive its workspace: a trial's are removed when it ends.
@@ -105,11 +110,18 @@ class _View:
     is allowed) writes its id maps from a thread; the child then bind-mounts the
     workspace and enters it. Mounts made there never reach the rest of the system,
     and a trial process cannot undo them: they are locked to its less privileged namespace.
+
+    With `hide` the child covers those paths with empty tmpfs mounts and drops CAP_SYS_ADMIN from its
+    bounding set: its root may do all else root does in its container (its uids are the container's), but
+    cannot unmount them, and in any namespace it makes they come locked. Processes of the container's own
+    namespaces (the verifier) are out of its reach: it holds no capability there, so /proc/<pid>/root and
+    setns are refused to it (sending them signals is not).
     """
 
-    def __init__(self, source, target, uid, network=False):
-        self.source, self.target = source.encode(), target.encode()
+    def __init__(self, source, target, uid, network=False, hide=()):
+        self.source, self.target = source and source.encode(), target
         self.network = network
+        self.hide = [path.encode() for path in hide]
         self.to_parent = os.pipe()
         self.to_child = os.pipe()
         self.error = None
@@ -145,7 +157,12 @@ class _View:
         if not answered or os.read(self.to_child[0], 1) != b"1":
             raise ViewUnavailable("the id maps of the trial's user namespace could not be written")
         _libc_call("mount", None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None)
-        _libc_call("mount", self.source, self.target, None, ctypes.c_ulong(_MS_BIND | _MS_REC), None)
+        if self.source:
+            _libc_call("mount", self.source, self.target.encode(), None, ctypes.c_ulong(_MS_BIND | _MS_REC), None)
+        for path in self.hide:
+            _libc_call("mount", b"tmpfs", path, b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), _HIDING_MOUNT)
+        if self.hide:  # without CAP_SYS_ADMIN here, nothing the command starts can unmount them to look beneath
+            _libc_call("prctl", _PR_CAPBSET_DROP, _CAP_SYS_ADMIN, 0, 0, 0)
         if not self.network:
             _bring_up_loopback()
 
@@ -353,7 +370,7 @@ def _limit_child(cpu_ceiling, uid, view):
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
-    if view is not None:  # as the trial's uid, which owns the workspace now mounted there
+    if view is not None and view.target:  # as the trial's uid, which owns the workspace now mounted there
         os.chdir(view.target)
 
 
@@ -401,14 +418,24 @@ def run_limited(
     uid=None,
     watch_cgroup_oom=False,
     view=None,
+    keep_background=False,
 ):
     """Run `sh -c command` in its own process group; kill the group on timeout. Returns a JSON-ready dict.
+
+    The group is killed when the command ends too, unless `keep_background` (a terminal task's container,
+    where processes left running are the agent's product, as in Harbor): then only a group still holding
+    the command's output a moment after it ended is killed (`nohup server &` with no redirection), and a
+    process that let go of it (`server > log 2>&1 &`, setsid or not) runs on.
 
     `view` ({"source": workspace, "target": environment path, "network": allowed}) runs the command
     with the workspace mounted at the environment's path, `cwd` then being inside `target`, and with
     no network but its own loopback unless `network` is true; ViewUnavailable is raised when the
-    system refuses the namespaces that takes. With a `uid` (a pod's trial), every process of that uid
-    is ended once the command has (`end_processes_of`), whatever group or session it moved to.
+    system refuses the namespaces that takes. A view with `hide` (paths) and no source covers each of
+    those paths with an empty mount of the command's own, which nothing it starts can remove: a
+    terminal task's agent, root in its container, never sees the verifier's /tests or reward file,
+    nor can the processes it leaves running reach them (`_View`). With a `uid` (a pod's trial),
+    every process of that uid is ended once the command has (`end_processes_of`), whatever group or
+    session it moved to.
 
     For hosts without cgroups, `memory_ceiling_mb` is enforced on the process
     group's resident memory (watched, and checked against the peak at exit)
@@ -432,7 +459,11 @@ def run_limited(
     ]
     for reader in readers:
         reader.start()
-    namespaces = _View(view["source"], view["target"], uid, view.get("network", False)) if view else None
+    namespaces = (
+        _View(view.get("source"), view.get("target"), uid, view.get("network", False), view.get("hide", ()))
+        if view
+        else None
+    )
     try:
         process = subprocess.Popen(
             ["/bin/sh", "-c", command],
@@ -470,7 +501,11 @@ def run_limited(
         if watch:
             watch.exited.set()
     process.returncode = os.waitstatus_to_exitcode(status)
-    kill_group()  # background children left behind would hold the pipes open
+    if keep_background and not timed_out:  # as Harbor leaves them: only those holding the output end
+        for reader in readers:
+            reader.join(_REAP_GRACE_S)
+    if not keep_background or any(reader.is_alive() for reader in readers):
+        kill_group()  # background children left behind would hold the pipes open
     if uid:
         end_processes_of(uid)  # and those that left the group (setsid), which would outlive the command
     for reader in readers:
