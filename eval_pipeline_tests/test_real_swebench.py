@@ -172,7 +172,15 @@ def test_real_rows_on_the_container_backend(engine, real_rows, real_benchmark, c
 
 
 @pytest.mark.timeout(3600)  # a first run builds SWE-bench's system layer and the rows' requirements
-@pytest.mark.parametrize(("row", "backend"), [(PY36_ROW, "container"), (PY36_ROW, "local"), (SPHINX_ROW, "container")])
+@pytest.mark.parametrize(
+    ("row", "backend"),
+    [
+        # On the engine's worker, as every test of the engine: others there count its containers and images.
+        pytest.param(PY36_ROW, "container", marks=pytest.mark.xdist_group("engine")),
+        (PY36_ROW, "local"),
+        pytest.param(SPHINX_ROW, "container", marks=pytest.mark.xdist_group("engine")),
+    ],
+)
 def test_a_row_that_needs_its_own_python_resolves_on_it(request, row, backend, tmp_path):
     """django 3.1 on Python 3.6 (born with pip 18.1), as SWE-bench's spec says: the harness's runner and claims
     run on its own interpreter (3.6 has no os.waitstatus_to_exitcode), and the requirements compile C (pywatchman).
