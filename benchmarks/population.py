@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from eval_pipeline.benchmark import Benchmark, RepoSource
+from eval_pipeline.benchmark import Benchmark, InvalidDatasetError, RepoSource
 from eval_pipeline.patches import workspace_diff
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxSettings, make_sandbox
 from eval_pipeline.validation import environment_failure, validate_task
@@ -70,7 +70,11 @@ def _disk_mb(sandbox: SandboxBackend, environment: EnvironmentHandle) -> int:
 
 def measure(row: dict, backend: str, mirrors: Path, scratch: Path) -> dict:
     """Prepare the row's environment (timed), take the null patch, and validate gold and empty once each."""
-    benchmark = Benchmark.from_rows("verified", [row], source=RepoSource(mirror_dir=str(mirrors)), swebench_specs=True)
+    try:
+        source = RepoSource(mirror_dir=str(mirrors))
+        benchmark = Benchmark.from_rows("verified", [row], source=source, swebench_specs=True)
+    except InvalidDatasetError as error:  # a spec this harness refuses (a conda environment.yml): refused at load
+        return {"status": "refused_at_load", "gold": {}, "empty": {}, "detail": str(error).split("\n", 1)[-1].strip()}
     instance = benchmark.instances[0]
     spec = benchmark.environment_for(instance)
     sandbox = make_sandbox(SandboxSettings.from_mapping({"backend": backend}), scratch, LIMITS, "population")
