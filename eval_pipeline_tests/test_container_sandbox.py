@@ -200,8 +200,9 @@ def test_the_janitor_removes_leaked_containers(engine, container_sandbox, demo_b
     environment = prepare_on(sandbox, demo_benchmark, demo_benchmark.instances[0])
     assert engine.containers.get(environment.location).status == "running"
     assert janitor.remove_containers(engine, sandbox.campaign) == [environment.location]
+    assert not engine.containers.list(all=True, filters={"label": f"eval_pipeline.campaign={sandbox.campaign}"})
     usage = janitor.disk_usage(engine)
-    assert usage["images"] >= 3 and usage["image_bytes_total"] > 0 and usage["containers"] == 0
+    assert usage["images"] >= 3 and usage["image_bytes_total"] > 0
     with sandbox.workspace(environment, "after-janitor") as workspace:  # a lost pod is started again on demand
         assert workspace.run("true", timeout_s=30).ok
 
