@@ -27,9 +27,11 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from real_rows import environment_disk_bytes  # benchmarks/, beside this script
+
 from eval_pipeline.benchmark import Benchmark, InvalidDatasetError, RepoSource
 from eval_pipeline.patches import workspace_diff
-from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxSettings, make_sandbox
+from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
 from eval_pipeline.validation import environment_failure, validate_task
 from eval_pipeline_tests.real_data import swebench_rows, verified_instance_ids
 
@@ -60,14 +62,6 @@ def _harness_commit() -> str:
     return done.stdout.strip()
 
 
-def _disk_mb(sandbox: SandboxBackend, environment: EnvironmentHandle) -> int:
-    """The environment on disk: its directory locally, its image (shared layers counted whole) in containers."""
-    if environment.backend == "local":
-        listing = subprocess.run(["du", "-sb", environment.location], capture_output=True, text=True, check=True)
-        return round(int(listing.stdout.split()[0]) / 2**20)
-    return round(int(sandbox.client.images.get(environment.details["image"]).attrs["Size"]) / 2**20)
-
-
 def measure(row: dict, backend: str, mirrors: Path, scratch: Path) -> dict:
     """Prepare the row's environment (timed), take the null patch, and validate gold and empty once each."""
     try:
@@ -87,7 +81,7 @@ def measure(row: dict, backend: str, mirrors: Path, scratch: Path) -> dict:
             validation = environment_failure("verified", instance, 1, error)
         else:
             figures["environment_s"] = round(time.perf_counter() - started, 1)
-            figures["environment_mb"] = _disk_mb(sandbox, environment)
+            figures["environment_mb"] = round(environment_disk_bytes(sandbox, environment) / 2**20)
             with sandbox.workspace(environment, "null") as workspace:
                 figures["null_patch_bytes"] = len(workspace_diff(workspace, instance.base_commit).encode())
             validation = validate_task(

@@ -51,7 +51,7 @@ def measure(backend: str, repeats: int) -> dict[str, dict[str, float | str]]:
                 figures[instance.instance_id] = {
                     "python": spec.python,
                     "environment_s": round(prepared_s, 1),
-                    "environment_mb": round(_disk_bytes(sandbox, environment) / 2**20),
+                    "environment_mb": round(environment_disk_bytes(sandbox, environment) / 2**20),
                     **{f"{name}_grading_s": round(statistics.median(t), 2) for name, t in timings.items()},
                     "outcomes": sorted(f"{name}:{outcome}" for name, outcome in outcomes),
                 }
@@ -60,7 +60,7 @@ def measure(backend: str, repeats: int) -> dict[str, dict[str, float | str]]:
         return figures
 
 
-def _disk_bytes(sandbox: SandboxBackend, environment: EnvironmentHandle) -> int:
+def environment_disk_bytes(sandbox: SandboxBackend, environment: EnvironmentHandle) -> int:
     """What the environment takes on disk: its directory locally, its image in the engine (shared layers
     counted whole, as the engine reports an image's size)."""
     if environment.backend == "local":

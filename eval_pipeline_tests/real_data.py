@@ -203,8 +203,8 @@ class FixtureUnavailable(Exception):
     """A fixture is not in the cache and its public source could not be reached."""
 
 
-def _git(*args: str, input: bytes | None = None) -> str:
-    done = subprocess.run(["git", *args], input=input, capture_output=True, timeout=GIT_TIMEOUT_S)
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], capture_output=True, timeout=GIT_TIMEOUT_S)
     if done.returncode:
         raise subprocess.CalledProcessError(done.returncode, ["git", *args], done.stdout, done.stderr)
     return done.stdout.decode()
