@@ -13,8 +13,9 @@ fixtures.md); repositories from DIR, which holds full clones as `owner/name` (a 
 `git clone --mirror https://github.com/owner/name DIR/owner/name`).
 
 It takes hours: run it in parts (by repository, or --limit). Each row's result is appended to
-docs/validation/population.jsonl as soon as it is known, a row already there for the same backend and harness
-commit is skipped, and --render writes docs/VALIDATION.md from the latest result of every row and backend.
+docs/validation/population.jsonl as soon as it is known (with the harness commit that measured it), a row
+already measured on the backend is skipped unless named by --rows or, when not valid, --again, and --render
+writes docs/VALIDATION.md from the latest result of every row and backend.
 """
 
 import argparse
@@ -93,11 +94,15 @@ def measure(row: dict, backend: str, mirrors: Path, scratch: Path) -> dict:
     return {**figures, **verdicts, "detail": validation.detail}
 
 
-def run(backend: str, mirrors: Path, repos: list[str], limit: int | None) -> None:
-    done = {(r["instance_id"], r["backend"], r["harness"]) for r in _results()}
+def run(backend: str, mirrors: Path, repos: list[str], only: list[str], again: bool, limit: int | None) -> None:
+    latest = {r["instance_id"]: r["status"] for r in _results() if r["backend"] == backend}
     harness = _harness_commit()
     rows = [row for row in sample(swebench_rows(verified_instance_ids())) if not repos or row["repo"] in repos]
-    pending = [row for row in rows if (row["instance_id"], backend, harness) not in done][:limit]
+    rows = [row for row in rows if not only or row["instance_id"] in only]
+    pending = [
+        row for row in rows if row["instance_id"] not in latest or (again and latest[row["instance_id"]] != "valid")
+    ]
+    pending = pending[:limit]
     for number, row in enumerate(pending, 1):
         with tempfile.TemporaryDirectory() as scratch:
             result = measure(row, backend, mirrors, Path(scratch))
@@ -188,6 +193,8 @@ def main() -> None:
     parser.add_argument("--mirrors", type=Path, help="full clones as owner/name (a campaign's mirror_dir)")
     parser.add_argument("--backend", choices=("local", "container"), default="local")
     parser.add_argument("--repos", nargs="*", default=[], help="only these repositories (owner/name)")
+    parser.add_argument("--rows", nargs="*", default=[], help="only these rows (instance ids)")
+    parser.add_argument("--again", action="store_true", help="measure again the rows whose latest result is not valid")
     parser.add_argument("--limit", type=int, help="at most this many rows in this part")
     parser.add_argument("--render", action="store_true", help="write docs/VALIDATION.md from the results so far")
     args = parser.parse_args()
@@ -196,7 +203,7 @@ def main() -> None:
         return
     if not args.mirrors:
         parser.error("--mirrors is required to run rows")
-    run(args.backend, args.mirrors, args.repos, args.limit)
+    run(args.backend, args.mirrors, args.repos, args.rows, args.again, args.limit)
 
 
 if __name__ == "__main__":

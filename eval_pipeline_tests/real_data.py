@@ -220,10 +220,17 @@ def _locked(root: Path) -> Iterator[None]:
 
 
 def _fetch(target: Path, url: str, *args: str) -> None:
-    """Fetch from `url` as the remote `origin`, which a partial fetch's later checkout reads its blobs from."""
+    """Fetch from `url` as the remote `origin`, which a partial fetch's later checkout reads its blobs from.
+
+    `--upload-pack` reaches only a local source's server side (a `file://` copy of a repository, whose git
+    refuses filters and commits by id unless told, as GitHub does not): without them a partial fetch
+    falls back to a full one, which fails on a copy that lacks some of the repository's large blobs."""
     _git("-C", str(target), "remote", "add", "origin", url)
+    serve_as_github = (
+        "--upload-pack=git -c uploadpack.allowFilter=true -c uploadpack.allowAnySHA1InWant=true upload-pack"
+    )
     try:
-        _git("-C", str(target), "fetch", "-q", "origin", *args)
+        _git("-C", str(target), "fetch", "-q", serve_as_github, "origin", *args)
     except subprocess.CalledProcessError as error:
         raise FixtureUnavailable(f"{url}: {_reason(error)}") from None
 
