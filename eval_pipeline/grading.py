@@ -43,6 +43,7 @@ grader here: a code task `grade`, a terminal task `grade_terminal`.
 """
 
 import json
+import re
 import shlex
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Mapping
@@ -162,17 +163,27 @@ def _lookup(statuses: dict[str, str], test_id: str) -> str:
     return MISSING
 
 
+# pytest's progress counter: SWE-bench's log parser took it for a test id where a test's own output left
+# `PASSED [100%]` on a line of its own (two Verified rows of pytest 4.5 and 6.0 list it). No test has that name.
+_PROGRESS_COUNTER = re.compile(r"\[\s*\d+%\]")
+
+
 def graded_tests(instance: Instance, statuses: dict[str, str]) -> dict[str, str]:
-    """The status of every FAIL_TO_PASS and PASS_TO_PASS test; absent ones are MISSING."""
-    return {test_id: _lookup(statuses, test_id) for test_id in instance.FAIL_TO_PASS + instance.PASS_TO_PASS}
+    """The status of every FAIL_TO_PASS and PASS_TO_PASS test; absent ones are MISSING. An entry that is
+    pytest's progress counter names no test and grades nothing (the row itself keeps it, as published)."""
+    listed = instance.FAIL_TO_PASS + instance.PASS_TO_PASS
+    return {test_id: _lookup(statuses, test_id) for test_id in listed if not _PROGRESS_COUNTER.fullmatch(test_id)}
 
 
 def decide(instance: Instance, tests: dict[str, str]) -> Outcome:
     """SWE-bench's rule: every FAIL_TO_PASS test passes (or xfails) and no PASS_TO_PASS test fails or is
-    missing (a skip is no regression). A graded test missing from the results is `tests_missing`."""
-    fail_to_pass_ok = all(tests[test_id] in (PASSED, XFAIL) for test_id in instance.FAIL_TO_PASS)
-    pass_to_pass_ok = all(tests[test_id] in (PASSED, XFAIL, SKIPPED) for test_id in instance.PASS_TO_PASS)
-    if instance.FAIL_TO_PASS and fail_to_pass_ok and pass_to_pass_ok:
+    missing (a skip is no regression). A graded test missing from the results is `tests_missing`. `tests` is
+    `graded_tests`' view: a listed entry it leaves out grades nothing, and a row needs one graded FAIL_TO_PASS."""
+    fail_to_pass = [tests[test_id] for test_id in instance.FAIL_TO_PASS if test_id in tests]
+    pass_to_pass = [tests[test_id] for test_id in instance.PASS_TO_PASS if test_id in tests]
+    fail_to_pass_ok = all(status in (PASSED, XFAIL) for status in fail_to_pass)
+    pass_to_pass_ok = all(status in (PASSED, XFAIL, SKIPPED) for status in pass_to_pass)
+    if fail_to_pass and fail_to_pass_ok and pass_to_pass_ok:
         return Outcome.RESOLVED
     return Outcome.TESTS_MISSING if MISSING in tests.values() else Outcome.UNRESOLVED
 

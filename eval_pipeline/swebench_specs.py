@@ -13,6 +13,12 @@ environment, never as a silent change.
 Where SWE-bench uses conda (no conda here), its conda package names are
 installed with pip; `environment.yml` specs are refused with a message that
 names the repository and version, to be given in the campaign's `environments:`.
+
+A spec that no longer builds the environment SWE-bench validated, because a
+dependency it leaves unbounded has since dropped what the repository imports,
+gets the pin in `AMENDMENTS`: the package as it was when SWE-bench built its
+images. The pin is one of the spec's packages, so it is in the environment key
+and its lineage.
 """
 
 import posixpath
@@ -32,6 +38,13 @@ from eval_pipeline.patches import patch_paths
 _SYSTEM_STEP = re.compile(r"(^|[;&|(]\s*)(apt-get|apt|locale-gen|sed -i .*/etc/)\b")
 _EXPORT = re.compile(r"^export (\w+)=(.*)$")
 _DJANGO = "django/django"
+
+# (repository, version prefix) -> pins installed before the repository, each with the reason it is needed.
+AMENDMENTS: dict[tuple[str, str], tuple[str, ...]] = {
+    # sphinx 3.x asks `docutils>=0.12` with no upper bound and imports `docutils.utils.roman`, which docutils
+    # 0.22 (July 2025) removed: every test then fails on `No module named 'roman'`. SWE-bench's images had 0.21.
+    ("sphinx-doc/sphinx", "3."): ("docutils<0.22",),
+}
 
 
 class UnsupportedSpecError(ImageBuildFailed):
@@ -84,9 +97,15 @@ def builtin_spec(repo: str, version: str) -> EnvironmentSpec | None:
     steps = _steps(raw.get("pre_install"))
     evals = _steps(raw.get("eval_commands"))
     test_cmd = raw["test_cmd"][-1] if isinstance(raw["test_cmd"], list) else raw["test_cmd"]
+    pins = tuple(
+        pin
+        for (name, prefix), pins in AMENDMENTS.items()
+        if name == repo and version.startswith(prefix)
+        for pin in pins
+    )
     return EnvironmentSpec(
         python=str(raw["python"]),
-        packages=tuple(packages.split()) + tuple(raw.get("pip_packages", ())),
+        packages=tuple(packages.split()) + tuple(raw.get("pip_packages", ())) + pins,
         requirements=requirements,
         pre_install=tuple(step for step in steps if not _SYSTEM_STEP.search(step)),
         install=_steps(raw.get("install")),

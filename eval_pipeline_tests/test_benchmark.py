@@ -138,3 +138,17 @@ def test_a_swebench_row_whose_own_spec_cannot_be_installed_fails_at_load_naming_
     given = {"matplotlib/matplotlib@3.5": EnvironmentSpec(python="3.8")}
     loaded = Benchmark.from_rows("lite", [row(), conda], swebench_specs=True, environments=given)
     assert loaded.environment_for(loaded.instance("matplotlib__matplotlib-1")).python == "3.8"
+
+
+def test_a_spec_whose_unbounded_dependency_dropped_an_import_gets_the_pin_swebench_built_with():
+    """sphinx 3.x leaves docutils unbounded and imports docutils.utils.roman, gone since docutils 0.22: the pin
+    is one of the spec's packages (so in its environment key); specs that bound docutils themselves get none."""
+    rows = [
+        row(instance_id="sphinx-doc__sphinx-1", repo="sphinx-doc/sphinx", version="3.1"),
+        row(instance_id="sphinx-doc__sphinx-2", repo="sphinx-doc/sphinx", version="4.1"),
+    ]
+    benchmark = Benchmark.from_rows("verified", rows, swebench_specs=True)
+    old, new = (benchmark.environment_for(instance) for instance in benchmark.instances)
+    assert "docutils<0.22" in old.packages
+    assert not any(package.startswith("docutils") for package in new.packages)
+    assert old.packages[: len(new.packages)] == new.packages, "the pin is added to SWE-bench's packages, nothing else"

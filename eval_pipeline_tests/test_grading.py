@@ -65,6 +65,15 @@ def test_a_truncated_listed_id_matches_the_tests_it_starts():
     assert graded_tests(row, {"t.py::test_mark[abc]": "PASSED"}) == {"t.py::test_mark[xyz": "MISSING"}
 
 
+def test_pytests_progress_counter_in_a_list_grades_nothing_and_cannot_stand_for_a_fix():
+    """Two Verified rows list `[100%]`, which SWE-bench's parser read off a progress line: it names no test."""
+    row = _row(("f",), ("p", "[100%]"))
+    assert graded_tests(row, {"f": "PASSED", "p": "PASSED"}) == {"f": "PASSED", "p": "PASSED"}
+    assert decide(row, graded_tests(row, {"f": "PASSED", "p": "PASSED"})) is Outcome.RESOLVED
+    only_counters = _row(("[ 50%]",), ("[100%]",))
+    assert decide(only_counters, graded_tests(only_counters, {"[100%]": "PASSED"})) is Outcome.UNRESOLVED
+
+
 @pytest.fixture
 def instance(demo_benchmark):
     return demo_benchmark.instances[0]

@@ -132,6 +132,20 @@ def test_local_workspaces_cannot_reach_the_answer(real_benchmark, data_dir):
             assert workspace_diff(workspace, instance.base_commit) == "", "the null agent's patch is 0 bytes"
 
 
+def test_an_editable_install_puts_the_repository_on_sys_path_as_swebench_did(real_benchmark, data_dir):
+    """pylint 2.x has no pyproject.toml: SWE-bench's pip ran `setup.py develop`, which puts the repository on
+    sys.path, and pylint finds its own modules by path there (pip 25.3's import hook would not: a row of pylint
+    2.14 then fails its config tests with "Unable to find module for .../pylint/reporters/...")."""
+    sandbox = LocalSandbox(data_dir / "sandboxes" / "local", LIMITS, SandboxSettings(), "editable")
+    environment = prepare_on(sandbox, real_benchmark, real_benchmark.instance("pylint-dev__pylint-4970"))
+    with sandbox.workspace(environment, "look") as workspace:
+        look = "import os, sys; print(*[p for p in sys.path if os.path.isfile(p + '/pylint/__init__.py')])"
+        found = workspace.run(f"pwd && cd / && python -c {shlex.quote(look)}", timeout_s=120)
+    assert found.ok, found.stderr
+    repository, on_path = found.stdout.splitlines()
+    assert on_path == repository, found.stdout
+
+
 def _graded_with_canary(
     sandbox: LocalSandbox, benchmark: Benchmark, instance: Instance, patch: str
 ) -> tuple[Verdict, str]:

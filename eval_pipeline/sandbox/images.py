@@ -194,7 +194,7 @@ def env_layer(
         else f"RUN {quoted} -m venv {ENV_VENV}"
     )
     lines = [f"FROM {base.tag}", *system, python]
-    if spec.requirements or spec.packages:
+    if spec.requirements or spec.packages or spec.install:
         lines.append(f"RUN {ENV_VENV}/bin/{UPGRADE_PIP} --no-cache-dir")  # interpreters.UPGRADE_PIP says why
     if spec.requirements:
         lines += [

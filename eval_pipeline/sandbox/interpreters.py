@@ -19,11 +19,15 @@ from pathlib import Path
 from eval_pipeline.outcomes import ImageBuildFailed
 
 _VERSION = re.compile(r"^\d+\.\d+$")
-# Before an environment installs packages, its venv gets the newest pip its Python supports, as SWE-bench's conda
-# environments have: the pip a venv is born with can be too old for today's wheels (Python 3.6's pip 18.1 reads
-# no manylinux2010/2014 tag, so it builds bcrypt from source, which needs Rust). Old pip still honours each
-# release's Requires-Python, so it picks a pip that runs on that Python.
-UPGRADE_PIP = "python -m pip install --upgrade pip"
+# Before an environment installs anything, its Python gets the pip and wheel SWE-bench's conda environments had:
+# - the newest pip before 25.3: the pip an installation is born with can be too old for today's wheels (Python
+#   3.6's pip 18.1 reads no manylinux2010/2014 tag, so it builds bcrypt from source, which needs Rust), and old
+#   pip honours each release's Requires-Python, so it picks one that runs on that Python;
+# - but before 25.3, and with wheel: then `pip install -e .` of a project with no pyproject.toml is `setup.py
+#   develop`, which puts the repository itself on sys.path, as in SWE-bench's images. pip 25.3 made every
+#   editable install a PEP 660 import hook that does not, and code that finds modules by path breaks
+#   (pylint's plugin loading: "Unable to find module for .../pylint/reporters/..."; pylint-dev__pylint-6386).
+UPGRADE_PIP = "python -m pip install --upgrade 'pip<25.3' wheel"
 
 
 @dataclass(frozen=True)

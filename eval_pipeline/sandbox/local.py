@@ -260,6 +260,7 @@ class LocalSandbox(SandboxBackend):
                 "spec": {name: value for name, value in spec.as_record().items() if name != "image_install"},
                 "python": [str(interpreter.executable), interpreter.version],
                 "harness_pytest": metadata.version("pytest"),
+                "pip": UPGRADE_PIP,
             }
         )
 
@@ -354,7 +355,7 @@ class LocalSandbox(SandboxBackend):
     def _install_commands(instance: Task, spec: EnvironmentSpec, directory: Path) -> list[str]:
         """The spec's steps as shell commands, run in the repository; package names are single arguments."""
         commands = list(spec.pre_install)
-        if spec.requirements or spec.packages:
+        if spec.requirements or spec.packages or spec.install:
             commands.append(UPGRADE_PIP)
         if spec.requirements:
             text = requirements_text(directory / "repo", instance.environment_setup_commit, spec.requirements)
