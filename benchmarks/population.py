@@ -1,7 +1,7 @@
 """SWE-bench Verified's population table: the reference and the empty patch on a stratified sample, per backend.
 
     python benchmarks/population.py --mirrors DIR --backend local [--repos sympy/sympy ...] [--limit N]
-    python benchmarks/population.py --render
+    python benchmarks/population.py --render    # with Terminal-Bench 2's table (terminal_population.py)
 
 The sample (`sample`) is one row of every repository x version of the repositories whose environments install
 without compiling, and one row of each repository that compiles its own extensions, chosen by the hash of the
@@ -29,6 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from real_rows import environment_disk_bytes  # benchmarks/, beside this script
+from terminal_population import render as render_terminal
+from terminal_population import results as terminal_results
 
 from eval_pipeline.benchmark import Benchmark, InvalidDatasetError, RepoSource
 from eval_pipeline.patches import workspace_diff
@@ -199,7 +201,7 @@ def main() -> None:
     parser.add_argument("--render", action="store_true", help="write docs/VALIDATION.md from the results so far")
     args = parser.parse_args()
     if args.render:
-        TABLE.write_text(render(_results()))
+        TABLE.write_text(render(_results()) + "\n" + "\n".join(render_terminal(terminal_results())) + "\n")
         return
     if not args.mirrors:
         parser.error("--mirrors is required to run rows")

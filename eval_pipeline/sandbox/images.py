@@ -39,7 +39,7 @@ from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.gitutil import COMMIT_BASELINE, STRIP_HISTORY
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import ImageBuildFailed
-from eval_pipeline.sandbox.interpreters import UPGRADE_PIP, find_interpreter, installation_excludes
+from eval_pipeline.sandbox.interpreters import UPGRADE_PIP, find_interpreter, installation_excludes, installs_with_pip
 from eval_pipeline.tasks import Task, TaskImage
 from eval_pipeline.terminal_tasks import COMMIT_ENV as TASK_COMMIT_ENV
 
@@ -194,7 +194,7 @@ def env_layer(
         else f"RUN {quoted} -m venv {ENV_VENV}"
     )
     lines = [f"FROM {base.tag}", *system, python]
-    if spec.requirements or spec.packages or spec.install:
+    if installs_with_pip(spec):
         lines.append(f"RUN {ENV_VENV}/bin/{UPGRADE_PIP} --no-cache-dir")  # interpreters.UPGRADE_PIP says why
     if spec.requirements:
         lines += [

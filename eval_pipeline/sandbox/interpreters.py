@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.outcomes import ImageBuildFailed
 
 _VERSION = re.compile(r"^\d+\.\d+$")
@@ -28,6 +29,12 @@ _VERSION = re.compile(r"^\d+\.\d+$")
 #   editable install a PEP 660 import hook that does not, and code that finds modules by path breaks
 #   (pylint's plugin loading: "Unable to find module for .../pylint/reporters/..."; pylint-dev__pylint-6386).
 UPGRADE_PIP = "python -m pip install --upgrade 'pip<25.3' wheel"
+
+
+def installs_with_pip(spec: EnvironmentSpec) -> bool:
+    """Whether the spec's installs go through pip, so that UPGRADE_PIP must come first (an install step that
+    never calls pip, a `touch` or a `sed`, needs no index and works offline)."""
+    return bool(spec.requirements or spec.packages or any("pip" in step for step in spec.install))
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,13 @@ from eval_pipeline.sandbox.base import (
     ToolChannel,
     Workspace,
 )
-from eval_pipeline.sandbox.interpreters import UPGRADE_PIP, Interpreter, copy_installation, find_interpreter
+from eval_pipeline.sandbox.interpreters import (
+    UPGRADE_PIP,
+    Interpreter,
+    copy_installation,
+    find_interpreter,
+    installs_with_pip,
+)
 from eval_pipeline.sandbox.limited_exec import ViewUnavailable, run_limited
 from eval_pipeline.swebench_specs import requirements_text
 from eval_pipeline.tasks import Task
@@ -355,7 +361,7 @@ class LocalSandbox(SandboxBackend):
     def _install_commands(instance: Task, spec: EnvironmentSpec, directory: Path) -> list[str]:
         """The spec's steps as shell commands, run in the repository; package names are single arguments."""
         commands = list(spec.pre_install)
-        if spec.requirements or spec.packages or spec.install:
+        if installs_with_pip(spec):
             commands.append(UPGRADE_PIP)
         if spec.requirements:
             text = requirements_text(directory / "repo", instance.environment_setup_commit, spec.requirements)

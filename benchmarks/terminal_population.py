@@ -1,0 +1,166 @@
+"""Terminal-Bench 2's population table: the oracle and the null agent on every task, on the container backend.
+
+    python benchmarks/terminal_population.py --tasks DIR [--names TASK ...] [--limit N] [--again]
+    python benchmarks/population.py --render      # writes both tables into docs/VALIDATION.md
+
+DIR holds Terminal-Bench 2.0's task directories, unmodified (for example the `terminal-bench-2/` folder of a
+copy of its repository). Each task is loaded as `eval-pipeline` loads it, its image built from its own
+Dockerfile with only `FROM` replaced (EVAL_PIPELINE_TASK_BASE_IMAGE: no registry is reachable here), then the
+oracle (its `solution/solve.sh`) and the null agent are generated and graded as a campaign grades them: the
+verifier runs in the agent's own container right after it, and the reward file decides. `valid`: the oracle
+resolved and the null agent did not. Tasks are taken in the order of their names' hashes (blind to how easy a
+task is), so a part of any size is a fair sample; each result is appended to docs/validation/terminal.jsonl as
+soon as it is known, and a task already measured is skipped unless --again (for those not valid).
+
+Needs the container engine of `.ci/run` (DOCKER_HOST) and the variables it exports.
+"""
+
+import argparse
+import hashlib
+import json
+import subprocess
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from eval_pipeline.agents import NullAgent, OracleAgent
+from eval_pipeline.artifacts import LocalArtifactStore
+from eval_pipeline.benchmark import InvalidDatasetError
+from eval_pipeline.evaluation import evaluate
+from eval_pipeline.generation import generate
+from eval_pipeline.outcomes import Outcome
+from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
+from eval_pipeline.terminal_tasks import load_terminal_tasks
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "validation" / "terminal.jsonl"
+LIMITS = ResourceLimits(memory_ceiling_mb=8192, output_bytes=200_000)
+
+
+def _draw(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()
+
+
+def _agent_run(task, agent, environment, sandbox, store) -> dict:
+    """One trial of `agent`: its generation's status and the evaluation's outcome and reward detail."""
+    started = time.perf_counter()
+    timeout = task.verifier_timeout_s
+    generation = generate(
+        task, agent, 0, environment, sandbox, store, network=task.allow_internet, test_timeout_s=timeout
+    )
+    if generation.status != "completed":
+        return {"outcome": generation.status, "detail": str(generation.error)[:400]}
+    evaluation = evaluate(task, task.environment, generation, environment, sandbox, store, timeout)
+    verifier = evaluation.steps[-1].get("stdout_tail", "") if evaluation.steps else ""
+    agent_said = " ".join(
+        str(step.get("stderr_tail") or step.get("stdout_tail") or "") for step in generation.trajectory
+    )
+    return {
+        "outcome": Outcome(evaluation.outcome).value,
+        "detail": f"{evaluation.detail}; verifier: {verifier[-300:]}; agent: {agent_said[-300:]}",
+        "s": round(time.perf_counter() - started, 1),
+    }
+
+
+def measure(directory: Path, scratch: Path) -> dict:
+    """Load, build (timed), then the oracle and the null agent once each."""
+    try:
+        tasks = load_terminal_tasks(directory, scratch / "mirrors")
+    except InvalidDatasetError as error:
+        return {"status": "refused_at_load", "detail": str(error).split("\n", 1)[-1].strip()}
+    task = tasks.instances[0]
+    settings = SandboxSettings.from_mapping({"backend": "container"})
+    sandbox = make_sandbox(settings, scratch, LIMITS, "tb-population", network=True)  # Harbor's default
+    store = LocalArtifactStore(scratch / "artifacts")
+    try:
+        started = time.perf_counter()
+        try:
+            environment = sandbox.prepare(task, task.environment, tasks.source)
+        except Exception as error:  # noqa: BLE001 - a build that fails is this task's result
+            return {"status": "environment_failed", "detail": str(error)[-600:]}
+        figures = {"environment_s": round(time.perf_counter() - started, 1)}
+        try:
+            oracle = _agent_run(task, OracleAgent(), environment, sandbox, store)
+            null = _agent_run(task, NullAgent(), environment, sandbox, store)
+        except Exception as error:  # noqa: BLE001 - the harness failing on a task is this task's result
+            return {**figures, "status": "harness_error", "detail": f"{type(error).__name__}: {error}"[-600:]}
+    finally:
+        sandbox.release()
+    resolved = Outcome.RESOLVED.value
+    if oracle["outcome"] == resolved and null["outcome"] != resolved:
+        status = "valid"
+    elif oracle["outcome"] == resolved:
+        status = "null_resolves"
+    else:
+        status = "oracle_fails" if oracle["outcome"] == Outcome.UNRESOLVED.value else "not_scored"
+    detail = "" if status == "valid" else f"oracle: {oracle['detail']}; null: {null['detail']}"
+    return {**figures, "status": status, "oracle": oracle["outcome"], "null": null["outcome"], "detail": detail}
+
+
+def run(tasks_dir: Path, names: list[str], again: bool, limit: int | None) -> None:
+    latest = {r["task"]: r["status"] for r in results()}
+    harness = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    directories = sorted((d for d in tasks_dir.iterdir() if d.is_dir()), key=lambda d: _draw(d.name))
+    directories = [d for d in directories if not names or d.name in names]
+    pending = [d for d in directories if d.name not in latest or (again and latest[d.name] != "valid")][:limit]
+    for number, directory in enumerate(pending, 1):
+        with tempfile.TemporaryDirectory() as scratch:
+            result = measure(directory, Path(scratch))
+        record = {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "harness": harness, "task": directory.name, **result}
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        with open(RESULTS, "a") as out:
+            out.write(json.dumps(record, sort_keys=True) + "\n")
+        print(f"[{number}/{len(pending)}] {directory.name}: {record['status']}", flush=True)
+
+
+def results() -> list[dict]:
+    return [json.loads(line) for line in RESULTS.read_text().splitlines()] if RESULTS.exists() else []
+
+
+# Why a task is not valid where its detail does not say it outright; a task not named here is not explained yet.
+EXPLAINED: dict[str, str] = {}
+
+
+def render(records: list[dict]) -> list[str]:
+    """The table's lines: the latest result of each task, totals first."""
+    latest = sorted({r["task"]: r for r in records}.values(), key=lambda r: r["task"])
+    valid = sum(r["status"] == "valid" for r in latest)
+    explained = sum(r["status"] != "valid" and r["task"] in EXPLAINED for r in latest)
+    lines = [
+        "# Terminal-Bench 2.0: the population table",
+        "",
+        "Written from `docs/validation/terminal.jsonl` (`benchmarks/terminal_population.py` says how). `valid`: the",
+        "oracle resolved and the null agent did not, on the container backend, with the task's own Dockerfile",
+        "(`FROM` replaced by the task base image of `scripts/build_task_base.sh`).",
+        "",
+        f"- **container**: {valid} of {len(latest)} tasks valid, {explained} of the rest explained.",
+        "",
+        "| task | status | oracle | null | environment s | date | harness | why not valid |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in latest:
+        why = r["detail"].replace("|", "\\|").replace("\n", " ")[:300]
+        if r["status"] != "valid":
+            why = f"**{EXPLAINED.get(r['task'], 'not explained yet')}**; {why}"
+        lines.append(
+            f"| {r['task']} | {r['status']} | {r.get('oracle', '')} | {r.get('null', '')} |"
+            f" {r.get('environment_s', '')} | {r['date']} | {r['harness']} | {why} |"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tasks", type=Path, required=True, help="a folder of Terminal-Bench 2.0 task directories")
+    parser.add_argument("--names", nargs="*", default=[], help="only these tasks")
+    parser.add_argument("--again", action="store_true", help="measure again the tasks whose latest result is not valid")
+    parser.add_argument("--limit", type=int, help="at most this many tasks in this part")
+    args = parser.parse_args()
+    run(args.tasks, args.names, args.again, args.limit)
+
+
+if __name__ == "__main__":
+    main()
