@@ -31,6 +31,7 @@ from pathlib import Path
 from real_rows import environment_disk_bytes  # benchmarks/, beside this script
 from terminal_population import render as render_terminal
 from terminal_population import results as terminal_results
+from terminal_population import why_not_valid
 
 from eval_pipeline.benchmark import Benchmark, InvalidDatasetError, RepoSource
 from eval_pipeline.patches import workspace_diff
@@ -179,9 +180,7 @@ def render(results: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        why = r["detail"].replace("|", "\\|").replace("\n", " ")[:300]
-        if r["status"] != "valid":
-            why = f"**{EXPLAINED.get(r['instance_id'], 'not explained yet')}**; {why}"
+        why = why_not_valid(r, EXPLAINED.get(r["instance_id"]))
         lines.append(
             f"| {r['repo']} | {r['version']} | {r['instance_id']} | {r['backend']} | {r.get('python', '')} |"
             f" {r['status']} | {r.get('environment_s', '')} | {r.get('environment_mb', '')} |"

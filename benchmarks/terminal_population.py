@@ -124,6 +124,12 @@ def results() -> list[dict]:
 EXPLAINED: dict[str, str] = {}
 
 
+def why_not_valid(record: dict, explanation: str | None) -> str:
+    """A table cell: the explanation (or that there is none yet) in bold, then the measured detail."""
+    detail = record["detail"].replace("|", "\\|").replace("\n", " ")[:300]
+    return detail if record["status"] == "valid" else f"**{explanation or 'not explained yet'}**; {detail}"
+
+
 def render(records: list[dict]) -> list[str]:
     """The table's lines: the latest result of each task, totals first."""
     latest = sorted({r["task"]: r for r in records}.values(), key=lambda r: r["task"])
@@ -142,9 +148,7 @@ def render(records: list[dict]) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in latest:
-        why = r["detail"].replace("|", "\\|").replace("\n", " ")[:300]
-        if r["status"] != "valid":
-            why = f"**{EXPLAINED.get(r['task'], 'not explained yet')}**; {why}"
+        why = why_not_valid(r, EXPLAINED.get(r["task"]))
         lines.append(
             f"| {r['task']} | {r['status']} | {r.get('oracle', '')} | {r.get('null', '')} |"
             f" {r.get('environment_s', '')} | {r['date']} | {r['harness']} | {why} |"
