@@ -11,8 +11,12 @@ are part of every environment key, so a new release of it shows as a new
 environment, never as a silent change.
 
 Where SWE-bench uses conda (no conda here), its conda package names are
-installed with pip; `environment.yml` specs are refused with a message that
-names the repository and version, to be given in the campaign's `environments:`.
+installed with pip. An `environment.yml` spec (xarray, matplotlib) becomes
+pip requirements: its conda packages under their PyPI names (`CONDA_TO_PIP`;
+libraries and tools that PyPI does not carry are left out), its `pip:` list,
+and the spec's pinned `pip_packages`, resolved together in one install, so that
+the unpinned packages come at versions that work with the pins (SWE-bench's
+conda solved them in 2024, before its pip installed the pins over them).
 
 A spec that no longer builds the environment SWE-bench validated, because a
 dependency it leaves unbounded has since dropped what the repository imports,
@@ -58,12 +62,17 @@ class UnsupportedSpecError(ImageBuildFailed):
 def _swebench() -> dict[str, Any]:
     """The swebench package's tables, imported once (the package takes about a second to import)."""
     from swebench.harness.constants import NON_TEST_EXTS
-    from swebench.harness.constants.python import MAP_REPO_TO_REQS_PATHS, MAP_REPO_VERSION_TO_SPECS_PY
+    from swebench.harness.constants.python import (
+        MAP_REPO_TO_ENV_YML_PATHS,
+        MAP_REPO_TO_REQS_PATHS,
+        MAP_REPO_VERSION_TO_SPECS_PY,
+    )
     from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
 
     return {
         "specs": MAP_REPO_VERSION_TO_SPECS_PY,
         "requirements": MAP_REPO_TO_REQS_PATHS,
+        "environment_files": MAP_REPO_TO_ENV_YML_PATHS,
         "parsers": MAP_REPO_TO_PARSER,
         "non_test_exts": tuple(NON_TEST_EXTS),
     }
@@ -88,10 +97,7 @@ def builtin_spec(repo: str, version: str) -> EnvironmentSpec | None:
         return None
     packages, requirements = raw.get("packages", ""), ()
     if packages == "environment.yml":
-        raise UnsupportedSpecError(
-            f"SWE-bench's spec of {repo}@{version} is a conda environment.yml, which this harness does not "
-            f'install; give `environments: {{"{repo}@{version}": {{python, packages, install, test_cmd}}}}`'
-        )
+        packages, requirements = "", tuple(tables["environment_files"][repo])
     if packages == "requirements.txt":
         packages, requirements = "", tuple(tables["requirements"][repo])
     steps = _steps(raw.get("pre_install"))
@@ -136,10 +142,60 @@ def test_directives(instance: Instance, spec: EnvironmentSpec) -> list[str]:
     return [path.removesuffix(".py").removeprefix("tests/").replace("/", ".") for path in files]
 
 
-def requirements_text(repo_dir: Path, commit: str, paths: tuple[str, ...]) -> str:
+# conda packages that PyPI carries under another name, or not at all (None: a library, a tool or the interpreter,
+# which the environment's image or Python already brings, or nothing on PyPI, as cdms2).
+CONDA_TO_PIP: dict[str, str | None] = {
+    **dict.fromkeys(
+        ("python", "pip", "hdf5", "libnetcdf", "cdms2", "ghostscript", "graphviz", "inkscape", "ffmpeg", "tk"),
+    ),
+    **dict.fromkeys(("c-compiler", "cxx-compiler", "compilers", "pkg-config", "make", "cmake", "ninja")),
+    **dict.fromkeys(("pygobject", "wxpython", "gtk3", "cairo", "freetype", "libpng", "qhull", "gdal", "proj")),
+    "matplotlib-base": "matplotlib",
+    "iris": "scitools-iris",
+    "pytables": "tables",
+    "pyqt": "PyQt5",
+    "python-graphviz": "graphviz",
+}
+_CONDA_SPEC = re.compile(r"^(?:[\w.-]+::)?([A-Za-z0-9_.-]+)\s*(.*)$")
+
+
+def _pip_requirement(conda_spec: str) -> str | None:
+    """One conda match spec (`numpy`, `numpy>=1.2`, `numpy=1.2`, `numpy 1.2.*`, `numpy=1.2=py310_0`) as a pip
+    requirement under its PyPI name, or None when PyPI has no such package."""
+    match = _CONDA_SPEC.match(conda_spec.split("#", 1)[0].strip())
+    if not match:
+        return None
+    name, version = match[1], match[2].replace(" ", "")
+    pip_name = CONDA_TO_PIP.get(name.lower(), name)
+    if pip_name is None:
+        return None
+    if version.startswith("=") and not version.startswith("=="):  # conda's `=1.2` is 1.2.*; a build string follows
+        release = version[1:].split("=", 1)[0]
+        version = f"=={release}" if release.endswith("*") or release.count(".") >= 2 else f"=={release}.*"
+    elif version[:1].isdigit():
+        version = f"=={version}"
+    return pip_name + version
+
+
+def conda_requirements(environment_yml: str, pins: tuple[str, ...]) -> str:
+    """An environment.yml's dependencies as pip requirements (conda's under PyPI names, then its `pip:` list),
+    followed by `pins`, so that one resolution satisfies them all."""
+    import yaml
+
+    dependencies = (yaml.safe_load(environment_yml) or {}).get("dependencies") or []
+    conda = [_pip_requirement(entry) for entry in dependencies if isinstance(entry, str)]
+    pip = [line for entry in dependencies if isinstance(entry, dict) for line in entry.get("pip") or ()]
+    wanted = [requirement for requirement in (*conda, *pip) if requirement]
+    pinned = {re.split(r"[<>=!~\[ ]", pin, maxsplit=1)[0].lower() for pin in pins}
+    unpinned = [r for r in wanted if re.split(r"[<>=!~\[ ]", r, maxsplit=1)[0].lower() not in pinned]
+    return "\n".join([*unpinned, *pins]) + "\n"
+
+
+def requirements_text(repo_dir: Path, commit: str, paths: tuple[str, ...], pins: tuple[str, ...] = ()) -> str:
     """The requirements SWE-bench installs for a `requirements.txt` spec: the first of `paths` that exists at
     `commit` (the environment setup commit), its `-r` includes inlined, editable and extra lines dropped, and
-    SWE-bench's replacements of yanked packages applied."""
+    SWE-bench's replacements of yanked packages applied. For an `environment.yml` spec, `conda_requirements`
+    of it with the spec's `pins`."""
     from swebench.harness.test_spec.python import clean_requirements
 
     def read(path: str) -> str | None:
@@ -154,6 +210,8 @@ def requirements_text(repo_dir: Path, commit: str, paths: tuple[str, ...]) -> st
     for path in paths:
         if (text := read(path)) is None:
             continue
+        if path.endswith((".yml", ".yaml")):
+            return conda_requirements(text, pins)
         included, own = [], []
         for line in text.splitlines():
             if line.strip().startswith("-r"):

@@ -10,6 +10,7 @@ from eval_pipeline.benchmark import (
     InvalidInstanceError,
     RepoSource,
 )
+from eval_pipeline.swebench_specs import conda_requirements
 
 
 def row(**overrides):
@@ -124,20 +125,42 @@ def test_environment_spec_is_chosen_by_repo_and_version():
     assert benchmark.environment_for(benchmark.instance("octo__lib-2")) == EnvironmentSpec()
 
 
-def test_a_swebench_row_whose_own_spec_cannot_be_installed_fails_at_load_naming_it():
-    """SWE-bench specifies matplotlib 3.5 as a conda environment.yml: refused when the dataset loads, not at its
-    build; the campaign's own `environments:` entry for it makes the row loadable."""
-    conda = row(instance_id="matplotlib__matplotlib-1", repo="matplotlib/matplotlib", version="3.5")
-    with pytest.raises(InvalidDatasetError, match=r"row 1 \('matplotlib__matplotlib-1'\): field version: .*conda"):
-        Benchmark.from_rows("lite", [row(), conda], swebench_specs=True)
-    quarantined = Benchmark.from_rows("lite", [row(), conda], swebench_specs=True, on_invalid="quarantine")
-    assert [i.instance_id for i in quarantined.instances] == ["octo__lib-1"]
+def test_a_swebench_row_no_spec_covers_fails_at_load_naming_it():
+    """psf/requests has no version 9.9 in SWE-bench's specs: refused when the dataset loads, not at its build;
+    `on_invalid: quarantine` leaves it out, and the campaign's own `environments:` entry makes it loadable."""
     unknown = row(instance_id="psf__requests-1", repo="psf/requests", version="9.9")
-    with pytest.raises(InvalidDatasetError, match=r"row 0 \('psf__requests-1'\): field version: .*'9.9' .*2\.0"):
-        Benchmark.from_rows("lite", [unknown], swebench_specs=True)
-    given = {"matplotlib/matplotlib@3.5": EnvironmentSpec(python="3.8")}
-    loaded = Benchmark.from_rows("lite", [row(), conda], swebench_specs=True, environments=given)
-    assert loaded.environment_for(loaded.instance("matplotlib__matplotlib-1")).python == "3.8"
+    with pytest.raises(InvalidDatasetError, match=r"row 1 \('psf__requests-1'\): field version: .*'9.9' .*2\.0"):
+        Benchmark.from_rows("lite", [row(), unknown], swebench_specs=True)
+    quarantined = Benchmark.from_rows("lite", [row(), unknown], swebench_specs=True, on_invalid="quarantine")
+    assert [i.instance_id for i in quarantined.instances] == ["octo__lib-1"]
+    given = {"psf/requests@9.9": EnvironmentSpec(python="3.8")}
+    loaded = Benchmark.from_rows("lite", [row(), unknown], swebench_specs=True, environments=given)
+    assert loaded.environment_for(loaded.instance("psf__requests-1")).python == "3.8"
+
+
+def test_a_conda_environment_yml_spec_becomes_pip_requirements_resolved_with_its_pins():
+    """xarray's specs are an environment.yml plus pinned pip packages: conda names become PyPI's, what PyPI lacks
+    is left out, the `pip:` list is kept, and the pins come last and win over the same package unpinned."""
+    conda = row(instance_id="pydata__xarray-1", repo="pydata/xarray", version="0.12")
+    benchmark = Benchmark.from_rows("verified", [conda], swebench_specs=True)
+    spec = benchmark.environment_for(benchmark.instances[0])
+    assert spec.requirements == ("ci/requirements/environment.yml", "environment.yml")
+    assert "numpy==1.23.0" in spec.packages
+    environment_yml = (
+        "name: t\nchannels: [conda-forge]\ndependencies:\n  - python=3.10\n  - hdf5\n  - cdms2\n"
+        "  - matplotlib-base>=3.3\n  - iris\n  - conda-forge::zarr 2.12.*\n  - netcdf4=1.5\n"
+        "  - pandas=1.4.2=py310_0\n  - numpy  # pinned below\n  - pip\n  - pip:\n      - numbagg\n"
+    )
+    assert conda_requirements(environment_yml, ("numpy==1.23.0", "pytest==7.4.0")).splitlines() == [
+        "matplotlib>=3.3",
+        "scitools-iris",
+        "zarr==2.12.*",
+        "netcdf4==1.5.*",
+        "pandas==1.4.2",
+        "numbagg",
+        "numpy==1.23.0",
+        "pytest==7.4.0",
+    ]
 
 
 def test_a_spec_whose_unbounded_dependency_dropped_an_import_gets_the_pin_swebench_built_with():

@@ -380,7 +380,10 @@ class ContainerSandbox(SandboxBackend):
                 self._checkout(instance, source)
             elif layer.kind == "env" and spec.requirements:
                 text = requirements_text(
-                    self._checkout(instance, source), instance.environment_setup_commit, spec.requirements
+                    self._checkout(instance, source),
+                    instance.environment_setup_commit,
+                    spec.requirements,
+                    spec.packages,
                 )
                 directory = self._requirements_dir(instance)
                 directory.mkdir(parents=True, exist_ok=True)

@@ -364,7 +364,9 @@ class LocalSandbox(SandboxBackend):
         if installs_with_pip(spec):
             commands.append(UPGRADE_PIP)
         if spec.requirements:
-            text = requirements_text(directory / "repo", instance.environment_setup_commit, spec.requirements)
+            text = requirements_text(
+                directory / "repo", instance.environment_setup_commit, spec.requirements, spec.packages
+            )
             (directory / "requirements.txt").write_text(text)
             commands.append(f"python -m pip install -r {shlex.quote(str(directory / 'requirements.txt'))}")
         if spec.packages:
