@@ -45,9 +45,11 @@ _DJANGO = "django/django"
 
 # (repository, version prefix) -> pins installed before the repository, each with the reason it is needed.
 AMENDMENTS: dict[tuple[str, str], tuple[str, ...]] = {
-    # sphinx 3.x asks `docutils>=0.12` with no upper bound and imports `docutils.utils.roman`, which docutils
-    # 0.22 (July 2025) removed: every test then fails on `No module named 'roman'`. SWE-bench's images had 0.21.
+    # sphinx 3.x, and 4.x at commits merged from 3.x, ask `docutils>=0.12` (or 0.14) with no upper bound and
+    # import `docutils.utils.roman`, which docutils 0.22 (July 2025) removed: every test then fails on `No module
+    # named 'roman'`. SWE-bench's images had 0.21 or older. (5.x bounds docutils below 0.19 itself.)
     ("sphinx-doc/sphinx", "3."): ("docutils<0.22",),
+    ("sphinx-doc/sphinx", "4."): ("docutils<0.22",),
 }
 
 

@@ -164,11 +164,12 @@ def test_a_conda_environment_yml_spec_becomes_pip_requirements_resolved_with_its
 
 
 def test_a_spec_whose_unbounded_dependency_dropped_an_import_gets_the_pin_swebench_built_with():
-    """sphinx 3.x leaves docutils unbounded and imports docutils.utils.roman, gone since docutils 0.22: the pin
-    is one of the spec's packages (so in its environment key); specs that bound docutils themselves get none."""
+    """sphinx 3.x (and 4.x at commits merged from it) leaves docutils unbounded and imports docutils.utils.roman,
+    gone since docutils 0.22: the pin is one of the spec's packages (so in its environment key); 5.x bounds
+    docutils itself and gets none."""
     rows = [
         row(instance_id="sphinx-doc__sphinx-1", repo="sphinx-doc/sphinx", version="3.1"),
-        row(instance_id="sphinx-doc__sphinx-2", repo="sphinx-doc/sphinx", version="4.1"),
+        row(instance_id="sphinx-doc__sphinx-2", repo="sphinx-doc/sphinx", version="5.1"),
     ]
     benchmark = Benchmark.from_rows("verified", rows, swebench_specs=True)
     old, new = (benchmark.environment_for(instance) for instance in benchmark.instances)
