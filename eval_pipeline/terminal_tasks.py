@@ -29,6 +29,7 @@ WORKDIR, and no absolute path in its scripts that only an image has (/app, /test
 is refused there (`local_problem` says why) rather than graded unfaithfully.
 """
 
+import base64
 import hashlib
 import json
 import re
@@ -87,8 +88,8 @@ class TerminalTask:
     base_commit: str
     instruction: str
     workdir: str
-    tests: Mapping[str, str]
-    solution: Mapping[str, str]
+    tests: Mapping[str, str | bytes]
+    solution: Mapping[str, str | bytes]
     agent_timeout_s: float
     verifier_timeout_s: float
     memory_mb: int | None
@@ -112,7 +113,7 @@ class TerminalTask:
         row = asdict(self)
         del row["environment_dir"]
         for name in ("tests", "solution", "verifier_env", "metadata", "image_install"):
-            row[name] = json.dumps(row[name], sort_keys=True)
+            row[name] = json.dumps(row[name], sort_keys=True, default=_as_json)
         return row
 
     @property
@@ -234,7 +235,7 @@ def _environment_hash(environment: Path) -> str:
     )
 
 
-def _local_problem(workdir: str, steps: tuple[str, ...], outside: list[str], scripts: Mapping[str, str]) -> str:
+def _local_problem(workdir: str, steps: tuple[str, ...], outside: list[str], scripts: Mapping[str, str | bytes]) -> str:
     """Why the local backend, which runs no Dockerfile step and has no /app, cannot run the task faithfully."""
     if steps:
         return f"its Dockerfile has RUN steps ({len(steps)}), which only an image build runs"
@@ -243,7 +244,7 @@ def _local_problem(workdir: str, steps: tuple[str, ...], outside: list[str], scr
     roots = "|".join(re.escape(path) for path in (*HARBOR_PATHS, workdir))
     absolute = re.compile(rf"(?<![\w.$}}/-])({roots})(?=/|\b)")
     for name, text in scripts.items():
-        if match := absolute.search(_HARNESS_DEFAULT.sub("", text)):
+        if isinstance(text, str) and (match := absolute.search(_HARNESS_DEFAULT.sub("", text))):
             return f"{name} uses the absolute path {match[1]}, which only the task's image has"
     return ""
 
@@ -292,18 +293,26 @@ def _allow_internet(config: Mapping[str, Any]) -> bool:
     return value
 
 
-def _text_files(directory: Path, required: str) -> dict[str, str]:
-    """Every file under `directory` by relative path; `required` must be among them."""
-    relative = directory.name
+def _task_files(directory: Path, required: str) -> dict[str, str | bytes]:
+    """Every file under `directory` by relative path, as text, or as bytes where it is not UTF-8 (a reference
+    image, a video); `required` must be among them."""
     if not (directory / required).is_file():
-        raise _TaskError(f"{relative}/{required}", "missing")
-    files = {}
+        raise _TaskError(f"{directory.name}/{required}", "missing")
+    files: dict[str, str | bytes] = {}
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        data = path.read_bytes()
         try:
-            files[str(path.relative_to(directory))] = path.read_text()
+            files[str(path.relative_to(directory))] = data.decode()
         except UnicodeDecodeError:
-            raise _TaskError(f"{relative}/{path.relative_to(directory)}", "not UTF-8 text") from None
+            files[str(path.relative_to(directory))] = data
     return files
+
+
+def _as_json(value: object) -> object:
+    """A task file that is bytes, as JSON (in the task's row and content hash)."""
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode()}
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _commit_tree(tree: Path) -> str:
@@ -337,8 +346,8 @@ def load_task(directory: Path, mirror_dir: Path) -> TerminalTask:
     instruction = instruction_file.read_text() if instruction_file.is_file() else config.get("instruction")
     if not isinstance(instruction, str) or not instruction.strip():
         raise _TaskError("instruction.md", "missing or empty")
-    tests = _text_files(directory / "tests", "test.sh")
-    solution = _text_files(directory / "solution", "solve.sh") if (directory / "solution").is_dir() else {}
+    tests = _task_files(directory / "tests", "test.sh")
+    solution = _task_files(directory / "solution", "solve.sh") if (directory / "solution").is_dir() else {}
     verifier_env = (config.get("verifier") or {}).get("env") or {}
     if not isinstance(verifier_env, dict):
         raise _TaskError("verifier.env", "expected a table of variables")

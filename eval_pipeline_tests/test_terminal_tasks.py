@@ -186,6 +186,38 @@ def test_a_verifier_that_writes_no_reward_is_a_grading_error_never_a_pass(tmp_pa
     assert verdict.outcome == Outcome.GRADING_ERROR and "no reward file" in verdict.detail
 
 
+def test_a_task_whose_tests_and_solution_hold_binary_files_gets_them_byte_for_byte(tmp_path, store):
+    """Five Terminal-Bench 2 tasks keep a reference image or video beside test.sh: such files are not UTF-8,
+    reach the verifier and solve.sh unchanged, and are part of the task's content hash."""
+    reference = bytes(range(256)) * 4  # no UTF-8 text: 0x80-0xff bytes alone
+    write_task(
+        tmp_path / "tasks",
+        "render",
+        {
+            "task.toml": "[verifier]\ntimeout_sec = 20\n",
+            "instruction.md": "Render the image to out.bin.\n",
+            "environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
+            "tests/test.sh": 'cmp out.bin "$EVAL_TESTS_DIR/reference.bin" && echo 1 > "$EVAL_REWARD_FILE" '
+            '|| echo 0 > "$EVAL_REWARD_FILE"\n',
+            "solution/solve.sh": 'cp "$EVAL_SOLUTION_DIR/rendered.bin" out.bin\n',
+        },
+    )
+    (tmp_path / "tasks" / "render" / "tests" / "reference.bin").write_bytes(reference)
+    (tmp_path / "tasks" / "render" / "solution" / "rendered.bin").write_bytes(reference)
+    tasks = load_terminal_tasks(tmp_path / "tasks", tmp_path / "mirrors")
+    task = tasks.instance("render")
+    assert task.tests["reference.bin"] == reference
+    sandbox = LocalSandbox(tmp_path / "sandbox", ResourceLimits(), SandboxSettings(), "test")
+    environment = sandbox.prepare(task, tasks.environment_for(task), tasks.source)
+    for agent, expected in (("oracle", Outcome.RESOLVED), ("null", Outcome.UNRESOLVED)):
+        generation = generate(task, make_agent(agent), 0, environment, sandbox, store, test_timeout_s=20)
+        verdict = evaluate(task, tasks.environment_for(task), generation, environment, sandbox, store, 20)
+        assert verdict.outcome == expected, (agent, verdict.detail)
+    (tmp_path / "tasks" / "render" / "tests" / "reference.bin").write_bytes(reference[::-1])
+    changed = load_terminal_tasks(tmp_path / "tasks", tmp_path / "mirrors").instance("render")
+    assert changed.content_hash != task.content_hash
+
+
 def test_scripts_that_need_the_image_s_absolute_paths_are_refused_locally(tmp_path):
     write_task(
         tmp_path / "tasks",

@@ -306,15 +306,16 @@ class Workspace(ABC):
         """The path, as commands in the workspace see it, of a harness file."""
 
     @abstractmethod
-    def write_harness_file(self, name: str, content: str) -> str:
-        """Write a harness file and return its path as commands see it."""
+    def write_harness_file(self, name: str, content: str | bytes) -> str:
+        """Write a harness file (text as UTF-8, or bytes as they are) and return its path as commands see it."""
 
     @abstractmethod
     def read_harness_file(self, name: str) -> bytes | None:
         """A harness file's content, or None when no command wrote it."""
 
-    def write_harness_tree(self, directory: str, files: Mapping[str, str]) -> str:
-        """Write `files` (relative path -> text) under the harness directory `directory`; return its path."""
+    def write_harness_tree(self, directory: str, files: Mapping[str, str | bytes]) -> str:
+        """Write `files` (relative path -> text or bytes) under the harness directory `directory`; return its
+        path."""
         for path, content in files.items():
             self.write_harness_file(f"{directory}/{path}", content)
         return self.harness_path(directory)

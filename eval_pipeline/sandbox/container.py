@@ -221,10 +221,10 @@ class ContainerWorkspace(ExecWorkspace):
         super().__init__(EngineExec(container), root, extra_env, output_bytes, task, cut_network)
         self.container = container
 
-    def write_harness_file(self, name: str, content: str) -> str:
+    def write_harness_file(self, name: str, content: str | bytes) -> str:
         """Root's file, readable (not writable) by the workspace's uid: the harness directory above it is
         root's and open to the uid's group only."""
-        data = content.encode()
+        data = content.encode() if isinstance(content, str) else content
         path = self._writable_harness_path(name)
         at_harbor_path = bool(self.task and self.task.path(name))
         destination, relative = ("/", path.lstrip("/")) if at_harbor_path else (f"{self.root}/harness", name)

@@ -300,8 +300,9 @@ class ExecWorkspace(Workspace):
     def harness_path(self, name: str) -> str:
         return (self.task and self.task.path(name)) or f"{self.root}/harness/{name}"
 
-    def write_harness_file(self, name: str, content: str) -> str:
-        path, data = self._writable_harness_path(name), content.encode()
+    def write_harness_file(self, name: str, content: str | bytes) -> str:
+        path = self._writable_harness_path(name)
+        data = content.encode() if isinstance(content, str) else content
         for start in range(0, max(len(data), 1), FILE_CHUNK_BYTES):
             chunk = base64.b64encode(data[start : start + FILE_CHUNK_BYTES]).decode()
             self._as_root(HARNESS.python("-c", _APPEND_BASE64, path, "ab" if start else "wb"), private=chunk)

@@ -228,10 +228,10 @@ class LocalWorkspace(Workspace):
     def harness_path(self, name: str) -> str:
         return str(self.harness / name)
 
-    def write_harness_file(self, name: str, content: str) -> str:
+    def write_harness_file(self, name: str, content: str | bytes) -> str:
         path = self.harness / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content)
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
         return str(path)
 
     def read_harness_file(self, name: str) -> bytes | None:
