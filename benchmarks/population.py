@@ -145,15 +145,13 @@ EXPLAINED = {
         ("django__django-11740", "django__django-13512"),
         "the mirror here (a django fork under the fetch size limit) lacks the row's environment_setup_commit",
     ),
-    "django__django-11880": "measured before environments upgraded pip (3.6's pip 18.1 built bcrypt from source); "
-    "django__django-12193 (3.1, same Python) now resolves in the tests: to be measured again",
-    **dict.fromkeys(
-        ("sphinx-doc__sphinx-7454", "sphinx-doc__sphinx-7748"),
-        "`No module named 'roman'`: sphinx 3.x pins docutils>=0.12 with no upper bound, and pip now picks a "
-        "docutils without roman (shared/REAL_BENCHMARKS.md); needs a docutils pin recorded in the spec",
-    ),
-    "pytest-dev__pytest-5262": "its PASS_TO_PASS holds `[100%]`, an artefact of SWE-bench's log parser on "
-    "pytest 4.5's progress output; the harness reads JUnit, where no test has that name",
+    "pytest-dev__pytest-7521": "a bad row: its PASS_TO_PASS lists `test_capsysbinary.py::test_hello`, a test of "
+    "a file that exists only in the temporary directory of an inner pytest run (pytester's makepyfile in "
+    "testing/test_capture.py): SWE-bench's log parser read that run's own `PASSED` line from the outer log; no "
+    "test of the repository has that id, so no patch can make it pass",
+    "sphinx-doc__sphinx-8269": "its graded linkcheck tests check links to www.google.com, w3.org and "
+    "sphinx-doc.org (tests/roots/test-linkcheck/links.txt): a row for a machine with network, as the requests "
+    "rows",
 }
 
 

@@ -213,6 +213,12 @@ def requirements_text(repo_dir: Path, commit: str, paths: tuple[str, ...], pins:
     def kept(line: str) -> bool:
         return not line.strip().startswith(("-e .", "#", ".[test"))
 
+    try:
+        git(["cat-file", "-e", f"{commit}^{{commit}}"], repo_dir)
+    except GitError:
+        raise UnsupportedSpecError(
+            f"the environment_setup_commit {commit} is not in the repository at {repo_dir} (an incomplete mirror?)"
+        ) from None
     for path in paths:
         if (text := read(path)) is None:
             continue

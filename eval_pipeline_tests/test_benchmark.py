@@ -10,7 +10,9 @@ from eval_pipeline.benchmark import (
     InvalidInstanceError,
     RepoSource,
 )
-from eval_pipeline.swebench_specs import conda_requirements
+from eval_pipeline.gitutil import git
+from eval_pipeline.swebench_specs import UnsupportedSpecError, conda_requirements, requirements_text
+from eval_pipeline.terminal_tasks import COMMIT_ENV
 
 
 def row(**overrides):
@@ -178,3 +180,15 @@ def test_a_spec_whose_unbounded_dependency_dropped_an_import_gets_the_pin_sweben
     assert "pygments<2.19" in new.packages, "every sphinx SWE-bench specifies predates Pygments 2.19"
     swebench = ("tox==4.16.0", "tox-current-env==0.0.11", "Jinja2==3.0.3")
     assert old.packages[:3] == new.packages[:3] == swebench, "pins are added to SWE-bench's packages, nothing else"
+
+
+def test_a_setup_commit_missing_from_the_mirror_is_named_not_taken_for_a_missing_file(tmp_path):
+    """A mirror cut short (a fork, a shallow copy) lacks the row's environment_setup_commit: the build says so."""
+    git(["init", "-q", str(tmp_path)], tmp_path)
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    git(["add", "-A"], tmp_path)
+    git(["commit", "-q", "-m", "one"], tmp_path, env=COMMIT_ENV)
+    head = git(["rev-parse", "HEAD"], tmp_path).strip()
+    assert requirements_text(tmp_path, head, ("requirements.txt",)) == "numpy"
+    with pytest.raises(UnsupportedSpecError, match=f"environment_setup_commit {'f' * 40} is not in the repository"):
+        requirements_text(tmp_path, "f" * 40, ("requirements.txt",))
