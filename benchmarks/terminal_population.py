@@ -10,7 +10,8 @@ oracle (its `solution/solve.sh`) and the null agent are generated and graded as 
 verifier runs in the agent's own container right after it, and the reward file decides. `valid`: the oracle
 resolved and the null agent did not. Tasks are taken in the order of their names' hashes (blind to how easy a
 task is), so a part of any size is a fair sample; each result is appended to docs/validation/terminal.jsonl as
-soon as it is known, and a task already measured is skipped unless --again (for those not valid).
+soon as it is known, and a task already measured is skipped unless named by --names or, when not valid,
+--again.
 
 Needs the container engine of `.ci/run` (DOCKER_HOST) and the variables it exports.
 """
@@ -18,6 +19,7 @@ Needs the container engine of `.ci/run` (DOCKER_HOST) and the variables it expor
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import tempfile
 import time
@@ -104,12 +106,20 @@ def run(tasks_dir: Path, names: list[str], again: bool, limit: int | None) -> No
         ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     directories = sorted((d for d in tasks_dir.iterdir() if d.is_dir()), key=lambda d: _draw(d.name))
-    directories = [d for d in directories if not names or d.name in names]
-    pending = [d for d in directories if d.name not in latest or (again and latest[d.name] != "valid")][:limit]
+    if names:  # named tasks are measured again whatever their last result
+        pending = [d for d in directories if d.name in names][:limit]
+    else:
+        pending = [d for d in directories if d.name not in latest or (again and latest[d.name] != "valid")][:limit]
     for number, directory in enumerate(pending, 1):
         with tempfile.TemporaryDirectory() as scratch:
             result = measure(directory, Path(scratch))
-        record = {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "harness": harness, "task": directory.name, **result}
+        record = {
+            "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+            "harness": harness,
+            "task_base": os.environ.get("EVAL_PIPELINE_TASK_BASE_IMAGE", ""),
+            "task": directory.name,
+            **result,
+        }
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         with open(RESULTS, "a") as out:
             out.write(json.dumps(record, sort_keys=True) + "\n")
@@ -159,7 +169,7 @@ def render(records: list[dict]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=Path, required=True, help="a folder of Terminal-Bench 2.0 task directories")
-    parser.add_argument("--names", nargs="*", default=[], help="only these tasks")
+    parser.add_argument("--names", nargs="*", default=[], help="only these tasks, measured again")
     parser.add_argument("--again", action="store_true", help="measure again the tasks whose latest result is not valid")
     parser.add_argument("--limit", type=int, help="at most this many tasks in this part")
     args = parser.parse_args()

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from eval_pipeline.outcomes import InfrastructureError
 from eval_pipeline.sandbox.base import SandboxError, ToolChannel
 from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec, claimed_slot
-from eval_pipeline.sandbox.images import SWEBENCH_SYSTEM_PACKAGES, PythonSource, base_layer
+from eval_pipeline.sandbox.images import SWEBENCH_SYSTEM_PACKAGES, PythonSource, base_layer, task_layers
 from eval_pipeline.sandbox.pod_manifest import environment_pod_manifest
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, ToolRuntime
+from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR, load_terminal_tasks
 
 INTERPRETER = f"{TOOLS_ROOT}/python/bin/python3"
 RESULT = {"command": "", "exit_code": 0, "stdout": "", "stderr": "", "duration_s": 0.1}
@@ -87,9 +88,24 @@ def test_the_system_layer_holds_what_swebenchs_base_image_installs_under_every_e
     listed = re.search(r"apt install -y \\\n(.*?)&& rm", _DOCKERFILE_BASE_PY, re.DOTALL)
     assert listed, "swebench's base Dockerfile no longer installs its packages in one apt line"
     assert set(SWEBENCH_SYSTEM_PACKAGES) == {word for word in listed[1].split() if word != "\\"}
-    base, _ = base_layer(PythonSource("localhost/eval-base:bookworm"), "", None)
+    base, _ = base_layer(PythonSource("localhost/eval-base:bookworm"), "", None, lambda name: "")
     system = base.parent
     assert system is not None and system.kind == "system" and system.parent is None
     assert all(package in system.dockerfile for package in SWEBENCH_SYSTEM_PACKAGES)
-    other, _ = base_layer(PythonSource("localhost/eval-base:bookworm"), "", "/etc/ssl/certs/ca-certificates.crt")
+    ca = "/etc/ssl/certs/ca-certificates.crt"
+    other, _ = base_layer(PythonSource("localhost/eval-base:bookworm"), "", ca, lambda name: "")
     assert other.parent == system and other.tag != base.tag, "one system layer, whatever is above it"
+
+
+def test_a_base_image_rebuilt_under_the_same_name_rebuilds_every_layer_built_on_it(tmp_path):
+    """Base and task base images are made outside the harness (scripts/): their engine id, not only their name,
+    is in the identity of what is built on them, so an image rebuilt under its old tag is never built upon stale."""
+    python = PythonSource("localhost/eval-base:bookworm")
+    before, _ = base_layer(python, "", None, lambda name: "sha256:1")
+    after, _ = base_layer(python, "", None, lambda name: "sha256:2")
+    assert before.tag != after.tag
+    task = load_terminal_tasks(DEMO_TASKS_DIR, tmp_path).instances[0]
+    assert (
+        task_layers(task, "base:tag", lambda name: "sha256:1").tag
+        != task_layers(task, "base:tag", lambda name: "sha256:2").tag
+    )

@@ -5,10 +5,12 @@
 # `FROM ubuntu:24.04` cannot be pulled. This script builds, from Debian packages and PyPI
 # only, an image that can replace that one line (nothing else of a task is changed):
 #
-#   - Debian trixie (minbase) with its Python 3.13 (`python3`, `python` via python-is-python3,
-#     `pip`; also linked into /usr/local/bin where the python:* images keep them); pip may
-#     install system-wide as in the python:* images (Debian's EXTERNALLY-MANAGED marker is
-#     removed);
+#   - Debian bookworm (minbase), as python:3.13-slim-bookworm (41 of Terminal-Bench 2's 89 tasks)
+#     is, with Python 3.13 in /usr/local as there (commands, and the scripts pip installs, in
+#     /usr/local/bin): this machine's pyenv build of 3.13 moved to that prefix (its shared
+#     library found through ldconfig) without its installed packages; no Debian python3.
+#     Bookworm's gcc 12 (Ubuntu 24.04's is 13) still takes C that gcc 14 refuses (implicit
+#     declarations), and the build's headers let a verifier compile an extension;
 #   - curl and ca-certificates already installed, so a test.sh's `apt-get install -y curl`
 #     has nothing to do (and its `apt-get update` may fail offline without harm: TB2's
 #     test.sh scripts do not `set -e`);
@@ -34,10 +36,12 @@
 #   DEBIAN_MIRROR          default http://deb.debian.org/debian
 set -euo pipefail
 
-TAG=${EVAL_TASK_BASE_IMAGE:-localhost/eval-task-base:trixie}
+TAG=${EVAL_TASK_BASE_IMAGE:-localhost/eval-task-base:bookworm-py3.13}
 CA_BUNDLE=${EVAL_EXTRA_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-SUITE=trixie
+SUITE=bookworm
+PYENV_ROOT=${PYENV_ROOT:-$HOME/.pyenv}
+PYTHON=$(ls -d "$PYENV_ROOT"/versions/3.13.* 2>/dev/null | sort -V | tail -n 1)
 UV_VERSION=0.9.5
 PYTEST_VERSION=8.4.1
 CTRF_VERSION=0.3.5
@@ -50,6 +54,7 @@ fi
 for tool in podman debootstrap; do
   command -v "$tool" >/dev/null || { echo "build_task_base.sh: $tool is missing (run scripts/start_container_engine.sh)" >&2; exit 1; }
 done
+[ -x "$PYTHON/bin/python3.13" ] || { echo "build_task_base.sh: no pyenv build of Python 3.13 under $PYENV_ROOT/versions" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/task-base.XXXXXX)
 rootfs_tag="localhost/eval-task-base-rootfs:$$"
@@ -61,12 +66,16 @@ trap cleanup EXIT
 
 log="$work/debootstrap.log"
 if ! debootstrap --variant=minbase \
-    --include=python3,python3-pip,python-is-python3,curl,ca-certificates \
+    --include=curl,ca-certificates,netbase,tzdata,libssl3,libffi8,libsqlite3-0,libbz2-1.0,liblzma5,libreadline8,libncursesw6,zlib1g,libuuid1,libgdbm6,libexpat1 \
     "$SUITE" "$work/rootfs" "$MIRROR" >"$log" 2>&1; then
   tail -n 30 "$log" >&2
   exit 1
 fi
 rm -rf "$work/rootfs/var/cache/apt/archives/"*.deb
+lib="lib/python3.13"
+tar -C "$PYTHON" -c --exclude="./$lib/site-packages" --exclude="./$lib/test" --exclude="./$lib/config-*/*.a" \
+    --exclude="./bin/idle*" --exclude="./bin/pip*" --exclude="*/__pycache__" . | tar -C "$work/rootfs/usr/local" -x
+mkdir -p "$work/rootfs/usr/local/$lib/site-packages"
 tar -C "$work/rootfs" -c . | podman import -q - "$rootfs_tag" >/dev/null
 rm -rf "$work/rootfs"
 
@@ -84,8 +93,7 @@ ENV LANG=C.UTF-8 \\
 # (which a task's apt-get may trigger).
 COPY extra-ca-bundle.crt /usr/local/share/ca-certificates/extra-ca-bundle.crt
 RUN update-ca-certificates >/dev/null 2>&1 \\
- && rm -f /usr/lib/python3*/EXTERNALLY-MANAGED \\
- && for p in python python3 pip pip3; do ln -sf /usr/bin/\$p /usr/local/bin/\$p; done \\
+ && ldconfig && python3 -m ensurepip >/dev/null && ln -sf pip3 /usr/local/bin/pip \\
  && pip install --no-cache-dir --no-deps --target /tmp/uv-wheel uv==$UV_VERSION \\
  && mkdir -p /root/.local/bin \\
  && mv /tmp/uv-wheel/bin/uv /tmp/uv-wheel/bin/uvx /root/.local/bin/ \\

@@ -324,16 +324,23 @@ class ContainerSandbox(SandboxBackend):
 
     def _layers(self, instance: Task, spec: EnvironmentSpec) -> ImageLayer:
         if (own_image := instance.own_image) is not None:
-            return task_layers(own_image, self.settings.task_base_image)
+            return task_layers(own_image, self.settings.task_base_image, self._image_id)
         settings = self.settings
         python = PythonSource(settings.base_image, settings.python_source, settings.python_image)
-        base, interpreter = base_layer(python, spec.python, settings.extra_ca_bundle)
+        base, interpreter = base_layer(python, spec.python, settings.extra_ca_bundle, self._image_id)
         requirements = self._requirements_dir(instance) if spec.requirements else None
         env = env_layer(base, interpreter, instance, spec, requirements)
         return instance_layer(env, instance, spec, self._checkout_dir(instance))
 
     def environment_key(self, instance: Task, spec: EnvironmentSpec) -> str:
         return self._layers(instance, spec).tag
+
+    def _image_id(self, name: str) -> str:
+        """images.ImageId on this engine."""
+        try:
+            return self.client.images.get(name).id
+        except docker.errors.ImageNotFound:
+            return ""
 
     def enforced_limits(self) -> dict[str, bool]:
         return {

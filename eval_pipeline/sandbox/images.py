@@ -53,6 +53,10 @@ PATH = f"{ENV_VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:
 MANAGED_LABEL = "eval_pipeline.managed"
 
 
+# The engine's id of an image by its name, or '' where the engine has none (yet: a registry's, pulled at build).
+ImageId = Callable[[str], str]
+
+
 @dataclass(frozen=True)
 class ImageLayer:
     kind: str
@@ -66,10 +70,14 @@ class ImageLayer:
     directory_excludes: tuple[str, ...] = ()
     parent: "ImageLayer | None" = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    # The engine's id of the image a layer with no parent is built FROM, where the engine has it: an image made
+    # outside the harness (a base or task base image) rebuilt under the same tag then rebuilds what is built on it.
+    from_id: str = ""
 
     @property
     def tag(self) -> str:
         identity = {
+            "from_id": self.from_id,
             "kind": self.kind,
             "dockerfile": self.dockerfile,
             "files": {path: hashlib.sha256(data).hexdigest() for path, data in self.files.items()},
@@ -116,7 +124,7 @@ SWEBENCH_SYSTEM_PACKAGES = (
 HARNESS_SYSTEM_PACKAGES = ("patch", "ca-certificates")
 
 
-def system_layer(image: str) -> ImageLayer:
+def system_layer(image: str, image_id: ImageId) -> ImageLayer:
     """SWE-bench's base packages over `image`: one layer per base image, built once per engine and shared by
     every Python version and environment above it (its tag depends on nothing else)."""
     packages = " ".join((*SWEBENCH_SYSTEM_PACKAGES, *HARNESS_SYSTEM_PACKAGES))
@@ -126,7 +134,7 @@ def system_layer(image: str) -> ImageLayer:
         f"RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y {packages}"
         " && rm -rf /var/lib/apt/lists/*\n"
     )
-    return ImageLayer("system", dockerfile, labels={"eval_pipeline.layer": "system"})
+    return ImageLayer("system", dockerfile, labels={"eval_pipeline.layer": "system"}, from_id=image_id(image))
 
 
 @dataclass(frozen=True)
@@ -140,7 +148,9 @@ class PythonSource:
     python_image: str = "python:{version}-slim"
 
 
-def base_layer(python: PythonSource, version: str, extra_ca_bundle: str | None) -> tuple[ImageLayer, str]:
+def base_layer(
+    python: PythonSource, version: str, extra_ca_bundle: str | None, image_id: ImageId
+) -> tuple[ImageLayer, str]:
     """The base layer for Python `version` ('' for the base image's own), and the interpreter to make venvs with."""
     ca_lines, ca_files = _extra_ca(extra_ca_bundle)
     image, interpreter, copy, directory, identity = python.base_image, "python3", "", None, ""
@@ -155,7 +165,7 @@ def base_layer(python: PythonSource, version: str, extra_ca_bundle: str | None) 
         copy = f"COPY python {found.prefix}\nRUN chmod a+x {parents}\n"
         interpreter, directory = str(found.executable), ("python", found.prefix)
         identity = f"{found.prefix}@{found.version}"
-    system = system_layer(image)
+    system = system_layer(image, image_id)
     dockerfile = (
         f"FROM {system.tag}\n{ca_lines}{copy}ENV PATH={PATH}\nRUN mkdir -p {WORKSPACES} && chmod 711 {WORKSPACES}\n"
     )
@@ -339,7 +349,7 @@ def substitute_from(dockerfile: str, image: str) -> str:
     return _FROM.sub(replace, dockerfile)
 
 
-def task_layers(task: TaskImage, from_image: str | None) -> ImageLayer:
+def task_layers(task: TaskImage, from_image: str | None, image_id: ImageId) -> ImageLayer:
     """A task's own image (a terminal task's), built from its Dockerfile as written (only `FROM` replaced, when
     `from_image` is set), with the harness on top: git if the image lacks it, and the WORKDIR's content
     committed in a git directory outside it, for the agent's patch (the command runner needs nothing of the
@@ -352,6 +362,7 @@ def task_layers(task: TaskImage, from_image: str | None) -> ImageLayer:
         directory_identity=task.environment_hash,
         directory_excludes=("Dockerfile",),
         labels={"eval_pipeline.layer": "task", "eval_pipeline.instance": task.instance_id},
+        from_id=image_id(from_image) if from_image else "",
     )
     git = f"GIT_DIR={TASK_GIT_DIR} GIT_WORK_TREE={shlex.quote(task.workdir)} git -c safe.directory='*'"
     identity = " ".join(f"{name}={value}" for name, value in TASK_COMMIT_ENV.items())
