@@ -101,11 +101,11 @@ def run(backend: str, mirrors: Path, repos: list[str], only: list[str], again: b
     latest = {r["instance_id"]: r["status"] for r in _results() if r["backend"] == backend}
     harness = _harness_commit()
     rows = [row for row in sample(swebench_rows(verified_instance_ids())) if not repos or row["repo"] in repos]
-    rows = [row for row in rows if not only or row["instance_id"] in only]
-    pending = [
-        row for row in rows if row["instance_id"] not in latest or (again and latest[row["instance_id"]] != "valid")
-    ]
-    pending = pending[:limit]
+    if only:  # named rows are measured again whatever their last result
+        pending = [row for row in rows if row["instance_id"] in only][:limit]
+    else:
+        pending = [r for r in rows if r["instance_id"] not in latest or (again and latest[r["instance_id"]] != "valid")]
+        pending = pending[:limit]
     for number, row in enumerate(pending, 1):
         with tempfile.TemporaryDirectory() as scratch:
             result = measure(row, backend, mirrors, Path(scratch))
