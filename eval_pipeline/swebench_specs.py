@@ -157,6 +157,7 @@ CONDA_TO_PIP: dict[str, str | None] = {
     **dict.fromkeys(("c-compiler", "cxx-compiler", "compilers", "pkg-config", "make", "cmake", "ninja")),
     **dict.fromkeys(("pygobject", "wxpython", "gtk3", "cairo", "freetype", "libpng", "qhull", "gdal", "proj")),
     "matplotlib-base": "matplotlib",
+    "dask-core": "dask",
     "iris": "scitools-iris",
     "pytables": "tables",
     "pyqt": "PyQt5",

@@ -151,7 +151,7 @@ def test_a_conda_environment_yml_spec_becomes_pip_requirements_resolved_with_its
     environment_yml = (
         "name: t\nchannels: [conda-forge]\ndependencies:\n  - python=3.10\n  - hdf5\n  - cdms2\n"
         "  - matplotlib-base>=3.3\n  - iris\n  - conda-forge::zarr 2.12.*\n  - netcdf4=1.5\n"
-        "  - pandas=1.4.2=py310_0\n  - numpy  # pinned below\n  - pip\n  - pip:\n      - numbagg\n"
+        "  - pandas=1.4.2=py310_0\n  - dask-core\n  - numpy  # pinned below\n  - pip\n  - pip:\n      - numbagg\n"
     )
     assert conda_requirements(environment_yml, ("numpy==1.23.0", "pytest==7.4.0")).splitlines() == [
         "matplotlib>=3.3",
@@ -159,6 +159,7 @@ def test_a_conda_environment_yml_spec_becomes_pip_requirements_resolved_with_its
         "zarr==2.12.*",
         "netcdf4==1.5.*",
         "pandas==1.4.2",
+        "dask",
         "numbagg",
         "numpy==1.23.0",
         "pytest==7.4.0",
