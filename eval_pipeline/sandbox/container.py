@@ -82,6 +82,7 @@ TOOLS_MARKER = ".complete"
 _FILLED_VOLUMES: set[tuple[str, str]] = set()  # (engine, volume) filled by this process
 # Commands are timed out inside the container; the client waits as long as they may run.
 CLIENT_TIMEOUT_S = 24 * 3600
+LAYOUT_TIMEOUT_S = 120.0  # a `git rev-parse` in a task's image
 # A container's network, as environment handles record it: the engine's default network, or none at all.
 ENGINE_NETWORK, NO_NETWORK = "engine default", "none"
 _ENGINE_FAILURES = (docker.errors.DockerException, requests.exceptions.RequestException)
@@ -409,9 +410,18 @@ class ContainerSandbox(SandboxBackend):
         """The task's container layout: its WORKDIR, its image's own variables, the commit its working tree starts at."""
         with engine_errors(f"reading the image of {task.instance_id}"):
             config = self.client.images.get(image).attrs["Config"]
-            commit = self.client.containers.run(
-                image, ["git", f"--git-dir={TASK_GIT_DIR}", "rev-parse", "HEAD"], remove=True, network_mode="none"
+            reader = self.client.containers.create(
+                image,
+                ["git", f"--git-dir={TASK_GIT_DIR}", "rev-parse", "HEAD"],
+                network_mode="none",
+                labels=self._labels(),
             )
+            try:  # not containers.run: its attached stream has been seen to outlive the container on Podman
+                reader.start()
+                reader.wait(timeout=LAYOUT_TIMEOUT_S)
+                commit = reader.logs(stdout=True, stderr=False)
+            finally:
+                reader.remove(force=True)
         env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
         return {"workdir": task.workdir, "env": {"HOME": "/root", **env}, "base_commit": commit.decode().strip()}
 
