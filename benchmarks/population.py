@@ -155,6 +155,24 @@ EXPLAINED = {
 }
 
 
+# Whole classes of rows the table found graded wrong, each fixed in the harness (the row that showed it first).
+LESSONS = (
+    "What the table found, and what the harness does since:",
+    "",
+    "- Editable installs of projects with no pyproject.toml must be `setup.py develop`, as SWE-bench's pip made",
+    "  them (pip 25.3 made every editable install an import hook that keeps the repository off sys.path):",
+    "  environments get `pip<25.3` and wheel (pylint-dev__pylint-6386).",
+    "- Unbounded dependencies have moved since SWE-bench built its images: sphinx 3.x and 4.x get `docutils<0.22`",
+    "  (0.22 removed `docutils.utils.roman`; sphinx-doc__sphinx-7454, -8638) and every sphinx `pygments<2.19`",
+    "  (2.19 changed highlighted HTML; sphinx-doc__sphinx-10323), recorded in the spec (`AMENDMENTS`).",
+    "- `[100%]`, pytest's progress counter read as a test id by SWE-bench's log parser, grades nothing",
+    "  (pytest-dev__pytest-5262).",
+    "- SWE-bench's `environment.yml` specs (xarray, matplotlib) install through pip, conda names mapped to PyPI's",
+    "  and resolved with the spec's pins in one install (pydata__xarray-4356).",
+    "- A setup commit missing from the mirror is named as such (django__django-11740).",
+)
+
+
 def render(results: list[dict]) -> str:
     """The table: the latest result of each row and backend, totals first."""
     latest = {(r["instance_id"], r["backend"]): r for r in results}
@@ -165,6 +183,8 @@ def render(results: list[dict]) -> str:
         "Written by `python benchmarks/population.py --render` from `docs/validation/population.jsonl`; the sample,",
         "the method and how to run it in parts are in the script's docstring. `valid`: gold resolved and the empty",
         "patch did not, with nothing but SWE-bench's own spec of the row's repository and version.",
+        "",
+        *LESSONS,
         "",
     ]
     for backend in sorted({r["backend"] for r in rows}):

@@ -130,6 +130,9 @@ def results() -> list[dict]:
     return [json.loads(line) for line in RESULTS.read_text().splitlines()] if RESULTS.exists() else []
 
 
+# What results recorded before the task base was written down were measured on (scripts/build_task_base.sh then).
+EARLIER_BASE = "localhost/eval-task-base:trixie"
+
 # Why a task is not valid where its detail does not say it outright; a task not named here is not explained yet.
 EXPLAINED: dict[str, str] = {}
 
@@ -154,14 +157,14 @@ def render(records: list[dict]) -> list[str]:
         "",
         f"- **container**: {valid} of {len(latest)} tasks valid, {explained} of the rest explained.",
         "",
-        "| task | status | oracle | null | environment s | date | harness | why not valid |",
-        "|---|---|---|---|---|---|---|---|",
+        "| task | status | oracle | null | environment s | task base | date | harness | why not valid |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in latest:
         why = why_not_valid(r, EXPLAINED.get(r["task"]))
         lines.append(
             f"| {r['task']} | {r['status']} | {r.get('oracle', '')} | {r.get('null', '')} |"
-            f" {r.get('environment_s', '')} | {r['date']} | {r['harness']} | {why} |"
+            f" {r.get('environment_s', '')} | {r.get('task_base') or EARLIER_BASE} | {r['date']} | {r['harness']} | {why} |"
         )
     return lines
 

@@ -4,6 +4,7 @@ import os
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from eval_pipeline.outcomes import ImageBuildFailed
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.interpreters import UPGRADE_PIP
 from eval_pipeline.sandbox.limited_exec import run_limited
-from eval_pipeline.sandbox.local import LocalSandbox
+from eval_pipeline.sandbox.local import LocalSandbox, missing_system_packages
 
 
 @pytest.fixture
@@ -226,3 +227,16 @@ def test_limits_are_recorded_requested_and_enforced(shared_sandbox):
     assert record["requested"]["memory_ceiling_mb"] == 1024
     assert record["enforced"]["memory_ceiling_mb"] is True
     assert record["enforced"]["memory_floor_mb"] is False
+
+
+def test_an_environment_whose_spec_needs_a_system_package_this_machine_lacks_is_refused_naming_it(
+    tmp_path, demo_benchmark, instance
+):
+    """SWE-bench's sphinx 7.2 spec apt-installs graphviz; the local backend runs no system step, and without
+    graphviz the row's graded tests skip, so every fix would fail: the environment is refused instead."""
+    steps = ("apt-get update && apt-get install -y graphviz-not-a-package git", "locale-gen en_US.UTF-8")
+    assert missing_system_packages(steps) == ["graphviz-not-a-package"], "git is installed here; locale-gen is no apt"
+    sandbox = LocalSandbox(tmp_path, ResourceLimits(), SandboxSettings(), "test")
+    spec = replace(demo_benchmark.environment_for(instance), image_install=steps)
+    with pytest.raises(ImageBuildFailed, match=r"lacks graphviz-not-a-package: install them here .*container backend"):
+        sandbox.prepare(instance, spec, demo_benchmark.source)
