@@ -145,6 +145,10 @@ EXPLAINED = {
         ("django__django-11740", "django__django-13512"),
         "the mirror here (a django fork under the fetch size limit) lacks the row's environment_setup_commit",
     ),
+    **dict.fromkeys(
+        ("matplotlib__matplotlib-24026", "scikit-learn__scikit-learn-25747"),
+        "no mirror of the repository here: its snapshot exceeds what this machine may fetch (500 MiB)",
+    ),
     "pytest-dev__pytest-7521": "a bad row: its PASS_TO_PASS lists `test_capsysbinary.py::test_hello`, a test of "
     "a file that exists only in the temporary directory of an inner pytest run (pytester's makepyfile in "
     "testing/test_capture.py): SWE-bench's log parser read that run's own `PASSED` line from the outer log; no "

@@ -134,7 +134,22 @@ def results() -> list[dict]:
 EARLIER_BASE = "localhost/eval-task-base:trixie"
 
 # Why a task is not valid where its detail does not say it outright; a task not named here is not explained yet.
-EXPLAINED: dict[str, str] = {}
+_INTERNET = "its build or solution downloads from {host}, which this machine cannot reach (it reaches PyPI, Debian and npm only): a task for a machine with the internet"
+EXPLAINED: dict[str, str] = {
+    "build-pmars": "its solve.sh pins Debian 13.0's package versions (ca-certificates=20250419, dpkg-dev=1.22.21); "
+    "Debian's archive serves only the current point release, and Harbor runs it on its own prebuilt image "
+    "(alexgshaw/build-pmars:20251031), which no registry here serves",
+    "adaptive-rejection-sampler": "its solve.sh pins Ubuntu 24.04's package versions (r-base-core=4.3.3-2build2); "
+    "no Ubuntu image or archive is reachable here",
+    "gpt2-codegolf": _INTERNET.format(host="openaipublic.blob.core.windows.net"),
+    "hf-model-inference": _INTERNET.format(host="huggingface.co"),
+    "make-mips-interpreter": _INTERNET.format(host="github.com (git clone of doomgeneric)"),
+    **dict.fromkeys(
+        ("pytorch-model-recovery", "sqlite-with-gcov", "train-fasttext"),
+        "the copy of the task here lacks a large file the task ships (weights.pt, a vendored tarball or "
+        "private_test.tar.gz: the repository snapshot this machine can fetch leaves out its largest blobs)",
+    ),
+}
 
 
 def why_not_valid(record: dict, explanation: str | None) -> str:
