@@ -144,6 +144,14 @@ EXPLAINED: dict[str, str] = {
     "gpt2-codegolf": _INTERNET.format(host="openaipublic.blob.core.windows.net"),
     "hf-model-inference": _INTERNET.format(host="huggingface.co"),
     "make-mips-interpreter": _INTERNET.format(host="github.com (git clone of doomgeneric)"),
+    "fix-git": _INTERNET.format(host="github.com (git clone of personal-site)"),
+    "chess-best-move": _INTERNET.format(host="notofonts.github.io"),
+    "install-windows-3.11": _INTERNET.format(host="archive.org"),
+    "pytorch-model-cli": _INTERNET.format(host="download.pytorch.org (torch's CPU wheels)"),
+    "qemu-alpine-ssh": _INTERNET.format(host="dl-cdn.alpinelinux.org"),
+    "winning-avg-corewars": "its image is FROM debian:13.0-slim and runs `apt-get source` against `stable` (trixie); "
+    "the one task base here is bookworm, as python:3.13-slim-bookworm (41 tasks) is, so trixie's sources do not "
+    "build on it: a task for a task base per FROM (noted in the closing note of issue 28)",
     **dict.fromkeys(
         ("pytorch-model-recovery", "sqlite-with-gcov", "train-fasttext"),
         "the copy of the task here lacks a large file the task ships (weights.pt, a vendored tarball or "
