@@ -26,6 +26,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import docker
+
 from eval_pipeline.agents import NullAgent, OracleAgent
 from eval_pipeline.artifacts import LocalArtifactStore
 from eval_pipeline.benchmark import InvalidDatasetError
@@ -33,11 +35,13 @@ from eval_pipeline.evaluation import evaluate
 from eval_pipeline.generation import generate
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
+from eval_pipeline.sandbox.container import CAMPAIGN_LABEL
 from eval_pipeline.terminal_tasks import load_terminal_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "validation" / "terminal.jsonl"
 LIMITS = ResourceLimits(memory_ceiling_mb=8192, output_bytes=200_000)
+CAMPAIGN = "tb-population"
 
 
 def _draw(name: str) -> str:
@@ -65,6 +69,15 @@ def _agent_run(task, agent, environment, sandbox, store) -> dict:
     }
 
 
+def _remove_snapshots() -> None:
+    """Each generation keeps its container's snapshot image, which outlives the sandbox (a re-grade starts from
+    it); a run over the whole benchmark would fill the engine's disk with them."""
+    engine = docker.from_env()
+    labels = ["eval_pipeline.layer=snapshot", f"{CAMPAIGN_LABEL}={CAMPAIGN}"]
+    for image in engine.images.list(filters={"label": labels}):
+        engine.images.remove(image.id, force=True)
+
+
 def measure(directory: Path, scratch: Path) -> dict:
     """Load, build (timed), then the oracle and the null agent once each."""
     try:
@@ -73,7 +86,7 @@ def measure(directory: Path, scratch: Path) -> dict:
         return {"status": "refused_at_load", "detail": str(error).split("\n", 1)[-1].strip()}
     task = tasks.instances[0]
     settings = SandboxSettings.from_mapping({"backend": "container"})
-    sandbox = make_sandbox(settings, scratch, LIMITS, "tb-population", network=True)  # Harbor's default
+    sandbox = make_sandbox(settings, scratch, LIMITS, CAMPAIGN, network=True)  # Harbor's default
     store = LocalArtifactStore(scratch / "artifacts")
     try:
         started = time.perf_counter()
@@ -89,6 +102,7 @@ def measure(directory: Path, scratch: Path) -> dict:
             return {**figures, "status": "harness_error", "detail": f"{type(error).__name__}: {error}"[-600:]}
     finally:
         sandbox.release()
+        _remove_snapshots()
     resolved = Outcome.RESOLVED.value
     if oracle["outcome"] == resolved and null["outcome"] != resolved:
         status = "valid"
@@ -149,6 +163,8 @@ EXPLAINED: dict[str, str] = {
     "install-windows-3.11": _INTERNET.format(host="archive.org"),
     "pytorch-model-cli": _INTERNET.format(host="download.pytorch.org (torch's CPU wheels)"),
     "qemu-alpine-ssh": _INTERNET.format(host="dl-cdn.alpinelinux.org"),
+    "sam-cell-seg": _INTERNET.format(host="github.com (pip installs MobileSAM from git)"),
+    "protein-assembly": _INTERNET.format(host="pubchem.ncbi.nlm.nih.gov and RCSB's API"),
     "winning-avg-corewars": "its image is FROM debian:13.0-slim and runs `apt-get source` against `stable` (trixie); "
     "the one task base here is bookworm, as python:3.13-slim-bookworm (41 tasks) is, so trixie's sources do not "
     "build on it: a task for a task base per FROM (noted in the closing note of issue 28)",
