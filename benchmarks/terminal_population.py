@@ -164,6 +164,27 @@ EXPLAINED: dict[str, str] = {
     "pytorch-model-cli": _INTERNET.format(host="download.pytorch.org (torch's CPU wheels)"),
     "qemu-alpine-ssh": _INTERNET.format(host="dl-cdn.alpinelinux.org"),
     "sam-cell-seg": _INTERNET.format(host="github.com (pip installs MobileSAM from git)"),
+    "bn-fit-modify": _INTERNET.format(host="the dataset's URL ($BN_URL)"),
+    "query-optimize": _INTERNET.format(host="huggingface.co"),
+    "compile-compcert": _INTERNET.format(host="opam's package sources"),
+    "build-cython-ext": _INTERNET.format(host="github.com (git clone of pyknotid)"),
+    "reshard-c4-data": "its Dockerfile copies from the image ghcr.io/astral-sh/uv:0.8.15 (COPY --from), and no "
+    "registry is reachable here",
+    **dict.fromkeys(
+        (
+            "portfolio-optimization",
+            "break-filter-js-from-html",
+            "openssl-selfsigned-cert",
+            "mcmc-sampling-stan",
+            "multi-source-data-merger",
+            "path-tracing",
+            "pypi-server",
+            "llm-inference-batching-scheduler",
+            "mteb-leaderboard",
+        ),
+        "not a result about the task: apt-get failed (exit 100) in the run's last part, while the engine's disk "
+        "filled with snapshot images (the next build failed on 'no space left on device'); to be measured again",
+    ),
     "protein-assembly": _INTERNET.format(host="pubchem.ncbi.nlm.nih.gov and RCSB's API"),
     "winning-avg-corewars": "its image is FROM debian:13.0-slim and runs `apt-get source` against `stable` (trixie); "
     "the one task base here is bookworm, as python:3.13-slim-bookworm (41 tasks) is, so trixie's sources do not "
