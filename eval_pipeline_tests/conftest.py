@@ -30,6 +30,7 @@ os.environ.setdefault(RESULTS_KEY_VARIABLE, f"tests-{uuid.uuid4().hex}")
 SERVER_MODULES = {"test_dagster_dev", "test_production_dagster_dev"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`--dist loadgroup`), tests that use the container engine run on one worker, one after
     another, as they did before the suite ran in parallel: they count the engine's containers, stop its
