@@ -20,8 +20,6 @@ writes docs/VALIDATION.md from the latest result of every row and backend.
 
 import argparse
 import hashlib
-import json
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterable
@@ -29,9 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from real_rows import environment_disk_bytes  # benchmarks/, beside this script
+from terminal_population import RESULTS as TERMINAL_RESULTS
 from terminal_population import render as render_terminal
-from terminal_population import results as terminal_results
-from terminal_population import why_not_valid
+from validation_log import ROOT, append_result, harness_commit, read_results, table, why_not_valid
 
 from eval_pipeline.benchmark import Benchmark, InvalidDatasetError, RepoSource
 from eval_pipeline.patches import workspace_diff
@@ -39,7 +37,6 @@ from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
 from eval_pipeline.validation import environment_failure, validate_task
 from eval_pipeline_tests.real_data import swebench_rows, verified_instance_ids
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "validation" / "population.jsonl"
 TABLE = ROOT / "docs" / "VALIDATION.md"
 COMPILING = ("astropy/astropy", "matplotlib/matplotlib", "scikit-learn/scikit-learn")
@@ -59,11 +56,6 @@ def sample(rows: Iterable[dict]) -> list[dict]:
         if stratum not in chosen or _draw(row["instance_id"]) < _draw(chosen[stratum]["instance_id"]):
             chosen[stratum] = row
     return [chosen[stratum] for stratum in sorted(chosen)]
-
-
-def _harness_commit() -> str:
-    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip()
 
 
 def measure(row: dict, backend: str, mirrors: Path, scratch: Path) -> dict:
@@ -98,8 +90,8 @@ def measure(row: dict, backend: str, mirrors: Path, scratch: Path) -> dict:
 
 
 def run(backend: str, mirrors: Path, repos: list[str], only: list[str], again: bool, limit: int | None) -> None:
-    latest = {r["instance_id"]: r["status"] for r in _results() if r["backend"] == backend}
-    harness = _harness_commit()
+    latest = {r["instance_id"]: r["status"] for r in read_results(RESULTS) if r["backend"] == backend}
+    harness = harness_commit()
     rows = [row for row in sample(swebench_rows(verified_instance_ids())) if not repos or row["repo"] in repos]
     if only:  # named rows are measured again whatever their last result
         pending = [row for row in rows if row["instance_id"] in only][:limit]
@@ -118,14 +110,8 @@ def run(backend: str, mirrors: Path, repos: list[str], only: list[str], again: b
             "version": row["version"],
             **result,
         }
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        with open(RESULTS, "a") as results:
-            results.write(json.dumps(record, sort_keys=True) + "\n")
+        append_result(RESULTS, record)
         print(f"[{number}/{len(pending)}] {row['instance_id']} {backend}: {record['status']}", flush=True)
-
-
-def _results() -> list[dict]:
-    return [json.loads(line) for line in RESULTS.read_text().splitlines()] if RESULTS.exists() else []
 
 
 # Why a row is not valid where its detail does not say it outright (evidence in each line); a row not named
@@ -198,18 +184,26 @@ def render(results: list[dict]) -> str:
         valid = sum(r["status"] == "valid" for r in mine)
         explained = sum(r["status"] != "valid" and r["instance_id"] in EXPLAINED for r in mine)
         lines.append(f"- **{backend}**: {valid} of {len(mine)} rows valid, {explained} of the rest explained.")
-    lines += [
-        "",
-        "| repository | version | row | backend | Python | status | environment s | environment MB | null patch bytes | date | harness | why not valid |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    columns = ["repository", "version", "row", "backend", "Python", "status", "environment s", "environment MB"]
+    columns += ["null patch bytes", "date", "harness", "why not valid"]
+    cells = [
+        [
+            r["repo"],
+            r["version"],
+            r["instance_id"],
+            r["backend"],
+            r.get("python"),
+            r["status"],
+            r.get("environment_s"),
+            r.get("environment_mb"),
+            r.get("null_patch_bytes"),
+            r["date"],
+            r["harness"],
+            why_not_valid(r, EXPLAINED.get(r["instance_id"])),
+        ]
+        for r in rows
     ]
-    for r in rows:
-        why = why_not_valid(r, EXPLAINED.get(r["instance_id"]))
-        lines.append(
-            f"| {r['repo']} | {r['version']} | {r['instance_id']} | {r['backend']} | {r.get('python', '')} |"
-            f" {r['status']} | {r.get('environment_s', '')} | {r.get('environment_mb', '')} |"
-            f" {r.get('null_patch_bytes', '')} | {r['date']} | {r['harness']} | {why} |"
-        )
+    lines += ["", *table(columns, cells)]
     return "\n".join(lines) + "\n"
 
 
@@ -224,7 +218,8 @@ def main() -> None:
     parser.add_argument("--render", action="store_true", help="write docs/VALIDATION.md from the results so far")
     args = parser.parse_args()
     if args.render:
-        TABLE.write_text(render(_results()) + "\n" + "\n".join(render_terminal(terminal_results())) + "\n")
+        terminal = render_terminal(read_results(TERMINAL_RESULTS))
+        TABLE.write_text(render(read_results(RESULTS)) + "\n" + "\n".join(terminal) + "\n")
         return
     if not args.mirrors:
         parser.error("--mirrors is required to run rows")

@@ -18,15 +18,14 @@ Needs the container engine of `.ci/run` (DOCKER_HOST) and the variables it expor
 
 import argparse
 import hashlib
-import json
 import os
-import subprocess
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import docker
+from validation_log import ROOT, append_result, harness_commit, read_results, table, why_not_valid  # beside
 
 from eval_pipeline.agents import NullAgent, OracleAgent
 from eval_pipeline.artifacts import LocalArtifactStore
@@ -38,7 +37,6 @@ from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
 from eval_pipeline.sandbox.container import CAMPAIGN_LABEL
 from eval_pipeline.terminal_tasks import load_terminal_tasks
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "validation" / "terminal.jsonl"
 LIMITS = ResourceLimits(memory_ceiling_mb=8192, output_bytes=200_000)
 CAMPAIGN = "tb-population"
@@ -115,10 +113,8 @@ def measure(directory: Path, scratch: Path) -> dict:
 
 
 def run(tasks_dir: Path, names: list[str], again: bool, limit: int | None) -> None:
-    latest = {r["task"]: r["status"] for r in results()}
-    harness = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    latest = {r["task"]: r["status"] for r in read_results(RESULTS)}
+    harness = harness_commit()
     directories = sorted((d for d in tasks_dir.iterdir() if d.is_dir()), key=lambda d: _draw(d.name))
     if names:  # named tasks are measured again whatever their last result
         pending = [d for d in directories if d.name in names][:limit]
@@ -134,14 +130,8 @@ def run(tasks_dir: Path, names: list[str], again: bool, limit: int | None) -> No
             "task": directory.name,
             **result,
         }
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        with open(RESULTS, "a") as out:
-            out.write(json.dumps(record, sort_keys=True) + "\n")
+        append_result(RESULTS, record)
         print(f"[{number}/{len(pending)}] {directory.name}: {record['status']}", flush=True)
-
-
-def results() -> list[dict]:
-    return [json.loads(line) for line in RESULTS.read_text().splitlines()] if RESULTS.exists() else []
 
 
 # What results recorded before the task base was written down were measured on (scripts/build_task_base.sh then).
@@ -197,12 +187,6 @@ EXPLAINED: dict[str, str] = {
 }
 
 
-def why_not_valid(record: dict, explanation: str | None) -> str:
-    """A table cell: the explanation (or that there is none yet) in bold, then the measured detail."""
-    detail = record["detail"].replace("|", "\\|").replace("\n", " ")[:300]
-    return detail if record["status"] == "valid" else f"**{explanation or 'not explained yet'}**; {detail}"
-
-
 def render(records: list[dict]) -> list[str]:
     """The table's lines: the latest result of each task, totals first."""
     latest = sorted({r["task"]: r for r in records}.values(), key=lambda r: r["task"])
@@ -217,15 +201,23 @@ def render(records: list[dict]) -> list[str]:
         "",
         f"- **container**: {valid} of {len(latest)} tasks valid, {explained} of the rest explained.",
         "",
-        "| task | status | oracle | null | environment s | task base | date | harness | why not valid |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in latest:
-        why = why_not_valid(r, EXPLAINED.get(r["task"]))
-        lines.append(
-            f"| {r['task']} | {r['status']} | {r.get('oracle', '')} | {r.get('null', '')} |"
-            f" {r.get('environment_s', '')} | {r.get('task_base') or EARLIER_BASE} | {r['date']} | {r['harness']} | {why} |"
-        )
+    columns = ["task", "status", "oracle", "null", "environment s", "task base", "date", "harness", "why not valid"]
+    cells = [
+        [
+            r["task"],
+            r["status"],
+            r.get("oracle"),
+            r.get("null"),
+            r.get("environment_s"),
+            r.get("task_base") or EARLIER_BASE,
+            r["date"],
+            r["harness"],
+            why_not_valid(r, EXPLAINED.get(r["task"])),
+        ]
+        for r in latest
+    ]
+    lines += table(columns, cells)
     return lines
 
 

@@ -33,6 +33,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from eval_pipeline.benchmark import EnvironmentSpec, Instance
 from eval_pipeline.gitutil import GitError, git
 from eval_pipeline.outcomes import ImageBuildFailed
@@ -187,8 +189,6 @@ def _pip_requirement(conda_spec: str) -> str | None:
 def conda_requirements(environment_yml: str, pins: tuple[str, ...]) -> str:
     """An environment.yml's dependencies as pip requirements (conda's under PyPI names, then its `pip:` list),
     followed by `pins`, so that one resolution satisfies them all."""
-    import yaml
-
     dependencies = (yaml.safe_load(environment_yml) or {}).get("dependencies") or []
     conda = [_pip_requirement(entry) for entry in dependencies if isinstance(entry, str)]
     pip = [line for entry in dependencies if isinstance(entry, dict) for line in entry.get("pip") or ()]

@@ -186,36 +186,59 @@ def test_a_verifier_that_writes_no_reward_is_a_grading_error_never_a_pass(tmp_pa
     assert verdict.outcome == Outcome.GRADING_ERROR and "no reward file" in verdict.detail
 
 
+BINARY = bytes(range(256)) * 800  # 200 KiB with no UTF-8 text in it (0x80-0xff alone), over a transfer chunk
+
+
+def write_binary_task(root: Path, reference: bytes = BINARY) -> Path:
+    """A task whose verifier compares what solve.sh writes with a binary reference file beside test.sh."""
+    task = write_task(
+        root,
+        "render",
+        {
+            "task.toml": "[verifier]\ntimeout_sec = 30\n",
+            "instruction.md": "Render the image to out.bin.\n",
+            "environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
+            "tests/test.sh": "REWARD=${EVAL_REWARD_FILE:-/logs/verifier/reward.txt}\n"
+            'cmp out.bin "${EVAL_TESTS_DIR:-/tests}/reference.bin" && echo 1 > "$REWARD" || echo 0 > "$REWARD"\n',
+            "solution/solve.sh": 'cp "${EVAL_SOLUTION_DIR:-/solution}/rendered.bin" out.bin\n',
+        },
+    )
+    (task / "tests" / "reference.bin").write_bytes(reference)
+    (task / "solution" / "rendered.bin").write_bytes(BINARY)
+    return task
+
+
+def assert_oracle_resolves_and_null_does_not(tasks, sandbox, store) -> None:
+    task = tasks.instance("render")
+    environment = sandbox.prepare(task, tasks.environment_for(task), tasks.source)
+    for agent, expected in (("oracle", Outcome.RESOLVED), ("null", Outcome.UNRESOLVED)):
+        generation = generate(task, make_agent(agent), 0, environment, sandbox, store, test_timeout_s=30)
+        verdict = evaluate(task, tasks.environment_for(task), generation, environment, sandbox, store, 30)
+        assert verdict.outcome == expected, (agent, verdict.detail)
+
+
 def test_a_task_whose_tests_and_solution_hold_binary_files_gets_them_byte_for_byte(tmp_path, store):
     """Five Terminal-Bench 2 tasks keep a reference image or video beside test.sh: such files are not UTF-8,
     reach the verifier and solve.sh unchanged, and are part of the task's content hash."""
-    reference = bytes(range(256)) * 4  # no UTF-8 text: 0x80-0xff bytes alone
-    write_task(
-        tmp_path / "tasks",
-        "render",
-        {
-            "task.toml": "[verifier]\ntimeout_sec = 20\n",
-            "instruction.md": "Render the image to out.bin.\n",
-            "environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
-            "tests/test.sh": 'cmp out.bin "$EVAL_TESTS_DIR/reference.bin" && echo 1 > "$EVAL_REWARD_FILE" '
-            '|| echo 0 > "$EVAL_REWARD_FILE"\n',
-            "solution/solve.sh": 'cp "$EVAL_SOLUTION_DIR/rendered.bin" out.bin\n',
-        },
-    )
-    (tmp_path / "tasks" / "render" / "tests" / "reference.bin").write_bytes(reference)
-    (tmp_path / "tasks" / "render" / "solution" / "rendered.bin").write_bytes(reference)
+    write_binary_task(tmp_path / "tasks")
     tasks = load_terminal_tasks(tmp_path / "tasks", tmp_path / "mirrors")
     task = tasks.instance("render")
-    assert task.tests["reference.bin"] == reference
-    sandbox = LocalSandbox(tmp_path / "sandbox", ResourceLimits(), SandboxSettings(), "test")
-    environment = sandbox.prepare(task, tasks.environment_for(task), tasks.source)
-    for agent, expected in (("oracle", Outcome.RESOLVED), ("null", Outcome.UNRESOLVED)):
-        generation = generate(task, make_agent(agent), 0, environment, sandbox, store, test_timeout_s=20)
-        verdict = evaluate(task, tasks.environment_for(task), generation, environment, sandbox, store, 20)
-        assert verdict.outcome == expected, (agent, verdict.detail)
-    (tmp_path / "tasks" / "render" / "tests" / "reference.bin").write_bytes(reference[::-1])
+    assert task.tests["reference.bin"] == BINARY
+    assert_oracle_resolves_and_null_does_not(
+        tasks, LocalSandbox(tmp_path / "sandbox", ResourceLimits(), SandboxSettings(), "test"), store
+    )
+    write_binary_task(tmp_path / "tasks", reference=BINARY[::-1])
     changed = load_terminal_tasks(tmp_path / "tasks", tmp_path / "mirrors").instance("render")
     assert changed.content_hash != task.content_hash
+
+
+@pytest.mark.slow  # containers
+def test_binary_task_files_reach_the_verifier_in_a_container_byte_for_byte(tmp_path, container_sandbox, store):
+    """The same in a task's container, where the harness writes files through the engine in chunks."""
+    write_binary_task(tmp_path / "tasks")
+    tasks = load_terminal_tasks(tmp_path / "tasks", tmp_path / "mirrors")
+    sandbox = container_sandbox(task_base_image=task_base_image(), mode="pod")
+    assert_oracle_resolves_and_null_does_not(tasks, sandbox, store)
 
 
 def test_scripts_that_need_the_image_s_absolute_paths_are_refused_locally(tmp_path):
