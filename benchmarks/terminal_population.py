@@ -5,7 +5,8 @@
 
 DIR holds Terminal-Bench 2.0's task directories, unmodified (for example the `terminal-bench-2/` folder of a
 copy of its repository). Each task is loaded as `eval-pipeline` loads it, its image built from its own
-Dockerfile with only `FROM` replaced (EVAL_PIPELINE_TASK_BASE_IMAGE: no registry is reachable here), then the
+Dockerfile with only `FROM` replaced by its family's stand-in (EVAL_PIPELINE_TASK_BASE_IMAGES, from
+scripts/build_task_base.sh: no registry is reachable here), then the
 oracle (its `solution/solve.sh`) and the null agent are generated and graded as a campaign grades them: the
 verifier runs in the agent's own container right after it, and the reward file decides. `valid`: the oracle
 resolved and the null agent did not. Tasks are taken in the order of their names' hashes (blind to how easy a
@@ -18,7 +19,6 @@ Needs the container engine of `.ci/run` (DOCKER_HOST) and the variables it expor
 
 import argparse
 import hashlib
-import os
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -35,6 +35,7 @@ from eval_pipeline.generation import generate
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
 from eval_pipeline.sandbox.container import CAMPAIGN_LABEL
+from eval_pipeline.sandbox.images import substitute_from
 from eval_pipeline.terminal_tasks import load_terminal_tasks
 
 RESULTS = ROOT / "docs" / "validation" / "terminal.jsonl"
@@ -112,6 +113,15 @@ def measure(directory: Path, scratch: Path) -> dict:
     return {**figures, "status": status, "oracle": oracle["outcome"], "null": null["outcome"], "detail": detail}
 
 
+def _stand_in(directory: Path) -> str:
+    """The image(s) standing in for the task's FROM on this machine, as the container backend picks them."""
+    dockerfile = directory / "environment" / "Dockerfile"
+    if not dockerfile.is_file():
+        return ""
+    stand_ins = SandboxSettings.from_mapping({"backend": "container"}).task_base_images
+    return " ".join(sorted(set(substitute_from(dockerfile.read_text(), stand_ins)[1].values())))
+
+
 def run(tasks_dir: Path, names: list[str], again: bool, limit: int | None) -> None:
     latest = {r["task"]: r["status"] for r in read_results(RESULTS)}
     harness = harness_commit()
@@ -126,7 +136,7 @@ def run(tasks_dir: Path, names: list[str], again: bool, limit: int | None) -> No
         record = {
             "date": datetime.now(UTC).strftime("%Y-%m-%d"),
             "harness": harness,
-            "task_base": os.environ.get("EVAL_PIPELINE_TASK_BASE_IMAGE", ""),
+            "task_base": _stand_in(directory),
             "task": directory.name,
             **result,
         }
@@ -138,7 +148,7 @@ def run(tasks_dir: Path, names: list[str], again: bool, limit: int | None) -> No
 EARLIER_BASE = "localhost/eval-task-base:trixie"
 
 # Why a task is not valid where its detail does not say it outright; a task not named here is not explained yet.
-_INTERNET = "its build or solution downloads from {host}, which this machine cannot reach (it reaches PyPI, Debian and npm only): a task for a machine with the internet"
+_INTERNET = "its build or solution downloads from {host}, which this machine cannot reach (it reaches PyPI, npm and Debian's and Ubuntu's archives only): a task for a machine with the internet"
 EXPLAINED: dict[str, str] = {
     "build-pmars": "its solve.sh pins Debian 13.0's package versions (ca-certificates=20250419, dpkg-dev=1.22.21); "
     "Debian's archive serves only the current point release, and Harbor runs it on its own prebuilt image "
@@ -158,6 +168,10 @@ EXPLAINED: dict[str, str] = {
     "query-optimize": _INTERNET.format(host="huggingface.co"),
     "compile-compcert": _INTERNET.format(host="opam's package sources"),
     "build-cython-ext": _INTERNET.format(host="github.com (git clone of pyknotid)"),
+    "sanitize-git-repo": _INTERNET.format(host="github.com (git clone of test-secret-removal)"),
+    "make-doom-for-mips": _INTERNET.format(host="github.com (git clone of doomgeneric)"),
+    "filter-js-from-html": _INTERNET.format(host="github.com (its verifier downloads html-sanitizer-testbed)"),
+    "count-dataset-tokens": _INTERNET.format(host="huggingface.co"),
     "reshard-c4-data": "its Dockerfile copies from the image ghcr.io/astral-sh/uv:0.8.15 (COPY --from), and no "
     "registry is reachable here",
     **dict.fromkeys(
@@ -197,7 +211,8 @@ def render(records: list[dict]) -> list[str]:
         "",
         "Written from `docs/validation/terminal.jsonl` (`benchmarks/terminal_population.py` says how). `valid`: the",
         "oracle resolved and the null agent did not, on the container backend, with the task's own Dockerfile",
-        "(`FROM` replaced by the task base image of `scripts/build_task_base.sh`).",
+        "(`FROM` replaced by the stand-in `scripts/build_task_base.sh` builds for its family: Ubuntu noble for",
+        "`ubuntu:24.04`, Debian bookworm with the image's Python for `python:3.X`, the Debian suite for `debian:`).",
         "",
         f"- **container**: {valid} of {len(latest)} tasks valid, {explained} of the rest explained.",
         "",
@@ -210,7 +225,7 @@ def render(records: list[dict]) -> list[str]:
             r.get("oracle"),
             r.get("null"),
             r.get("environment_s"),
-            r.get("task_base") or EARLIER_BASE,
+            r.get("task_base", EARLIER_BASE),
             r["date"],
             r["harness"],
             why_not_valid(r, EXPLAINED.get(r["task"])),

@@ -17,7 +17,7 @@ patch. On the container backend, though, the task is judged as Harbor judges it:
 own container right after the agent, processes still running (`verify_in_place`; generation.py, evaluation.py).
 
 On the container backend a task runs as its author wrote it: its own Dockerfile is built as it is (every
-instruction; only `FROM` can be replaced, by the `task_base_image` setting, where no registry can be reached), with
+instruction; only `FROM` can be replaced, by the `task_base_images` setting, where no registry can be reached), with
 the harness on top, and each workspace is a container of its own in which the agent works as root in the WORKDIR.
 `tests/` and `solution/` appear at Harbor's paths (/tests, /solution) only for the verifier and the oracle, and the
 reward is read from /logs/verifier; every agent command sees /tests and /logs as empty directories of its own. Scripts also find these through variables: `$EVAL_TESTS_DIR`,

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from eval_pipeline.sandbox.base import parse_task_base_images
+
 __all__ = [
     "PY36_ROW",
     "PYTEST_ROW",
@@ -42,7 +44,7 @@ __all__ = [
     "repository",
     "swebench_mirror",
     "swebench_rows",
-    "task_base_image",
+    "task_base_images",
     "terminal_bench_tasks",
     "verified_instance_ids",
     "write_rows",
@@ -319,14 +321,14 @@ def terminal_bench_tasks(directory: Path, names: tuple[str, ...] = TERMINAL_BENC
     return directory
 
 
-def task_base_image() -> str:
-    """The image standing in for the tasks' FROM (scripts/build_task_base.sh); required in CI."""
-    image = os.environ.get("EVAL_PIPELINE_TASK_BASE_IMAGE")
-    if not image:
+def task_base_images() -> dict[str, str]:
+    """The images standing in for the tasks' FROM images (scripts/build_task_base.sh); required in CI."""
+    stand_ins = parse_task_base_images(os.environ.get("EVAL_PIPELINE_TASK_BASE_IMAGES", ""))
+    if not stand_ins:
         if os.environ.get("CI"):
-            pytest.fail("CI must set EVAL_PIPELINE_TASK_BASE_IMAGE (see scripts/build_task_base.sh)")
-        pytest.skip("EVAL_PIPELINE_TASK_BASE_IMAGE is not set; build it with scripts/build_task_base.sh")
-    return image
+            pytest.fail("CI must set EVAL_PIPELINE_TASK_BASE_IMAGES (see scripts/build_task_base.sh)")
+        pytest.skip("EVAL_PIPELINE_TASK_BASE_IMAGES is not set; build them with scripts/build_task_base.sh")
+    return stand_ins
 
 
 def _size(path: Path) -> int:

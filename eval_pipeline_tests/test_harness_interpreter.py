@@ -11,10 +11,18 @@ import re
 import shlex
 from collections.abc import Mapping
 
+import pytest
+
 from eval_pipeline.outcomes import InfrastructureError
-from eval_pipeline.sandbox.base import SandboxError, ToolChannel
+from eval_pipeline.sandbox.base import SandboxError, ToolChannel, parse_task_base_images
 from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec, claimed_slot
-from eval_pipeline.sandbox.images import SWEBENCH_SYSTEM_PACKAGES, PythonSource, base_layer, task_layers
+from eval_pipeline.sandbox.images import (
+    SWEBENCH_SYSTEM_PACKAGES,
+    PythonSource,
+    base_layer,
+    substitute_from,
+    task_layers,
+)
 from eval_pipeline.sandbox.pod_manifest import environment_pod_manifest
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, ToolRuntime
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR, load_terminal_tasks
@@ -106,6 +114,24 @@ def test_a_base_image_rebuilt_under_the_same_name_rebuilds_every_layer_built_on_
     assert before.tag != after.tag
     task = load_terminal_tasks(DEMO_TASKS_DIR, tmp_path).instances[0]
     assert (
-        task_layers(task, "base:tag", lambda name: "sha256:1").tag
-        != task_layers(task, "base:tag", lambda name: "sha256:2").tag
+        task_layers(task, {"*": "base:tag"}, lambda name: "sha256:1").tag
+        != task_layers(task, {"*": "base:tag"}, lambda name: "sha256:2").tag
     )
+
+
+def test_each_task_base_stands_in_for_the_from_it_is_named_for_and_later_stages_keep_their_own():
+    """A task FROM ubuntu:24.04 builds on the Ubuntu stand-in, not on the one of python images: tasks install
+    their distribution's packages by name and version. A stage built on an earlier stage is never replaced."""
+    dockerfile = "FROM ubuntu:24.04 AS build\nRUN make\nFROM --platform=linux/amd64 python:3.13-slim\nFROM build\n"
+    stand_ins = parse_task_base_images("ubuntu:24.04=localhost/base:noble  localhost:5000/base:any")
+    assert stand_ins == {"ubuntu:24.04": "localhost/base:noble", "*": "localhost:5000/base:any"}
+    text, replaced = substitute_from(dockerfile, stand_ins)
+    assert text == (
+        "FROM localhost/base:noble AS build\nRUN make\n"
+        "FROM --platform=linux/amd64 localhost:5000/base:any\nFROM build\n"
+    )
+    assert replaced == {"ubuntu:24.04": "localhost/base:noble", "python:3.13-slim": "localhost:5000/base:any"}
+    kept, replaced = substitute_from(dockerfile, {"ubuntu:24.04": "localhost/base:noble"})
+    assert "FROM --platform=linux/amd64 python:3.13-slim\n" in kept and list(replaced) == ["ubuntu:24.04"]
+    with pytest.raises(ValueError, match="'ubuntu:24.04=' names no image"):
+        parse_task_base_images("ubuntu:24.04=")

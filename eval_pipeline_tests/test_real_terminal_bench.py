@@ -10,7 +10,7 @@ from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline.terminal_tasks import load_terminal_tasks
 from eval_pipeline_tests.conftest import prepare_on
-from eval_pipeline_tests.real_data import task_base_image, terminal_bench_tasks
+from eval_pipeline_tests.real_data import task_base_images, terminal_bench_tasks
 
 pytestmark = pytest.mark.slow  # end to end: `pytest -m "not slow"` leaves it out
 
@@ -32,7 +32,7 @@ def test_oracle_resolves_and_null_does_not_on_the_container_backend(container_sa
     """Built from the task's own Dockerfile (FROM replaced), solved and verified at Harbor's paths, as root, in
     the agent's own container right after it: kv-store-grpc's verifier imports the grpcio its solution installed
     and calls the server it left running."""
-    sandbox = container_sandbox(task_base_image=task_base_image(), mode="pod")
+    sandbox = container_sandbox(task_base_images=task_base_images(), mode="pod")
     for task in tasks.instances:
         environment = prepare_on(sandbox, tasks, task)
         assert environment.details["task"]["workdir"] == "/app"

@@ -15,7 +15,7 @@ from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR, load_terminal_tasks
 from eval_pipeline.validation import Status, validate_task
-from eval_pipeline_tests.real_data import task_base_image
+from eval_pipeline_tests.real_data import task_base_images
 
 DETERMINISTIC = ("hello-file", "word-count", "fix-config", "csv-total", "sort-unique")
 
@@ -90,7 +90,7 @@ def test_a_wrong_answer_cannot_pass_by_editing_what_the_verifier_reads_in_a_cont
     tasks, tmp_path, container_sandbox, store
 ):
     for task_id, command in FORGERIES.items():
-        pod = container_sandbox(task_limits(tasks.instance(task_id)), task_base_image=task_base_image())
+        pod = container_sandbox(task_limits(tasks.instance(task_id)), task_base_images=task_base_images())
         oracle = run_trial(tasks, task_id, "oracle", tmp_path, store, sandbox=pod)
         forged = run_trial(tasks, task_id, "command", tmp_path, store, params={"command": command}, sandbox=pod)
         pod.release()
@@ -237,7 +237,7 @@ def test_binary_task_files_reach_the_verifier_in_a_container_byte_for_byte(tmp_p
     """The same in a task's container, where the harness writes files through the engine in chunks."""
     write_binary_task(tmp_path / "tasks")
     tasks = load_terminal_tasks(tmp_path / "tasks", tmp_path / "mirrors")
-    sandbox = container_sandbox(task_base_image=task_base_image(), mode="pod")
+    sandbox = container_sandbox(task_base_images=task_base_images(), mode="pod")
     assert_oracle_resolves_and_null_does_not(tasks, sandbox, store)
 
 
@@ -309,7 +309,7 @@ def test_a_task_that_forbids_the_internet_runs_without_a_network(tmp_path, conta
     tasks = load_terminal_tasks(tmp_path / "tasks", tmp_path / "mirrors")
     task = tasks.instance("offline")
     assert (task.allow_internet, task.storage_mb) == (False, 10240)
-    sandbox = container_sandbox(task_base_image=task_base_image())
+    sandbox = container_sandbox(task_base_images=task_base_images())
     environment = sandbox.prepare(task, tasks.environment_for(task), tasks.source)
     assert environment.details["network"] == "none"
     generation = generate(task, make_agent("null"), 0, environment, sandbox, store, test_timeout_s=60)
@@ -365,7 +365,7 @@ def stateful(tmp_path, container_sandbox):
     write_task(tmp_path / "tasks", "serve", STATEFUL_TASK)
     tasks = load_terminal_tasks(tmp_path / "tasks", tmp_path / "mirrors")
     task = tasks.instance("serve")
-    sandbox = container_sandbox(task_base_image=task_base_image(), network=True)
+    sandbox = container_sandbox(task_base_images=task_base_images(), network=True)
     return task, sandbox, sandbox.prepare(task, tasks.environment_for(task), tasks.source)
 
 

@@ -13,7 +13,7 @@ from eval_pipeline.sandbox.tool_server import WorkspaceTools
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR, load_terminal_tasks
 from eval_pipeline.tool_session import ToolServerEnded, open_tool_session
 from eval_pipeline_tests.conftest import prepare_on
-from eval_pipeline_tests.real_data import task_base_image
+from eval_pipeline_tests.real_data import task_base_images
 
 
 def test_a_nan_timeout_is_still_held_to_the_servers_ceiling(tmp_path):
@@ -75,7 +75,7 @@ def test_an_agent_on_a_terminal_task_cannot_kill_its_tool_server_to_go_unscored(
     the red team). The container still runs, so it is the agent's doing: ToolServerEnded, an agent_error."""
     tasks = load_terminal_tasks(DEMO_TASKS_DIR, tmp_path / "mirrors")
     task = tasks.instance("hello-file")
-    sandbox = container_sandbox(task_base_image=task_base_image())
+    sandbox = container_sandbox(task_base_images=task_base_images())
     environment = sandbox.prepare(task, tasks.environment_for(task), tasks.source)
 
     async def main() -> None:

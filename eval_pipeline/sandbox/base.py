@@ -113,9 +113,12 @@ class SandboxSettings:
     and where an environment's Python version comes from in images
     (EVAL_PIPELINE_PYTHON_SOURCE: `image`, the `python_image` with the version
     filled in; or `pyenv`, the machine's pyenv build copied into the base image).
-    `task_base_image` (EVAL_PIPELINE_TASK_BASE_IMAGE) replaces the `FROM` image
-    of terminal tasks' Dockerfiles, for machines that cannot pull them; nothing
-    else of a task's Dockerfile is ever changed.
+    `task_base_images` (EVAL_PIPELINE_TASK_BASE_IMAGES) name stand-ins for the
+    `FROM` images of terminal tasks' Dockerfiles, for machines that cannot pull
+    them: each key a task's `FROM` reference (`ubuntu:24.04`), its value the
+    image built in its place (scripts/build_task_base.sh), `*` for any other.
+    The variable holds `from=image` entries separated by spaces (a bare image
+    is `*`'s). Nothing else of a task's Dockerfile is ever changed.
 
     `allow_untrusted_agents_locally` is the explicit opt-in to run untrusted
     agents (agents.Agent.trusted) on the `local` backend, which has no walls:
@@ -138,7 +141,7 @@ class SandboxSettings:
     image_registry: StrictStr | None = None
     python_source: PythonSource = "image"
     python_image: StrictStr = "python:{version}-slim"
-    task_base_image: StrictStr | None = None
+    task_base_images: dict[StrictStr, StrictStr] = field(default_factory=dict)
     allow_untrusted_agents_locally: StrictBool = False
 
     @classmethod
@@ -159,8 +162,21 @@ class SandboxSettings:
             extra_ca_bundle=os.environ.get("EVAL_PIPELINE_EXTRA_CA_BUNDLE") or self.extra_ca_bundle,
             namespace=os.environ.get("EVAL_PIPELINE_K8S_NAMESPACE") or self.namespace,
             image_registry=os.environ.get("EVAL_PIPELINE_IMAGE_REGISTRY") or self.image_registry,
-            task_base_image=os.environ.get("EVAL_PIPELINE_TASK_BASE_IMAGE") or self.task_base_image,
+            task_base_images=parse_task_base_images(os.environ.get("EVAL_PIPELINE_TASK_BASE_IMAGES", ""))
+            or self.task_base_images,
         )
+
+
+def parse_task_base_images(text: str) -> dict[str, str]:
+    """`from=image` entries separated by white space, a bare `image` standing for `*=image`
+    (EVAL_PIPELINE_TASK_BASE_IMAGES): an image reference never holds `=`."""
+    stand_ins = {}
+    for entry in text.split():
+        base, _, image = entry.rpartition("=")
+        if not image:
+            raise ValueError(f"EVAL_PIPELINE_TASK_BASE_IMAGES: {entry!r} names no image (from=image)")
+        stand_ins[base or "*"] = image
+    return stand_ins
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,7 @@ from eval_pipeline.sandbox.images import (
     base_layer,
     env_layer,
     instance_layer,
+    substitute_from,
     task_layers,
 )
 from eval_pipeline.sandbox.limited_exec import REQUEST_ENV
@@ -325,7 +326,7 @@ class ContainerSandbox(SandboxBackend):
 
     def _layers(self, instance: Task, spec: EnvironmentSpec) -> ImageLayer:
         if (own_image := instance.own_image) is not None:
-            return task_layers(own_image, self.settings.task_base_image, self._image_id)
+            return task_layers(own_image, self.settings.task_base_images, self._image_id)
         settings = self.settings
         python = PythonSource(settings.base_image, settings.python_source, settings.python_image)
         base, interpreter = base_layer(python, spec.python, settings.extra_ca_bundle, self._image_id)
@@ -441,7 +442,7 @@ class ContainerSandbox(SandboxBackend):
                     # The task's own allow_internet decides: the engine's default network, or none at all.
                     "network": ENGINE_NETWORK if own_image.allow_internet else NO_NETWORK,
                     "storage_mb": own_image.storage_mb,
-                    "from_image": self.settings.task_base_image or "the task's own",
+                    "from_images": substitute_from(own_image.dockerfile, self.settings.task_base_images)[1],
                 },
             )
         network = ENGINE_NETWORK if self.network else NO_NETWORK

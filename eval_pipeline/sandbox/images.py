@@ -335,26 +335,36 @@ class ImageBuilder:
 _FROM = re.compile(r"^(\s*FROM\s+)((?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE | re.MULTILINE)
 
 
-def substitute_from(dockerfile: str, image: str) -> str:
-    """The Dockerfile with each stage's external base image replaced by `image`; stages built on an earlier
-    stage of the same file keep it. Nothing else of the file changes."""
+def stand_in(base: str, stand_ins: Mapping[str, str]) -> str:
+    """The image that stands in for `FROM base`: the one named for `base`, else the one for `*`, else `base`."""
+    return stand_ins.get(base) or stand_ins.get("*") or base
+
+
+def substitute_from(dockerfile: str, stand_ins: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The Dockerfile with each stage's external base image replaced by its stand-in, and which replaced which;
+    stages built on an earlier stage of the same file keep it. Nothing else of the file changes."""
     stages: set[str] = set()
+    replaced: dict[str, str] = {}
 
     def replace(match: re.Match[str]) -> str:
         prefix, flags, base, rest = match.groups()
         if alias := re.search(r"\bAS\s+(\S+)", rest, re.IGNORECASE):
             stages.add(alias[1].lower())
-        return f"{prefix}{flags}{base if base.lower() in stages else image}{rest}"
+        if base.lower() in stages or (image := stand_in(base, stand_ins)) == base:
+            return match[0]
+        replaced[base] = image
+        return f"{prefix}{flags}{image}{rest}"
 
-    return _FROM.sub(replace, dockerfile)
+    return _FROM.sub(replace, dockerfile), replaced
 
 
-def task_layers(task: TaskImage, from_image: str | None, image_id: ImageId) -> ImageLayer:
-    """A task's own image (a terminal task's), built from its Dockerfile as written (only `FROM` replaced, when
-    `from_image` is set), with the harness on top: git if the image lacks it, and the WORKDIR's content
-    committed in a git directory outside it, for the agent's patch (the command runner needs nothing of the
-    image: it runs on the runtime every container mounts, tool_runtime.py)."""
-    dockerfile = substitute_from(task.dockerfile, from_image) if from_image else task.dockerfile
+def task_layers(task: TaskImage, stand_ins: Mapping[str, str], image_id: ImageId) -> ImageLayer:
+    """A task's own image (a terminal task's), built from its Dockerfile as written (only `FROM` replaced by its
+    stand-in, where `stand_ins` names one: a machine that cannot pull the task's base), with the harness on top:
+    git if the image lacks it, and the WORKDIR's content committed in a git directory outside it, for the
+    agent's patch (the command runner needs nothing of the image: it runs on the runtime every container
+    mounts, tool_runtime.py)."""
+    dockerfile, replaced = substitute_from(task.dockerfile, stand_ins)
     own = ImageLayer(
         "task",
         dockerfile,
@@ -362,7 +372,7 @@ def task_layers(task: TaskImage, from_image: str | None, image_id: ImageId) -> I
         directory_identity=task.environment_hash,
         directory_excludes=("Dockerfile",),
         labels={"eval_pipeline.layer": "task", "eval_pipeline.instance": task.instance_id},
-        from_id=image_id(from_image) if from_image else "",
+        from_id=" ".join(image_id(image) for image in sorted(set(replaced.values()))),
     )
     git = f"GIT_DIR={TASK_GIT_DIR} GIT_WORK_TREE={shlex.quote(task.workdir)} git -c safe.directory='*'"
     identity = " ".join(f"{name}={value}" for name, value in TASK_COMMIT_ENV.items())
