@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from eval_pipeline.hashing import stable_hash
-from eval_pipeline.outcomes import OutOfMemory
 from eval_pipeline.sandbox import ExecResult, Workspace
 from eval_pipeline.tasks import Task
 from eval_pipeline.tool_session import MAX_TOOL_TIMEOUT_S, inside_session_request
@@ -39,17 +38,23 @@ class AgentLimitReached(AgentStopped):
     """The agent used up its steps, tokens or cost (agent_limit)."""
 
 
+class AgentOutOfMemory(AgentStopped):
+    """One of the agent's own commands was killed at the memory ceiling (agent_error): the ceiling is the
+    trial's budget, an experimental variable like its time limit, and what the agent runs within it is its
+    doing. Left unscored, an agent that fails could end each failing trial so and leave the denominator."""
+
+
 def finished(result: ExecResult) -> ExecResult:
     """An agent command's result, unless a limit stopped it.
 
-    Running out of time is the agent's end (AgentTimeout); a kill at the
-    memory ceiling is a resource verdict (OutOfMemory, oom_killed), retried
-    as infrastructure like the same kill during the tests.
+    Running out of time is the agent's end (AgentTimeout), and so is a kill
+    at the memory ceiling (AgentOutOfMemory): both are the agent's own
+    commands within the trial's budget, scored.
     """
     if result.timed_out:
         raise AgentTimeout(f"{result.command[:200]!r} ran over its time limit ({result.duration_s:.0f}s)")
     if result.oom_killed:
-        raise OutOfMemory(f"{result.command[:200]!r} was killed at the memory ceiling")
+        raise AgentOutOfMemory(f"{result.command[:200]!r} was killed at the memory ceiling")
     return result
 
 

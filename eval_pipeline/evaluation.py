@@ -11,6 +11,15 @@ stopped by a limit within which the instance's reference is known to pass is
 the patch's doing, scored and final (limit_evidence.py); an oracle's resolved
 evaluation is that knowledge.
 
+Every planned trial counts unless the harness shows the fault is its own (intention to treat): a grading that
+ended abnormally while the patch's grading ran (no report, a crash of the runner, the OOM killer, the time limit,
+the engine refusing a command, a verifier killed by a signal) is followed at once by the instance's reference,
+graded in the same environment under the same limits. If the reference resolves, the patch broke the run: the
+trial is scored not resolved (`patch_broke_test_run`, or the limit's scored twin) and the reference's pass is
+kept as evidence. Only if the reference fails too is the fault the harness's, retried and never scored. A
+patch that ends its test process before any report, or makes the tests allocate until they are killed, so
+loses the trial instead of leaving the denominator.
+
 How a generation is graded is its `grading_mode`, recorded with the evaluation: a task whose product is a
 patch (a SWE-bench row; a terminal task on the local backend) by `patch_replay` in a fresh workspace; a task
 judged in its container by its verifier's run `in_container`, right after the agent (stored with the
@@ -28,7 +37,10 @@ sealed with the results key (record_mac.py) so that a scan can believe it.
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
@@ -39,13 +51,25 @@ from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.generation import COMPLETED, Generation
 from eval_pipeline.grading import GRADING_VERSION, Verdict, VerifierRun, grade_task, score_verifier
 from eval_pipeline.hashing import stable_hash
-from eval_pipeline.limit_evidence import CAMPAIGN, GradedUnder, record_reference_pass, scored_at_limits
+from eval_pipeline.limit_evidence import (
+    CAMPAIGN,
+    GradedUnder,
+    ReferencePass,
+    record_reference_pass,
+    scored_at_limits,
+    scored_twin,
+)
 from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.record_mac import matches
+from eval_pipeline.reference_run import judged, reference_verdict
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.tasks import Task
 
 SCORED = "scored"
+# Gradings that judged nothing: the machinery's fault or the patch's, which the reference graded at once tells.
+ABNORMAL = frozenset(
+    {Outcome.GRADING_ERROR, Outcome.TEST_TIMEOUT, Outcome.OOM_KILLED, Outcome.ENGINE_ERROR, Outcome.SANDBOX_LOST}
+)
 PATCH_REPLAY, IN_CONTAINER, SNAPSHOT = "patch_replay", "in_container", "snapshot"
 
 
@@ -163,7 +187,9 @@ def _judge(
     sandbox: SandboxBackend,
     test_timeout_s: float,
 ) -> Verdict:
-    """The verdict, whatever happens: the agent's own failure, the grading's, or the infrastructure's."""
+    """The verdict, whatever happens: the agent's own failure, the grading's, or the infrastructure's. A failure
+    raised while the patch's grading ran (its commands in the workspace) leaves a `grading_interrupted` step,
+    which tells it from the machinery failing before (a snapshot, a workspace that cannot be made)."""
     if generation.status != COMPLETED:  # the agent crashed or ran out of time: its failure, already final
         return Verdict(Outcome(generation.status), detail=generation.error[-2000:])
     mode = grading_mode(generation, test_timeout_s, sandbox.resources_record())
@@ -174,11 +200,37 @@ def _judge(
             environment = sandbox.snapshot_environment(environment, generation.snapshot or {})
         patch = "" if mode == SNAPSHOT else generation.patch
         with sandbox.workspace(environment, label=f"eval-{generation.seed}") as workspace:
-            return grade_task(instance, spec, patch, workspace, test_timeout_s)
+            try:
+                return grade_task(instance, spec, patch, workspace, test_timeout_s)
+            except InfrastructureError as error:
+                interrupted = {"step": "grading_interrupted", "outcome": error.outcome.value}
+                return Verdict(error.outcome, steps=[interrupted], detail=f"{error}\n{traceback.format_exc(limit=20)}")
     except InfrastructureError as error:
         return Verdict(error.outcome, detail=f"{error}\n{traceback.format_exc(limit=20)}")
     except Exception:  # noqa: BLE001 - a harness bug is an outcome, not a crash, and no verdict on the agent
         return Verdict(Outcome.GRADING_ERROR, detail=traceback.format_exc(limit=20))
+
+
+def _by_intention_to_treat(
+    verdict: Verdict,
+    generation: Generation,
+    reference: Callable[[], Verdict],
+    store: ArtifactStore,
+    under: GradedUnder,
+) -> tuple[Verdict, ReferencePass | None]:
+    """A grading that ended abnormally while the patch's grading ran, judged by `reference` (the instance's
+    reference graded at once in the same environment under the same limits; module docstring): resolved, the
+    patch broke the run and the trial is scored; not resolved, the fault is the harness's, left unscored."""
+    is_reference = generation.agent_config.get("agent") == OracleAgent.name  # a re-run would be a retry
+    if verdict.outcome not in ABNORMAL or not verdict.steps or is_reference:
+        return verdict, None
+    graded = judged(reference)
+    if not graded.outcome.is_resolved:
+        detail = f"{verdict.detail}\nthe reference, graded at once under the same limits, ended {graded.outcome}"
+        return replace(verdict, detail=detail + " too: the harness's fault, not the patch's"), None
+    evidence = record_reference_pass(store, under, CAMPAIGN, f"graded at once after {generation.key}")
+    detail = f"{verdict.detail}\nscored: the reference, graded at once in this environment under these limits, resolved"
+    return replace(verdict, outcome=scored_twin(verdict.outcome), detail=detail), evidence
 
 
 def _kept_as_evidence(
@@ -212,6 +264,9 @@ def evaluate(
     verdict, evidence = scored_at_limits(
         _judge(instance, spec, generation, environment, sandbox, test_timeout_s), store, under
     )
+    if evidence is None:
+        reference = partial(reference_verdict, instance, spec, environment, sandbox, test_timeout_s)
+        verdict, evidence = _by_intention_to_treat(verdict, generation, reference, store, under)
     evaluation = Evaluation(
         key=key,
         attempt_id=uuid.uuid4().hex,

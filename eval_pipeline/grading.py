@@ -384,11 +384,22 @@ def _reward(run: VerifierRun) -> float | None:
     return None
 
 
+def _ending_signal(exit_code: int) -> int | None:
+    """The signal that ended a command: a negative exit code is the runner's report of one, and above 128 a
+    shell's report of a child it lost to one (128 + N)."""
+    if exit_code < 0:
+        return -exit_code
+    return exit_code - 128 if exit_code > 128 else None
+
+
 def score_verifier(run: VerifierRun) -> Verdict:
     """The verdict on a verifier's run: resolved at reward 1.
 
     The reward file decides, as in Harbor; a verifier that wrote none is a grading error, whatever its exit
-    code (Harbor's test.sh scripts exit 0 after writing a reward of 0, and a missing file must never pass).
+    code (Harbor's test.sh scripts exit 0 after writing a reward of 0, and a missing file must never pass). A
+    verifier ended by a signal is a grading error too, whatever reward it left: code under test, run by test.sh
+    as root, can write the reward file and kill test.sh before its own verdict. Evaluation then grades the
+    reference at once (intention to treat), so such a run is scored against the patch when the reference passes.
     """
     verdict = Verdict(outcome=Outcome.GRADING_ERROR, steps=[{"step": "run_tests", **run.run}])
     if _stopped_by_a_limit(verdict, run.run["timed_out"], run.run["oom_killed"], run.test_timeout_s):
@@ -398,11 +409,10 @@ def score_verifier(run: VerifierRun) -> Verdict:
     except (ValueError, KeyError, TypeError) as error:
         verdict.detail = f"the reward file is not a number: {error!r}"
         return verdict
-    if reward is None and run.in_place and run.run["exit_code"] < 0:  # neither the time limit nor the OOM killer
-        verdict.outcome = Outcome.UNRESOLVED
+    if (signal := _ending_signal(run.run["exit_code"])) is not None:
         verdict.detail = (
-            f"test.sh was killed by signal {-run.run['exit_code']} in the agent's container, where only the"
-            " processes the agent left could send it: scored as not resolved"
+            f"test.sh was ended by signal {signal} (exit {run.run['exit_code']}), neither by the time limit nor the"
+            " OOM killer: a verifier that does not finish judges nothing, whatever reward it left"
         )
         return verdict
     if reward is None:

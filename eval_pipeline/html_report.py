@@ -49,6 +49,7 @@ OUTCOME_COLOURS = {
     Outcome.REPORT_FORGED: "#1a202c",
     Outcome.PATCH_TEST_TIMEOUT: "#718096",
     Outcome.PATCH_OOM_KILLED: "#4a5568",
+    Outcome.PATCH_BROKE_TEST_RUN: "#2d3748",
     Outcome.TEST_TIMEOUT: "#dd6b20",
     Outcome.OOM_KILLED: "#9b2c2c",
     Outcome.SANDBOX_LOST: "#f6ad55",

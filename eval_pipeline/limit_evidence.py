@@ -19,9 +19,9 @@ content, environment, grading version, limits): a trial's evaluation identity
 less its patch, so limits that differ in any way (a pass at 4 GB says nothing
 of 1 GB) name another record. Validation leaves one when a reference run
 resolved; evaluation leaves one when an oracle trial resolved. The first
-written stays. A trial graded before its instance's evidence exists stays
-unscored and is retried as before; its retry finds the evidence. Evidence
-that cannot be read counts as none: the limit stays unscored, the safe side.
+written stays. A trial graded before its instance's evidence exists has the
+reference graded at once under its limits (evaluation.py, intention to treat),
+whose pass is kept here too. Evidence that cannot be read counts as none.
 """
 
 from contextlib import suppress
@@ -93,14 +93,21 @@ class ReferencePass(StoredRecord):
         return f"{self.source}: {self.reference}"
 
 
-def record_reference_pass(store: ArtifactStore, under: GradedUnder, source: str, reference: str) -> None:
-    """Keep the evidence that the reference resolved under `under`, unless some is kept already. Best effort: a
-    store that cannot be written keeps none, and limits hit later stay unscored."""
+def record_reference_pass(store: ArtifactStore, under: GradedUnder, source: str, reference: str) -> ReferencePass:
+    """Keep the evidence that the reference resolved under `under`, unless some is kept already, and return it.
+    Best effort: a store that cannot be written keeps none, and limits hit later stay unscored."""
     record = ReferencePass(
         **asdict(under), grading_version=GRADING_VERSION, source=source, reference=reference, recorded_at=now()
     )
     with suppress(InfrastructureError):
         store.put(under.evidence_key, record.payload())
+    return record
+
+
+def scored_twin(outcome: Outcome) -> Outcome:
+    """The scored outcome of a test run that ended abnormally as `outcome` where the reference passes: a
+    limit's own twin, or `patch_broke_test_run`."""
+    return _SCORED_TWIN.get(outcome, Outcome.PATCH_BROKE_TEST_RUN)
 
 
 def reference_pass(store: ArtifactStore, under: GradedUnder) -> ReferencePass | None:
@@ -128,4 +135,4 @@ def scored_at_limits(
     if (evidence := reference_pass(store, under)) is None:
         return verdict, None
     detail = f"{verdict.detail}; scored: the reference passed within these limits ({evidence.describe()})"
-    return replace(verdict, outcome=_SCORED_TWIN[verdict.outcome], detail=detail), evidence
+    return replace(verdict, outcome=scored_twin(verdict.outcome), detail=detail), evidence

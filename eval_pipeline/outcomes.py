@@ -10,7 +10,10 @@ Every outcome has a kind, which decides what happens next:
   retried with backoff up to a bound, and shown in coverage, never as a zero.
   A test run stopped by a limit within which the instance's reference solution
   is known to pass is the patch's doing instead (limit_evidence.py): it ends in
-  the limit's `patch_` outcome, of kind `agent`.
+  the limit's `patch_` outcome, of kind `agent`. So does any test run that
+  ended abnormally where the reference, graded at once, resolved
+  (evaluation.py): every planned trial counts unless the harness shows the
+  fault is its own.
 - `harness`: the harness could not judge a patch it did run (a test patch that
   does not apply, a missing or malformed report), or an agent's model API
   refused its configuration (a bad key, an unknown model). Not a score, and not retried
@@ -49,6 +52,10 @@ class Outcome(StrEnum):
     # patch's own code needed more, so they are scored as not resolved.
     PATCH_TEST_TIMEOUT = "patch_test_timeout"
     PATCH_OOM_KILLED = "patch_oom_killed"
+    # The test run ended abnormally (no report, a crash, the engine refusing its command, a verifier killed by a
+    # signal) where the instance's reference, graded at once in the same environment under the same limits,
+    # resolved: the patch broke the run, so it is scored as not resolved (evaluation.py, intention to treat).
+    PATCH_BROKE_TEST_RUN = "patch_broke_test_run"
     SANDBOX_LOST = "sandbox_lost"  # the pod, container or environment vanished under a command
     ENGINE_ERROR = "engine_error"  # the container engine (or its API) failed or was unreachable
     IMAGE_BUILD_FAILED = "image_build_failed"
@@ -90,6 +97,7 @@ _KINDS = {
             Outcome.REPORT_FORGED,
             Outcome.PATCH_TEST_TIMEOUT,
             Outcome.PATCH_OOM_KILLED,
+            Outcome.PATCH_BROKE_TEST_RUN,
         ),
         OutcomeKind.AGENT,
     ),

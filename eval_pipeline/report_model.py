@@ -81,7 +81,7 @@ class VariantSummary(_Model):
     infrastructure_error_rate: float
     # Trials stopped by the memory ceiling or the time limit: scored as failures where the tests hit a limit the
     # reference passes within (patch_oom_killed, patch_test_timeout), else infrastructure (oom_killed,
-    # test_timeout; an agent OOM-killed while it worked too). limit_evidence.py says which is which.
+    # test_timeout). limit_evidence.py and evaluation.py's intention to treat say which is which.
     limits_scored: int
     limits_unscored: int
     hard_violations: int

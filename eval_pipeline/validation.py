@@ -29,7 +29,6 @@ very report that its next validation rewrites.
 """
 
 import json
-import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -38,13 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
-from eval_pipeline.agents import AgentTimeout, OracleAgent, agent_task
 from eval_pipeline.artifacts import ArtifactStore
 from eval_pipeline.benchmark import EnvironmentSpec
-from eval_pipeline.grading import GRADING_VERSION, PASSED, Verdict, grade_task, score_verifier
+from eval_pipeline.grading import GRADING_VERSION, PASSED, Verdict
 from eval_pipeline.limit_evidence import UNSCORED_LIMITS, VALIDATION, GradedUnder, record_reference_pass
 from eval_pipeline.outcomes import InfrastructureError, Outcome
-from eval_pipeline.patches import WorkspaceDiffError, workspace_diff
+from eval_pipeline.reference_run import grade_in_fresh_workspace, judged, reference_verdict
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.tasks import Task
 
@@ -135,56 +133,6 @@ def classify(gold: Sequence[Outcome], empty: Sequence[Outcome]) -> Status:
     return Status.VALID
 
 
-def _judged(run: Callable[[], Verdict]) -> Verdict:
-    """A run's verdict, whatever happens, typed as evaluation types it: the machine's failure is an
-    infrastructure outcome, a harness bug a grading error."""
-    try:
-        return run()
-    except InfrastructureError as error:
-        return Verdict(error.outcome, detail=str(error))
-    except Exception:  # noqa: BLE001 - a harness bug is this run's outcome, not a crash of the whole validation
-        return Verdict(Outcome.GRADING_ERROR, detail=traceback.format_exc(limit=20))
-
-
-def _grade(
-    task: Task,
-    spec: EnvironmentSpec,
-    patch: str,
-    environment: EnvironmentHandle,
-    sandbox: SandboxBackend,
-    test_timeout_s: float,
-) -> Verdict:
-    with sandbox.workspace(environment, label="validate") as workspace:
-        return grade_task(task, spec, patch, workspace, test_timeout_s)
-
-
-def _reference_run(
-    task: Task,
-    spec: EnvironmentSpec,
-    environment: EnvironmentHandle,
-    sandbox: SandboxBackend,
-    test_timeout_s: float,
-    timeout_multiplier: float,
-) -> Verdict:
-    """Grade the reference: its patch where the kind has one (a code task's gold patch), else what its
-    reference (solve.sh) leaves in a fresh workspace, made as the oracle agent makes it in a campaign (a
-    solve.sh that fails or runs out of time is the reference's failure), judged as a campaign judges it: in that
-    very workspace where it is judged in place (a terminal task's container), else as its diff."""
-    if task.reference_patch is not None:
-        return _grade(task, spec, task.reference_patch, environment, sandbox, test_timeout_s)
-    try:
-        with sandbox.workspace(environment, label="validate-oracle") as workspace:
-            OracleAgent().solve(agent_task(task, seed=0, timeout_multiplier=timeout_multiplier), workspace)
-            patch = workspace_diff(workspace, task.base_commit)
-            if workspace.judged_in_place and (run := task.verify_in_place(workspace, test_timeout_s)):
-                return score_verifier(run)
-    except AgentTimeout as error:
-        return Verdict(Outcome.AGENT_TIMEOUT, detail=f"solve.sh: {error}")
-    except WorkspaceDiffError as error:
-        return Verdict(Outcome.AGENT_ERROR, detail=f"solve.sh left a workspace that makes no patch: {error}")
-    return _grade(task, spec, patch, environment, sandbox, test_timeout_s)
-
-
 def _run_detail(patch: str, number: int, repeats: int, verdict: Verdict) -> str:
     """What one run that made the instance not valid shows: its outcome, why, the graded tests that did not
     pass (failed or missing), and the last lines of the test run's log, which say why where the list cannot."""
@@ -239,15 +187,15 @@ def validate_task(
         raise ValueError(f"repeats must be at least 1, got {repeats}")
 
     def reference() -> Verdict:
-        return _reference_run(task, spec, environment, sandbox, test_timeout_s, timeout_multiplier)
+        return reference_verdict(task, spec, environment, sandbox, test_timeout_s, timeout_multiplier)
 
     def unchanged() -> Verdict:
-        return _grade(task, spec, "", environment, sandbox, test_timeout_s)
+        return grade_in_fresh_workspace(task, spec, "", environment, sandbox, test_timeout_s, "validate")
 
     plan: list[tuple[str, Callable[[], Verdict]]] = [(GOLD, reference)] * repeats + [(EMPTY, unchanged)] * repeats
     runs: list[tuple[str, Verdict]] = []
     for patch, run in plan:
-        runs.append((patch, _judged(run)))
+        runs.append((patch, judged(run)))
         if not runs[-1][1].outcome.is_scored:
             break
     outcomes = {patch: [verdict.outcome for kind, verdict in runs if kind == patch] for patch in (GOLD, EMPTY)}

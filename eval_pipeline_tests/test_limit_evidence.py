@@ -120,9 +120,11 @@ def test_tests_exhausting_memory_the_reference_passes_within_are_scored_unresolv
 
 
 @pytest.mark.parametrize("evidence_ceiling_mb", [None, 1024], ids=["no-evidence", "evidence-at-1GB"])
-def test_without_evidence_at_these_very_limits_the_oom_stays_infrastructure_and_is_retried(
+def test_without_evidence_at_these_very_limits_the_reference_graded_at_once_decides(
     instance, portfolio, store, tmp_path, evidence_ceiling_mb
 ):
+    """A pass with more memory says nothing of these limits: the reference is graded at once under them
+    (evaluation.py, intention to treat), and its pass there scores the patch's OOM and is kept as evidence."""
     campaign = make_campaign()
     setup = setup_for(campaign, portfolio, instance, sandbox_at(tmp_path / "sb", CEILING_MB), store)
     if evidence_ceiling_mb is not None:  # the reference passes, in the same environment, with more memory
@@ -132,17 +134,13 @@ def test_without_evidence_at_these_very_limits_the_oom_stays_infrastructure_and_
 
     hostile = run(setup, instance, "hostile")
 
-    assert hostile.outcome is Outcome.OOM_KILLED and hostile.outcome.is_retried, hostile.detail
-    assert hostile.tries == MAX_RETRIES + 1
-    assert hostile.evaluation.limit_evidence is None and store.get(hostile.evaluation.key) is None
+    assert hostile.outcome is Outcome.PATCH_OOM_KILLED and hostile.outcome.is_scored, hostile.detail
+    assert hostile.tries == 1, "the patch's verdict: never retried"
+    evidence = hostile.evaluation.limit_evidence
+    assert evidence["source"] == CAMPAIGN and evidence["reference"].startswith("graded at once after generation/")
+    assert evidence["resources"]["requested"]["memory_ceiling_mb"] == CEILING_MB
     row = trial_row(campaign, portfolio, setup, store, instance, "hostile")
-    assert (row.outcome, row.outcome_kind, row.scored, row.limit_evidence) == (
-        "oom_killed",
-        "infrastructure",
-        False,
-        None,
-    )
-    assert row.attempts == MAX_RETRIES + 1
+    assert (row.outcome, row.outcome_kind, row.scored) == ("patch_oom_killed", "agent", True)
 
 
 def test_a_reference_that_passed_in_validation_scores_the_limit_and_one_stopped_by_a_limit_does_not(

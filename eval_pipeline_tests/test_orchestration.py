@@ -67,12 +67,13 @@ def test_a_cycle_runs_what_is_missing_and_the_next_only_what_the_store_lost(camp
 
 def test_a_trial_that_fails_in_a_batch_fails_alone_and_only_it_runs_again(tmp_path, monkeypatch):
     """One run materializes a batch of 4 trials; the 2 whose grading fails are Dagster's failed partitions, the
-    others are materialized, and the next cycle runs exactly the 2 again, as one batch."""
+    others are materialized, and the next cycle runs exactly the 2 again, as one batch. The oracle's gradings
+    fail (its patch is the reference: a grading of it that judged nothing is the harness's, evaluation.py)."""
     monkeypatch.delenv("EVAL_PIPELINE_ARTIFACTS", raising=False)
     write_terminal_task(
         tmp_path / "tasks",
         "half",
-        'if [ -f done ]; then echo 1; else echo "not a number"; fi > "$EVAL_REWARD_FILE"\n',
+        'if [ -f done ]; then echo "not a number"; else echo 0; fi > "$EVAL_REWARD_FILE"\n',
         solve_sh="touch done\n",
     )
     campaign = parse_campaign(
@@ -95,16 +96,16 @@ def test_a_trial_that_fails_in_a_batch_fails_alone_and_only_it_runs_again(tmp_pa
         partitions = CampaignPartitions.for_campaign(campaign).trial_runs
         status = instance.get_status_by_partition(evaluation, keys, partitions)
         assert {key: status[key].value for key in keys} == {
-            "half|oracle-s0": "MATERIALIZED",
-            "half|oracle-s1": "MATERIALIZED",
-            "half|null-s0": "FAILED",
-            "half|null-s1": "FAILED",
+            "half|oracle-s0": "FAILED",
+            "half|oracle-s1": "FAILED",
+            "half|null-s0": "MATERIALIZED",
+            "half|null-s1": "MATERIALIZED",
         }
 
         cycle = new_cycle(campaign)
         run_one(instance, WorkerPoolLauncher(campaign, paths, instance, 1), cycle.request("prepare"))
         (again,) = next_step(instance, cycle).requests
-        assert (again.tags[RANGE_START_TAG], again.tags[RANGE_END_TAG]) == ("half|null-s0", "half|null-s1")
+        assert (again.tags[RANGE_START_TAG], again.tags[RANGE_END_TAG]) == ("half|oracle-s0", "half|oracle-s1")
 
 
 def test_the_feed_gives_each_materialization_of_the_cycles_trials_once_and_none_of_another_cycles(

@@ -418,9 +418,9 @@ VERIFIER_KILLER = (
 @pytest.mark.slow  # containers
 def test_a_verifier_killed_by_a_process_the_agent_left_is_scored_against_the_agent(stateful, store):
     """Only the agent's processes can signal the verifier in its container (the time limit and the OOM killer
-    are told apart): no reward then is the agent's doing, never an unscored grading error."""
+    are told apart): with the reference passing at once, the agent's doing, never an unscored grading error."""
     task, sandbox, environment = stateful
     agent = make_agent("command", {"command": VERIFIER_KILLER})
     generation = generate(task, agent, 0, environment, sandbox, store, network=True, test_timeout_s=60)
     verdict = evaluate(task, task.environment, generation, environment, sandbox, store, 60)
-    assert verdict.outcome == Outcome.UNRESOLVED and "killed by signal 9" in verdict.detail, verdict.steps
+    assert verdict.outcome == Outcome.PATCH_BROKE_TEST_RUN and "ended by signal 9" in verdict.detail, verdict.steps

@@ -1,0 +1,157 @@
+"""Every planned trial counts unless the harness shows the fault is its own (evaluation.py, intention to treat).
+
+The attacks know the design: a patch that ends the test process at its first real failure (no report: a grading
+error, unscored, before), a program that writes its own reward and kills the verifier that runs it (reward 1,
+resolved, before), an agent whose command runs out of memory (oom_killed, unscored, before). Each now loses its
+trial, because the reference, graded at once in the same environment under the same limits, resolves. Where the
+reference fails too, the fault is the harness's and the trial stays out of the score.
+"""
+
+import shlex
+from dataclasses import replace
+
+import pytest
+
+from eval_pipeline.agents import make_agent
+from eval_pipeline.evaluation import evaluate
+from eval_pipeline.generation import generate
+from eval_pipeline.grading import VerifierRun, score_verifier
+from eval_pipeline.limit_evidence import GradedUnder, reference_pass
+from eval_pipeline.outcomes import Outcome
+from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
+from eval_pipeline.sandbox.local import LocalSandbox
+from eval_pipeline.terminal_tasks import load_terminal_tasks
+from eval_pipeline_tests.conftest import write_terminal_task
+from eval_pipeline_tests.forgeries import fixed_module
+
+# Appended to the module a code issue's fix touches (code its tests import): at the first failing report, the
+# test process ends with exit 0 before pytest writes any report. The canary, named last, never gets to run.
+EXIT_AT_FIRST_FAILURE = """
+
+def _quit_when_failing():
+    import os
+    import _pytest.reports
+
+    original = _pytest.reports.TestReport.__init__
+
+    def watched(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if self.outcome == "failed":
+            os._exit(0)
+
+    _pytest.reports.TestReport.__init__ = watched
+
+
+_quit_when_failing()
+"""
+
+
+def appending(path: str, addition: str) -> str:
+    """A command agent's command that appends `addition` to the file at `path`."""
+    return f"printf '%s' {shlex.quote(addition)} >> {shlex.quote(path)}"
+
+
+@pytest.fixture
+def instance(demo_benchmark):
+    return demo_benchmark.instances[2]
+
+
+def test_a_patch_that_ends_the_tests_at_their_first_failure_loses_its_trial(
+    instance, prepare, shared_sandbox, store, demo_benchmark
+):
+    spec = demo_benchmark.environment_for(instance)
+    environment = prepare(instance)
+    agent = make_agent("command", {"command": appending(fixed_module(instance), EXIT_AT_FIRST_FAILURE)})
+    generation = generate(instance, agent, 0, environment, shared_sandbox, store)
+    assert "_quit_when_failing" in generation.patch
+    evaluation = evaluate(instance, spec, generation, environment, shared_sandbox, store, 120)
+    assert evaluation.outcome_type is Outcome.PATCH_BROKE_TEST_RUN, evaluation.detail
+    assert evaluation.outcome_type.is_scored and not evaluation.outcome_type.is_resolved
+    assert "reported no test" in evaluation.detail and "graded at once" in evaluation.detail
+    under = GradedUnder.of(instance, environment.key, shared_sandbox, 120)
+    assert reference_pass(store, under) is not None, "the reference's pass is kept as evidence"
+    assert store.get(evaluation.key) is not None, "scored and final: never retried"
+
+
+def test_when_the_reference_fails_too_the_fault_is_the_harnesss_and_the_trial_is_not_scored(
+    instance, prepare, shared_sandbox, store, demo_benchmark
+):
+    """A test command that cannot finish in the time given stops every patch, the reference's too."""
+    environment = prepare(instance)
+    slow = replace(demo_benchmark.environment_for(instance), test_cmd="sleep 30; true")
+    generation = generate(instance, make_agent("null"), 0, environment, shared_sandbox, store)
+    evaluation = evaluate(instance, slow, generation, environment, shared_sandbox, store, 0.5)
+    assert evaluation.outcome_type is Outcome.TEST_TIMEOUT and not evaluation.outcome_type.is_scored
+    assert "ended test_timeout too: the harness's fault" in evaluation.detail
+    assert store.get(evaluation.key) is None, "retried, never final"
+
+
+# A program the verifier runs: it writes the reward the verifier would write for a right answer, then kills
+# test.sh, its ancestor, before test.sh can write its own.
+REWARD_THEN_KILL = """import os, signal
+with open(os.environ.get("EVAL_REWARD_FILE", "/logs/verifier/reward.txt"), "w") as reward:
+    reward.write("1")
+pid = os.getpid()
+while pid > 1:
+    pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    if b"test.sh" in open(f"/proc/{pid}/cmdline", "rb").read():
+        os.kill(pid, signal.SIGKILL)
+print(0)
+"""
+ANSWER_CHECK = (
+    "REWARD_FILE=${EVAL_REWARD_FILE:-/logs/verifier/reward.txt}\n"
+    'if [ "$(python3 answer.py)" = 42 ]; then echo 1 > "$REWARD_FILE"; else echo 0 > "$REWARD_FILE"; fi\n'
+)
+
+
+@pytest.fixture
+def answer_task(tmp_path):
+    write_terminal_task(tmp_path / "tasks", "answer", ANSWER_CHECK, "echo 'print(42)' > answer.py\n")
+    write_terminal_task(tmp_path / "tasks", "suicidal-verifier", "kill -9 $$\n", "true\n")
+    tasks = load_terminal_tasks(tmp_path / "tasks", tmp_path / "mirrors")
+    sandbox = LocalSandbox(tmp_path / "sb", ResourceLimits(memory_ceiling_mb=512), SandboxSettings(), "itt")
+    return tasks, sandbox
+
+
+def run_terminal_trial(tasks, sandbox, store, task_id, agent):
+    task = tasks.instance(task_id)
+    environment = sandbox.prepare(task, tasks.environment_for(task), tasks.source)
+    generation = generate(task, agent, 0, environment, sandbox, store, test_timeout_s=30)
+    return evaluate(task, tasks.environment_for(task), generation, environment, sandbox, store, 30)
+
+
+def test_a_program_that_writes_its_reward_and_kills_the_verifier_loses_its_trial(answer_task, store):
+    tasks, sandbox = answer_task
+    agent = make_agent("command", {"command": f"printf '%s' {shlex.quote(REWARD_THEN_KILL)} > answer.py"})
+    evaluation = run_terminal_trial(tasks, sandbox, store, "answer", agent)
+    assert evaluation.outcome_type is Outcome.PATCH_BROKE_TEST_RUN, (evaluation.detail, evaluation.steps)
+    assert "ended by signal 9" in evaluation.detail
+    oracle = run_terminal_trial(tasks, sandbox, store, "answer", make_agent("oracle"))
+    assert oracle.outcome_type is Outcome.RESOLVED, oracle.detail
+
+
+def test_a_verifier_that_always_dies_leaves_every_trial_unscored(answer_task, store):
+    tasks, sandbox = answer_task
+    evaluation = run_terminal_trial(tasks, sandbox, store, "suicidal-verifier", make_agent("null"))
+    assert evaluation.outcome_type is Outcome.GRADING_ERROR and not evaluation.outcome_type.is_scored
+    assert "ended grading_error too" in evaluation.detail
+
+
+@pytest.mark.parametrize("exit_code", [-9, 137])
+def test_a_verifier_ended_by_a_signal_judges_nothing_whatever_reward_it_left(exit_code):
+    run = {"exit_code": exit_code, "timed_out": False, "oom_killed": False}
+    verdict = score_verifier(VerifierRun(run, "1", None, 30.0))
+    assert verdict.outcome is Outcome.GRADING_ERROR and "signal 9" in verdict.detail
+
+
+def test_an_agent_whose_command_runs_out_of_memory_is_scored(tmp_path, instance, demo_benchmark, store):
+    sandbox = LocalSandbox(tmp_path / "sb", ResourceLimits(memory_ceiling_mb=256), SandboxSettings(), "itt")
+    environment = sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    hog = make_agent("command", {"command": "python3 -c 'x = bytearray(1024 * 2**20); print(len(x))'"})
+    generation = generate(instance, hog, 0, environment, sandbox, store)
+    assert generation.status == Outcome.AGENT_ERROR.value and "memory ceiling" in generation.error
+    assert store.get(generation.key) is not None, "the agent's failure is final: never retried"
+    evaluation = evaluate(
+        instance, demo_benchmark.environment_for(instance), generation, environment, sandbox, store, 60
+    )
+    assert evaluation.outcome_type is Outcome.AGENT_ERROR and evaluation.outcome_type.is_scored
