@@ -11,6 +11,7 @@ A store that cannot be read or written raises StorageError (an infrastructure
 outcome, retried), never a bare OSError.
 """
 
+import copy
 import functools
 import hashlib
 import json
@@ -19,6 +20,7 @@ import os
 import tempfile
 import time
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -101,6 +103,7 @@ class RejectedRecord:
 
 
 QUARANTINE = "quarantine"
+COUNTED = "counted"  # a record read that passed its checks (ArtifactStore.reads)
 
 
 def quarantine_key(key: str, reason: Rejection) -> str:
@@ -133,6 +136,26 @@ class ArtifactStore(ABC):
 
     def __init__(self, mac: RecordMac | None = None) -> None:
         self.mac = mac or RecordMac.from_environment()
+        self.quarantines = True
+        self.reads: Counter[str] = Counter()  # records read: COUNTED, or the Rejection that refused them
+
+    def reading_only(self) -> Self:
+        """This store for a command that only reads (export, report): a record it refuses is read as absent
+        and left where it is, since a reader holding another results key would refuse every record and so
+        cost the next run every generation again. `reads` then tells such a key (`wrong_key_suspected`)."""
+        view = copy.copy(self)
+        view.quarantines, view.reads = False, Counter()
+        return view
+
+    def wrong_key_suspected(self) -> str:
+        """Why this reader's results key looks wrong ('' when it does not): every record it read was forged."""
+        forged = self.reads[Rejection.FORGED]
+        if not forged or self.reads[COUNTED]:
+            return ""
+        return (
+            f"every record read ({forged}) failed its MAC: wrong results key? (EVAL_PIPELINE_RESULTS_KEY, or the"
+            " key file under DAGSTER_HOME, must be the one the campaign ran with); nothing was quarantined"
+        )
 
     @abstractmethod
     def uri(self, key: str) -> str:
@@ -144,7 +167,10 @@ class ArtifactStore(ABC):
         if text is None:
             return None
         payload, rejection = self._open(key, text)
-        if rejection is not None:
+        self.reads[rejection or COUNTED] += 1
+        if rejection is not None and not self.quarantines:
+            logger.warning("artifact %s is %s; not counted (left in place: this command only reads)", key, rejection)
+        elif rejection is not None:
             target = quarantine_key(key, rejection)
             if self._move(key, target):
                 logger.warning("artifact %s is %s; moved to %s, not counted, to be recomputed", key, rejection, target)

@@ -151,14 +151,12 @@ def _export(args: argparse.Namespace) -> int:
     portfolio = load_portfolio(campaign.slices, resource.paths).excluding(campaign.exclude)
     if args.instance and args.instance not in {task.instance_id for task in portfolio.instances}:
         raise UsageError(f"--instance {args.instance!r} is not an instance of campaign {campaign.name}")
+    store = resource.artifact_store().reading_only()
     folders = export_trials(
-        campaign,
-        portfolio,
-        lambda task: resource.sandbox(campaign, task),
-        resource.artifact_store(),
-        Path(args.to),
-        args.instance,
+        campaign, portfolio, lambda task: resource.sandbox(campaign, task), store, Path(args.to), args.instance
     )
+    if suspicion := store.wrong_key_suspected():
+        raise UsageError(suspicion)
     print(f"{len(folders)} trial folder(s) under {args.to}")
     return 0
 
@@ -192,7 +190,10 @@ def _report(args: argparse.Namespace) -> int:
             f"campaign {campaign.name} has no trial {', '.join(map(repr, unknown))}"
             " (a trial is named <instance id>|<variant>-s<seed>)"
         )
-    trajectories = trajectories_for(rows, resource.artifact_store(), chosen, args.limit)
+    store = resource.artifact_store().reading_only()
+    trajectories = trajectories_for(rows, store, chosen, args.limit)
+    if suspicion := store.wrong_key_suspected():
+        raise UsageError(suspicion)
     path = write_html_report(report.model_copy(update={"directory": str(directory)}), rows, trajectories)
     shown = f"{len(trajectories)} trajector{'y' if len(trajectories) == 1 else 'ies'}"
     print(f"HTML report: {resource.publish(path)} ({shown})")

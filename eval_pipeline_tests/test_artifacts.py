@@ -264,6 +264,19 @@ def test_a_record_written_with_another_key_is_rejected(any_store):
     assert rejections(any_store) == [("evaluation/a.json", Rejection.FORGED)]
 
 
+def test_a_reader_with_another_key_quarantines_nothing_and_says_its_key_looks_wrong(any_store):
+    """A read-only command run with another results key refuses every record; were they quarantined, the next
+    run would pay for every generation again."""
+    any_store.put("evaluation/a.json", VERDICT)
+    any_store.put("evaluation/b.json", VERDICT)
+    reader = with_key(any_store, RecordMac(b"another installation's results key")).reading_only()
+    assert [reader.get("evaluation/a.json"), reader.get("evaluation/b.json")] == [None, None]
+    assert "wrong results key?" in reader.wrong_key_suspected() and "(2)" in reader.wrong_key_suspected()
+    assert rejections(any_store) == [] and any_store.get("evaluation/a.json") == VERDICT, "left in place"
+    rightful = any_store.reading_only()
+    assert rightful.get("evaluation/a.json") == VERDICT and rightful.wrong_key_suspected() == ""
+
+
 def test_a_valid_record_copied_to_another_key_is_rejected(any_store):
     """The MAC covers the artifact key: one trial's verdict cannot be planted as another's."""
     any_store.put("evaluation/resolved.json", {"outcome": "resolved"})

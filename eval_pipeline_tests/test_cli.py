@@ -82,7 +82,13 @@ def headline(numbers: dict) -> tuple:
 
 
 def assert_trial_folders(env: dict[str, str], dest: Path) -> None:
-    """A person can browse one trial: what the agent was asked, what it wrote, how it was graded, and why."""
+    """A person can browse one trial: what the agent was asked, what it wrote, how it was graded, and why. An
+    export run with another results key says so and quarantines nothing."""
+    wrong_key = {**env, "EVAL_PIPELINE_RESULTS_KEY": "f" * 64}
+    refused = eval_pipeline_cli(
+        wrong_key, "export", "--campaign", "demo", "--to", str(dest), "--instance", "build-index"
+    )
+    assert refused.returncode == 2 and "wrong results key?" in refused.stderr, refused.stderr[-3000:]
     exported = eval_pipeline_cli(env, "export", "--campaign", "demo", "--to", str(dest), "--instance", "build-index")
     assert exported.returncode == 0, exported.stderr[-3000:]
     folder = dest / "terminal" / "build-index" / "oracle" / "seed-0"
