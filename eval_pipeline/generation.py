@@ -78,24 +78,37 @@ class Generation(StoredRecord):
 
 
 def task_generation_key(
-    content_hash: str, agent_config: dict[str, Any], seed: int, agent_timeout_s: float | None, network: bool = False
+    content_hash: str,
+    agent_config: dict[str, Any],
+    seed: int,
+    agent_timeout_s: float | None,
+    network: bool = False,
+    isolation: str = "",
 ) -> str:
     """The generation's key from what determines it: the task's content, the agent, the seed, the task's
-    own limit on the agent and whether its variant opted into network (either can change what the agent
-    produces; each joins the key only when set, so other keys stay as they were)."""
+    own limit on the agent, whether its variant opted into network and the walls it worked within
+    (SandboxBackend.isolation); each of the last three can change what the agent produces, and joins the key
+    only when set, so other keys stay as they were."""
     identity = {"version": GENERATION_VERSION, "instance": content_hash, "agent": agent_config, "seed": seed}
     if agent_timeout_s is not None:
         identity["agent_timeout_s"] = agent_timeout_s
     if network:
         identity["network"] = True
+    if isolation:
+        identity["isolation"] = isolation
     return f"generation/{stable_hash(identity)}.json"
 
 
 def generation_key(
-    instance: Task, agent: Agent, seed: int, timeout_multiplier: float = 1.0, network: bool = False
+    instance: Task,
+    agent: Agent,
+    seed: int,
+    timeout_multiplier: float = 1.0,
+    network: bool = False,
+    isolation: str = "",
 ) -> str:
     agent_timeout_s = agent_task(instance, seed, timeout_multiplier).timeout_s
-    return task_generation_key(instance.content_hash, agent.config, seed, agent_timeout_s, network)
+    return task_generation_key(instance.content_hash, agent.config, seed, agent_timeout_s, network, isolation)
 
 
 def _solve(agent: Agent, task: AgentTask, workspace: Workspace) -> tuple[AgentOutput | None, str, str]:
@@ -149,7 +162,7 @@ def generate(
     The agent's workspace has network only when `network` (its variant opted in). A task judged in its
     container is verified there under `test_timeout_s` right after the agent (no verification without it).
     """
-    key = generation_key(instance, agent, seed, timeout_multiplier, network)
+    key = generation_key(instance, agent, seed, timeout_multiplier, network, sandbox.isolation)
     if (stored := store.get(key)) is not None:
         return Generation.from_payload(stored, key=key, reused=True)
 

@@ -91,7 +91,12 @@ def trial_identities(
                     seed=trial.seed,
                     agent_config_hash=agent_config_hash,
                     generation_key=task_generation_key(
-                        content_hash, agent_config, trial.seed, agent_timeout_s, trial.variant.network
+                        content_hash,
+                        agent_config,
+                        trial.seed,
+                        agent_timeout_s,
+                        trial.variant.network,
+                        sandbox.isolation,
                     ),
                     environment_key=environment_key,
                     test_timeout_s=campaign.test_timeout_for(task),

@@ -10,7 +10,7 @@ from eval_pipeline.campaign import BUILTIN_DIR, CampaignError, builtin_campaigns
 from eval_pipeline.dataset_source_config import DemoSource
 from eval_pipeline.dataset_sources import DatasetSourceError, load_portfolio
 from eval_pipeline.generation import task_generation_key
-from eval_pipeline.sandbox import make_sandbox
+from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
 from eval_pipeline.settings import Paths
 from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR
 from eval_pipeline_tests.test_benchmark import row
@@ -49,6 +49,18 @@ def test_a_variant_opts_into_network_by_name_and_only_its_generations_change_key
     closed = task_generation_key("content", {"agent": "oracle"}, 0, None)
     assert closed == task_generation_key("content", {"agent": "oracle"}, 0, None, network=False)
     assert closed != task_generation_key("content", {"agent": "oracle"}, 0, None, network=True)
+
+
+def test_a_patch_made_within_one_kind_of_walls_is_not_reused_within_another(tmp_path):
+    """A pod's generation is not a strict container's, nor a local one's: the walls are in the key, and a
+    local generation keeps the key it had before."""
+    sandboxes = [
+        make_sandbox(SandboxSettings.from_mapping(settings), tmp_path, ResourceLimits(), "c")
+        for settings in ({"backend": "local"}, {"backend": "container"}, {"backend": "container", "mode": "strict"})
+    ]
+    assert [sandbox.isolation for sandbox in sandboxes] == ["", "container/pod", "container/strict"]
+    keys = [task_generation_key("content", {"agent": "x"}, 0, None, isolation=s.isolation) for s in sandboxes]
+    assert len(set(keys)) == 3 and keys[0] == task_generation_key("content", {"agent": "x"}, 0, None)
 
 
 def test_gate_policies_are_checked_against_the_variants(tmp_path):

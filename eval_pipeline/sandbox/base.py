@@ -396,6 +396,13 @@ class SandboxBackend(ABC):
     def release(self) -> None:  # noqa: B027 - a no-op for backends that keep nothing running
         """Stop what this backend keeps running between trials; `prepare` or `workspace` restart it."""
 
+    @property
+    def isolation(self) -> str:
+        """The walls an agent works within (backend and mode), part of its generation's key: an agent may act
+        otherwise in a pod than alone in a container, so a patch made within one is not reused within another.
+        The local backend has none to name ('': keys made there stay as they were)."""
+        return f"{self.name}/{self.settings.mode}"
+
     def resources_record(self) -> dict[str, Any]:
         """Requested and enforced resources, as recorded in every trial's lineage (and keyed into its
         evaluation); the opt-in to untrusted agents on the local backend appears only when taken, so a result

@@ -263,6 +263,7 @@ class LocalSandbox(SandboxBackend):
     """Environments and workspaces as directories under `root`, commands as local processes."""
 
     name = "local"
+    isolation = ""  # no walls (SandboxBackend.isolation)
 
     def enforced_limits(self) -> dict[str, bool]:
         return {
