@@ -43,7 +43,9 @@ grader here: a code task `grade`, a terminal task `grade_terminal`.
 """
 
 import json
+import random
 import re
+import secrets
 import shlex
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Mapping
@@ -53,6 +55,14 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from eval_pipeline.benchmark import EnvironmentSpec, Instance
+from eval_pipeline.canaries import (
+    MAX_TWINS,
+    TWINS_PER_TEST,
+    graded_name,
+    passed_with_its_original,
+    plant_twins,
+    twin_statuses,
+)
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.patch_audit import AuditFlag, audit_patch
 from eval_pipeline.patches import apply_patch, patch_paths, patch_problem
@@ -64,7 +74,7 @@ from eval_pipeline.tasks import Task
 from eval_pipeline.terminal_tasks import REWARD_FILE, REWARD_JSON, TerminalTask
 
 # Bump when grading logic changes: evaluation artifacts are keyed by it and assets show as stale.
-GRADING_VERSION = "4"
+GRADING_VERSION = "5"
 # Files that decide how tests run rather than what the code does: a model patch's changes to them are undone.
 TEST_INFRASTRUCTURE = (
     "conftest.py",
@@ -88,6 +98,8 @@ TEST_INFRASTRUCTURE_DIRS = ("*.dist-info", "*.egg-info", ".pytest_cache")
 # Written by the tests' command, run as the workspace's uid: under the harness's `out/`, the one place it may write.
 REPORT_NAME = "out/junit.xml"
 LOG_NAME = "out/tests.log"
+TEST_PATCH_NAME = "test.patch"
+TWIN_SOURCE = "out/twin_source.py"  # a test file on its way through canaries.plant_twins; removed before the run
 
 # SWE-bench's statuses (swebench.harness.constants.TestStatus), and ours for a graded test with no result.
 PASSED, FAILED, SKIPPED, ERROR, XFAIL, MISSING = "PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", "MISSING"
@@ -252,6 +264,19 @@ def _test_statuses(spec: EnvironmentSpec, workspace: Workspace) -> dict[str, str
     return {}
 
 
+def reported_both_ways(parser_name: str, log: str, tests: set[str]) -> list[str]:
+    """Which of `tests` (function names) a log-read runner's log reports both passed and failed, line by line:
+    a runner reports a test once, so the second report was printed by the code under test. SWE-bench's parsers
+    keep the last status they read, which such code can print after the runner's own."""
+    parse = log_parser(parser_name)
+    seen: dict[str, set[str]] = {}
+    for line in log.splitlines():
+        for test_id, status in parse(line).items():
+            if graded_name(test_id) in tests:
+                seen.setdefault(test_id, set()).add(status)
+    return sorted(test_id for test_id, found in seen.items() if PASSED in found and found & {FAILED, ERROR})
+
+
 def _test_command(spec: EnvironmentSpec, directives: list[str], workspace: Workspace, canary: Canary | None) -> str:
     """The spec's test command on the test directives, its output to the harness's log, as SWE-bench runs it;
     under pytest, started by the harness's launcher where it can be, with the canary's file written and run."""
@@ -283,6 +308,63 @@ def _forged(canary: Canary | None, statuses: dict[str, str], outcome: Outcome) -
     return f"the harness's canary test {canary.node_id} was reported {status}, not FAILED: the test process forged its report"
 
 
+def _plant_twins(instance: Instance, workspace: Workspace) -> dict[str, str]:
+    """Plant mutated twins of the graded tests (canaries.py) in the test patch's files, once the patch is
+    applied, and remove the test patch from the harness directory, where code under test could read which tests
+    are real. A random number of twins (TWINS_PER_TEST to MAX_TWINS) a run; each name with its original's."""
+    out = shlex.quote(workspace.harness_path("out"))
+    workspace.run(f"rm -f {shlex.quote(workspace.harness_path(TEST_PATCH_NAME))} && mkdir -p {out}", timeout_s=30)
+    rng = random.Random(secrets.randbits(64))
+    graded = [graded_name(test_id) for test_id in instance.FAIL_TO_PASS + instance.PASS_TO_PASS]
+    budget = rng.randint(TWINS_PER_TEST, MAX_TWINS)
+    planted: dict[str, str] = {}
+    for path in [path for path in patch_paths(instance.test_patch) if path.endswith(".py")]:
+        if len(planted) >= budget:
+            break
+        original = workspace.harness_path(TWIN_SOURCE)
+        copied = workspace.run(f"cat -- {shlex.quote(path)} > {shlex.quote(original)}", timeout_s=30)
+        text = workspace.read_harness_file(TWIN_SOURCE) if copied.ok else None
+        if text is None:
+            continue
+        result = plant_twins(text.decode("utf-8", errors="surrogateescape"), graded, rng, budget - len(planted))
+        if result.twins:
+            written = workspace.write_harness_file(TWIN_SOURCE, result.text.encode("utf-8", errors="surrogateescape"))
+            workspace.run(f"cat -- {shlex.quote(written)} > {shlex.quote(path)}", timeout_s=30)
+            planted |= result.twins
+        workspace.run(f"rm -f {shlex.quote(original)}", timeout_s=30)
+    return planted
+
+
+def _twins_forged(twins: dict[str, str], statuses: dict[str, str], outcome: Outcome) -> str:
+    """Why the run's results cannot be believed ('' when they can): a twin reported passed beside its original
+    (canaries.py), or no twin reported at all by a run that would resolve the instance. Removes the twins'
+    results from `statuses`."""
+    reported = twin_statuses(statuses, twins)
+    if twin := passed_with_its_original(statuses, reported, twins):
+        return f"a mutated twin of a graded test was reported passed beside its original ({twin}): forged results"
+    if twins and not reported and outcome.is_resolved:
+        return "no mutated twin of a graded test was reported by a run that resolves the instance: forged results"
+    return ""
+
+
+def _forgery(
+    instance: Instance,
+    spec: EnvironmentSpec,
+    log: str,
+    statuses: dict[str, str],
+    canary: Canary | None,
+    twins: dict[str, str],
+    outcome: Outcome,
+) -> str:
+    """Why the run's results cannot be believed ('' when they can): a log that reports a test both ways, the
+    canary, or a twin (each removed from `statuses`)."""
+    if spec.log_parser and not spec.uses_pytest:
+        graded = {graded_name(test_id) for test_id in instance.FAIL_TO_PASS + instance.PASS_TO_PASS} | set(twins)
+        if twice := reported_both_ways(spec.log_parser, log, graded):
+            return f"the log reports {twice[0]} both passed and failed: the run's results were forged"
+    return _twins_forged(twins, statuses, outcome) or _forged(canary, statuses, outcome)
+
+
 def grade(
     instance: Instance, spec: EnvironmentSpec, model_patch: str, workspace: Workspace, test_timeout_s: float
 ) -> Verdict:
@@ -294,11 +376,12 @@ def grade(
     verdict.steps.append(
         {"step": "restore_test_files", "undone": undone, **_restore_test_files(instance, restored, workspace)}
     )
-    applied = apply_patch(workspace, instance.test_patch, "test.patch")
+    applied = apply_patch(workspace, instance.test_patch, TEST_PATCH_NAME)
     verdict.steps.append({"step": "apply_test_patch", **applied.summary()})
     if not applied.ok:
         verdict.detail = f"the test patch of {instance.instance_id} does not apply"
         return verdict
+    twins = _plant_twins(instance, workspace)
 
     directives = test_directives(instance, spec)
     canary = _canary_for(spec, directives)
@@ -306,7 +389,13 @@ def grade(
     tests = workspace.run(command, timeout_s=test_timeout_s, env=spec.test_env)
     log = (workspace.read_harness_file(LOG_NAME) or b"").decode("utf-8", errors="replace")
     verdict.steps.append(
-        {"step": "run_tests", **tests.summary(), "log_tail": log[-4000:], "canary": canary and canary.node_id}
+        {
+            "step": "run_tests",
+            **tests.summary(),
+            "log_tail": log[-4000:],
+            "canary": canary and canary.node_id,
+            "twins": sorted(twins),
+        }
     )
     if _stopped_by_a_limit(verdict, tests.timed_out, tests.oom_killed, test_timeout_s):
         return verdict
@@ -320,7 +409,7 @@ def grade(
         return verdict
     verdict.tests = graded_tests(instance, statuses)
     verdict.outcome = decide(instance, verdict.tests)
-    if forged := _forged(canary, statuses, verdict.outcome):
+    if forged := _forgery(instance, spec, log, statuses, canary, twins, verdict.outcome):
         verdict.outcome, verdict.detail = Outcome.REPORT_FORGED, forged
         return verdict
     missing = [test_id for test_id, status in verdict.tests.items() if status == MISSING]

@@ -170,6 +170,69 @@ def _settle():
 
 _settle()
 """
+# The strongest forger of the red team's third round (issue 29), which has read canaries.py: it passes every
+# failing test except those it takes for canaries. The arithmetic canary it knows by its file's name. Twins it
+# finds as test functions that differ from another in exactly one constant; in each such group it runs the
+# functions itself (where one passes, it is the original of the others) and otherwise takes the first in the file
+# for the original.
+TWIN_AWARE = """
+
+def _spare_the_canaries():
+    import ast, os, re, sys
+    reports = sys.modules["_py" + "test.reports"]
+    cls = getattr(reports, "Test" + "Report")
+    original = cls.__init__
+    judged = {}
+
+    def parts(function):
+        body = ast.Module(body=function.body, type_ignores=[])
+        values = [ast.dump(n) for n in ast.walk(body) if isinstance(n, ast.Constant)]
+        return re.sub(r"Constant\\(value=[^)]*\\)", "C", ast.dump(body)), values
+
+    def one_apart(a, b):
+        (shape_a, values_a), (shape_b, values_b) = parts(a), parts(b)
+        return shape_a == shape_b and len(values_a) == len(values_b) and sum(
+            x != y for x, y in zip(values_a, values_b)) == 1
+
+    def passes(path, name):
+        module = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == path), None)
+        try:
+            getattr(module, name)()
+            return True
+        except Exception:
+            return False
+
+    def spared(path):
+        if path not in judged:
+            functions = [n for n in ast.walk(ast.parse(open(path).read())) if isinstance(n, ast.FunctionDef)]
+            groups = []
+            for function in functions:
+                joined = [g for g in groups if any(one_apart(function, other) for other in g)]
+                merged = [function] + [f for g in joined for f in g]
+                groups = [g for g in groups if g not in joined] + [merged]
+            twins = set()
+            for group in (g for g in groups if len(g) > 1):
+                passing = [f.name for f in group if passes(path, f.name)]
+                chosen = passing[0] if passing else min(group, key=lambda f: f.lineno).name
+                twins |= {f.name for f in group if f.name != chosen}
+            judged[path] = twins
+        return judged[path]
+
+    def made(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        path, _, name = self.location
+        path = os.path.abspath(path)
+        name = name.split(".")[-1].split("[")[0]
+        if self.outcome != "failed" or re.fullmatch(r"test_[0-9a-f]{8}\\.py", os.path.basename(path)):
+            return
+        if name not in spared(path):
+            self.outcome, self.longrepr = "passed", None
+
+    cls.__init__ = made
+
+
+_spare_the_canaries()
+"""
 # A root module named as a standard one that pytest imports late (pdb): it loads the real one, then forges.
 SHADOW_PDB = (
     """import importlib, os, sys
