@@ -18,6 +18,7 @@ Needs the container engine of `.ci/run` (DOCKER_HOST) and the variables it expor
 """
 
 import argparse
+import contextlib
 import hashlib
 import tempfile
 import time
@@ -73,8 +74,17 @@ def _remove_snapshots() -> None:
     it); a run over the whole benchmark would fill the engine's disk with them."""
     engine = docker.from_env()
     labels = ["eval_pipeline.layer=snapshot", f"{CAMPAIGN_LABEL}={CAMPAIGN}"]
-    for image in engine.images.list(filters={"label": labels}):
-        engine.images.remove(image.id, force=True)
+    for attempt in range(5):  # Podman 4.3's listing fails now and then while an image goes ("image not known")
+        try:
+            images = engine.images.list(filters={"label": labels})
+            break
+        except docker.errors.APIError:
+            time.sleep(2**attempt)
+    else:
+        return
+    for image in images:
+        with contextlib.suppress(docker.errors.NotFound):
+            engine.images.remove(image.id, force=True)
 
 
 def measure(directory: Path, scratch: Path) -> dict:
