@@ -183,13 +183,14 @@ def _table_row(row: ReportRow) -> str:
     v = row.summary
     return (
         f"<tr><td>{_slice_cell(row)}</td><td>{escape(row.variant)}</td><td>{format_number(v.resolved_rate)}</td>"
-        f"<td>{format_rate_interval(v.ci_low, v.ci_high)}</td><td>{v.scored}/{v.planned}</td>"
+        f"<td>{format_rate_interval(v.ci_low, v.ci_high)}</td><td>{v.resolved}/{v.planned}</td>"
+        f"<td>{v.scored}/{v.planned}</td>"
         f"<td>{format_limits(v)}</td></tr>"
     )
 
 
 def _table(report: Report) -> str:
-    columns = ("slice", "variant", "resolved rate", "95% CI", "scored/planned", "test limits hit")
+    columns = ("slice", "variant", "resolved rate", "95% CI", "resolved/planned", "scored/planned", "test limits hit")
     head = f"<tr>{''.join(f'<th>{column}</th>' for column in columns)}</tr>"
     return f"<table>{head}{''.join(_table_row(row) for row in report.rows())}</table>"
 

@@ -59,6 +59,7 @@ def _rate_cells(row: ReportRow) -> list[str]:
         format_rate_interval(v.ci_low, v.ci_high),
         format_rate_interval(v.ci_repo_low, v.ci_repo_high),
         str(v.n),
+        f"{v.resolved}/{v.planned}",
         f"{v.scored}/{v.planned}",
         format_number(v.infrastructure_error_rate),
         format_limits(v),
@@ -69,7 +70,8 @@ def _rate_cells(row: ReportRow) -> list[str]:
 
 def _rates(report: Report) -> list[str]:
     headers = ["slice", "variant", "resolved rate", "95% CI (by instance)", "95% CI (by repo)", "instances"]
-    headers += ["scored/planned", "infra error rate", "test limits hit", "outcomes", "patch audit flags"]
+    headers += ["resolved/planned", "scored/planned", "infra error rate", "test limits hit", "outcomes"]
+    headers += ["patch audit flags"]
     return markdown_table(headers, [_rate_cells(row) for row in report.rows()])
 
 

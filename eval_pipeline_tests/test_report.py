@@ -75,6 +75,8 @@ def test_paired_difference_against_the_baseline(report):
 def test_markdown_has_rates_comparisons_and_costs(report):
     markdown = render_markdown(report)
     assert "| code | new | 0.500 |" in markdown
+    new_row = next(line for line in markdown.splitlines() if line.startswith("| code | new | 0.500 |"))
+    assert "| 3/6 | 5/6 |" in new_row, "resolved over planned (every planned trial counts) beside scored over planned"
     assert "## Against the baseline `old` (paired by instance)" in markdown
     assert "| code | new | 0.333 | [" in markdown
     assert "@1 0.500" in markdown
