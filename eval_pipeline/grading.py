@@ -65,7 +65,7 @@ from eval_pipeline.canaries import (
 )
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.patch_audit import AuditFlag, audit_patch
-from eval_pipeline.patches import apply_patch, patch_paths, patch_problem
+from eval_pipeline.patches import apply_patch, compiled_extensions, patch_paths, patch_problem
 from eval_pipeline.pytest_launcher import XFAIL_CALLED
 from eval_pipeline.pytest_run import LAUNCHER_NAME, LAUNCHER_SOURCE, Canary, launched_command
 from eval_pipeline.sandbox import Workspace
@@ -370,6 +370,10 @@ def grade(
 ) -> Verdict:
     """Judge `model_patch` on a pristine workspace of the code task."""
     verdict = Verdict(outcome=Outcome.GRADING_ERROR)
+    if compiled := compiled_extensions(model_patch):
+        verdict.outcome = Outcome.PATCH_APPLY_FAILED
+        verdict.detail = f"the model patch was not applied: it writes compiled extension modules: {compiled[0]}"
+        return verdict
     if not _apply_model_patch(verdict, model_patch, workspace):
         return verdict
     restored, undone = protected_files(instance, model_patch)

@@ -12,8 +12,10 @@ test: a file inside a `pytest`, `_pytest` or `pluggy` package is the
 repository's own runner, not a reach into another's.
 """
 
+import base64
 import re
 import sys
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -70,17 +72,52 @@ class _FileChange:
     symlink: bool = False
     changed_lines: list[str] = field(default_factory=list)
     pytest_lines: list[str] = field(default_factory=list)  # changed lines inside a pytest section, or pytest's keys
+    unreadable: bool = False  # a binary delta: its new content needs the old one, which a patch does not hold
+
+
+def _decoded(lines: list[str]) -> list[str]:
+    """The text lines of a `GIT binary patch` literal: each data line is a length letter and base85 (git's
+    alphabet is Python's b85), the whole zlib-compressed. One byte that is not UTF-8 makes git write a whole
+    source file so, which would otherwise blind the audit."""
+    try:
+        data = b"".join(
+            base64.b85decode(line[1:])[: ord(line[0]) - (64 if line[0] <= "Z" else 70)] for line in lines if line
+        )
+        return zlib.decompress(data).decode("utf-8", errors="replace").splitlines()
+    except (ValueError, zlib.error):
+        return []
+
+
+def _binary_hunk(change: _FileChange, lines: list[str]) -> None:
+    """A binary hunk's forward block (the new content): a literal is decoded into the changed lines; a delta
+    cannot be read without the old content."""
+    kind, data = lines[0].split(" ", 1)[0], lines[1:]
+    if kind == "literal":
+        change.changed_lines += _decoded(data)
+    else:
+        change.unreadable = True
 
 
 def _file_changes(patch: str) -> list[_FileChange]:
-    """Each file of a git patch with its changed lines (added and removed, without the marker)."""
+    """Each file of a git patch with its changed lines (added and removed, without the marker; a binary
+    hunk's new content decoded)."""
     changes: list[_FileChange] = []
     section = ""  # the ini or toml section the hunk's lines are in, as far as the hunk shows it
+    binary: list[str] | None = None  # the forward block of a binary hunk, while it is read
     for line in patch.splitlines():
+        if binary is not None:
+            if line:
+                binary.append(line)
+                continue
+            if binary:
+                _binary_hunk(changes[-1], binary)
+            binary = None
         if path := header_path(line):
             changes.append(_FileChange(path))
         elif not changes:
             continue
+        elif line == "GIT binary patch":
+            binary = []
         elif line.startswith(("new file mode", "new mode")):
             changes[-1].new |= line.startswith("new file")
             changes[-1].symlink |= line.endswith("120000")
@@ -95,6 +132,8 @@ def _file_changes(patch: str) -> list[_FileChange]:
                 changes[-1].changed_lines.append(text)
                 if _PYTEST_SECTION.match(section) or _PYTEST_SETTING.search(text):
                     changes[-1].pytest_lines.append(text)
+    if binary:
+        _binary_hunk(changes[-1], binary)
     return changes
 
 
@@ -137,6 +176,8 @@ def _flags_of(change: _FileChange) -> list[AuditFlag]:
         flags.append(AuditFlag("runner_config", change.path, "pytest settings in a shared configuration file"))
     if change.symlink:
         flags.append(AuditFlag("symlink", change.path, "a symbolic link, which may lead tests or tools elsewhere"))
+    if change.unreadable and path.suffix == ".py":
+        flags.append(AuditFlag("unreadable", change.path, "a binary delta to Python source, which no audit reads"))
     if _is_test_code(path):
         flags.append(AuditFlag("test_code", change.path, "test code, which grading restores or runs as written"))
     elif path.suffix == ".py" and not _in_runner_package(path):

@@ -83,6 +83,13 @@ def patch_problem(patch: str) -> str | None:
     return None
 
 
+def compiled_extensions(patch: str) -> list[str]:
+    """The compiled extension modules a patch writes (`.so`, `.pyd`, `.dylib`): Python imports one in place of
+    a module's source, and no diff shows what it does. A code task's patch may not bring one (grading.py); a
+    terminal task's product may be one."""
+    return [path for path in patch_paths(patch) if PurePosixPath(path).suffix in (".so", ".pyd", ".dylib")]
+
+
 def _is_bytecode(path: PurePosixPath) -> bool:
     return "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo")
 

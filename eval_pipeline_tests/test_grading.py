@@ -7,6 +7,7 @@ import pytest
 from eval_pipeline.benchmark import EnvironmentSpec, Instance
 from eval_pipeline.grading import decide, grade, graded_tests, parse_junit
 from eval_pipeline.outcomes import Outcome
+from eval_pipeline_tests.forgeries import fixed_module, new_files
 
 JUNIT = b"""<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest">
@@ -122,3 +123,11 @@ def test_a_run_that_cannot_start_its_tests_is_an_error_not_a_failure(shared_sand
     spec = replace(EnvironmentSpec(), test_cmd=EnvironmentSpec().test_cmd + " --no-such-option")
     verdict = run_grade(shared_sandbox, prepare, demo_benchmark, instance, instance.patch, spec=spec)
     assert verdict.outcome is Outcome.GRADING_ERROR, verdict
+
+
+def test_a_compiled_extension_module_beside_a_module_is_refused(shared_sandbox, prepare, demo_benchmark, instance):
+    """Python imports `arith.cpython-311-x86_64-linux-gnu.so` in place of `arith.py`: code no diff shows."""
+    module = fixed_module(instance).removesuffix(".py")
+    patch = new_files({f"{module}.cpython-311-x86_64-linux-gnu.so": "ELF"})
+    verdict = run_grade(shared_sandbox, prepare, demo_benchmark, instance, patch)
+    assert verdict.outcome is Outcome.PATCH_APPLY_FAILED and "compiled extension" in verdict.detail
