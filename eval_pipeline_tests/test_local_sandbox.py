@@ -240,3 +240,29 @@ def test_an_environment_whose_spec_needs_a_system_package_this_machine_lacks_is_
     spec = replace(demo_benchmark.environment_for(instance), image_install=steps)
     with pytest.raises(ImageBuildFailed, match=r"lacks graphviz-not-a-package: install them here .*container backend"):
         sandbox.prepare(instance, spec, demo_benchmark.source)
+
+
+def test_an_opt_in_campaigns_trials_write_nowhere_but_their_workspace_and_share_no_environment(
+    tmp_path, demo_benchmark, instance
+):
+    """The door: a `.pth` in the environment's virtualenv, written by an untrusted agent on the local backend,
+    resolved every later trial with an empty patch, and a trusted campaign's after it. Now an opt-in campaign's
+    commands find everything outside their workspace read-only (and /dev/shm their own), and its environments
+    are never a trusted campaign's."""
+    opted = LocalSandbox(tmp_path / "sb", ResourceLimits(), SandboxSettings(allow_untrusted_agents_locally=True), "o")
+    trusted = LocalSandbox(tmp_path / "sb", ResourceLimits(), SandboxSettings(), "t")
+    spec = demo_benchmark.environment_for(instance)
+    assert opted.environment_key(instance, spec) != trusted.environment_key(instance, spec)
+    environment = opted.prepare(instance, spec, demo_benchmark.source)
+    if environment.details["trial_view"] == "copy":
+        pytest.skip("this system refuses the mount namespace the walls take")
+    site = next(Path(environment.location).glob("python/lib/python*/site-packages"))
+    elsewhere = [site / "zz_poison.pth", tmp_path / "sb" / "left-for-the-next-trial", Path("/tmp") / "eval-leak"]
+    with opted.workspace(environment, "attacker") as workspace:
+        written = workspace.run(
+            " ; ".join(f"echo x > {shlex.quote(str(path))} && echo wrote {path.name}" for path in elsewhere)
+            + " ; echo mine > mine.txt && echo secret > /dev/shm/leak && echo wrote own",
+            timeout_s=30,
+        )
+    assert "Read-only file system" in written.stderr and "wrote own" in written.stdout, written.summary()
+    assert not any(path.exists() for path in elsewhere) and not Path("/dev/shm/leak").exists()

@@ -52,6 +52,7 @@ _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+_MS_RDONLY, _MS_REMOUNT = 1, 32
 _MS_BIND = 4096
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
@@ -99,6 +100,22 @@ def _bring_up_loopback():
         fcntl.ioctl(probe, _SIOCSIFFLAGS, struct.pack("16sh14x", b"lo", flags | _IFF_UP))
 
 
+# statvfs's flags of a mount and the mount flags that keep them: a remount in a user namespace must keep them.
+_KEPT_FLAGS = {2: 2, 4: 4, 8: 8, 1024: 1024, 2048: 2048, 4096: 1 << 21}  # nosuid nodev noexec noatime ... relatime
+
+
+def _read_only_but(writable):
+    """Make the root file system read-only in this mount namespace, but for `writable` paths (bind-mounted on
+    themselves first, so that they are mounts of their own), and give /dev/shm a private empty tmpfs: what a
+    command writes outside its workspace, for a later trial or another campaign to find, is refused."""
+    for path in writable:
+        _libc_call("mount", path, path, None, ctypes.c_ulong(_MS_BIND | _MS_REC), None)
+    kept = sum(flag for stat_flag, flag in _KEPT_FLAGS.items() if os.statvfs("/").f_flag & stat_flag)
+    _libc_call("mount", None, b"/", None, ctypes.c_ulong(_MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept), None)
+    if os.path.isdir("/dev/shm"):
+        _libc_call("mount", b"tmpfs", b"/dev/shm", b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), b"mode=1777")
+
+
 class _View:
     """The trial's workspace (`source`) at the environment's path (`target`), in the command's own namespaces.
 
@@ -118,10 +135,11 @@ class _View:
     setns are refused to it (sending them signals is not).
     """
 
-    def __init__(self, source, target, uid, network=False, hide=()):
+    def __init__(self, source, target, uid, network=False, hide=(), writable=None):
         self.source, self.target = source and source.encode(), target
         self.network = network
         self.hide = [path.encode() for path in hide]
+        self.writable = None if writable is None else [path.encode() for path in writable]
         self.to_parent = os.pipe()
         self.to_child = os.pipe()
         self.error = None
@@ -161,7 +179,9 @@ class _View:
             _libc_call("mount", self.source, self.target.encode(), None, ctypes.c_ulong(_MS_BIND | _MS_REC), None)
         for path in self.hide:
             _libc_call("mount", b"tmpfs", path, b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), _HIDING_MOUNT)
-        if self.hide:  # without CAP_SYS_ADMIN here, nothing the command starts can unmount them to look beneath
+        if self.writable is not None:
+            _read_only_but(self.writable)
+        if self.hide or self.writable is not None:  # without CAP_SYS_ADMIN, nothing it starts can undo the mounts
             _libc_call("prctl", _PR_CAPBSET_DROP, _CAP_SYS_ADMIN, 0, 0, 0)
         if not self.network:
             _bring_up_loopback()
@@ -433,7 +453,8 @@ def run_limited(
     system refuses the namespaces that takes. A view with `hide` (paths) and no source covers each of
     those paths with an empty mount of the command's own, which nothing it starts can remove: a
     terminal task's agent, root in its container, never sees the verifier's /tests or reward file,
-    nor can the processes it leaves running reach them (`_View`). With a `uid` (a pod's trial),
+    nor can the processes it leaves running reach them (`_View`). A view with `writable` (paths) makes
+    the root file system read-only but for those paths, for the command and all it starts. With a `uid` (a pod's trial),
     every process of that uid is ended once the command has (`end_processes_of`), whatever group or
     session it moved to.
 
@@ -460,7 +481,14 @@ def run_limited(
     for reader in readers:
         reader.start()
     namespaces = (
-        _View(view.get("source"), view.get("target"), uid, view.get("network", False), view.get("hide", ()))
+        _View(
+            view.get("source"),
+            view.get("target"),
+            uid,
+            view.get("network", False),
+            view.get("hide", ()),
+            view.get("writable"),
+        )
         if view
         else None
     )

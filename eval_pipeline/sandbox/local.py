@@ -157,7 +157,9 @@ class PipeChannel(ToolChannel):
 
 class LocalWorkspace(Workspace):
     """A workspace directory (`root/repo`, `root/harness`); with `view_target`, commands see `root/repo` there,
-    with network only when `network`."""
+    with network only when `network`, and when `walled` (an untrusted agent's campaign) may write nowhere
+    outside `root`: the environment, other trials' workspaces, the data directory and /tmp are read-only to
+    them, /dev/shm their own."""
 
     def __init__(
         self,
@@ -167,6 +169,7 @@ class LocalWorkspace(Workspace):
         view_target: Path | None = None,
         network: bool = False,
         base_revision: str | None = None,
+        walled: bool = False,
     ) -> None:
         self.root = root
         self.network = network
@@ -176,6 +179,7 @@ class LocalWorkspace(Workspace):
         self._python = python_dir
         self._limits = limits
         self._view_target = view_target
+        self._walled = walled
 
     def _environ(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         inherited = {name: os.environ[name] for name in _INHERITED_ENV if name in os.environ}
@@ -196,6 +200,7 @@ class LocalWorkspace(Workspace):
     def command_placement(self) -> dict[str, Any]:
         view = (
             {"source": str(self.repo), "target": str(self._view_target), "network": self.network}
+            | ({"writable": [str(self.root)]} if self._walled else {})
             if self._view_target
             else None
         )
@@ -288,6 +293,8 @@ class LocalSandbox(SandboxBackend):
                 "python": [str(interpreter.executable), interpreter.version],
                 "harness_pytest": metadata.version("pytest"),
                 "pip": UPGRADE_PIP,
+                # An opt-in campaign's environments are its own: never one a trusted campaign also uses.
+                **({"untrusted_agents": True} if self.settings.allow_untrusted_agents_locally else {}),
             }
         )
 
@@ -441,6 +448,7 @@ class LocalSandbox(SandboxBackend):
             (root / "harness" / OUTPUT_DIR).mkdir(parents=True)
             view = source / "repo" if environment.details.get("trial_view") != "copy" else None
             baseline = environment.details.get("baseline")
-            yield LocalWorkspace(root, source / "python", self.limits, view, network, baseline)
+            walled = self.settings.allow_untrusted_agents_locally
+            yield LocalWorkspace(root, source / "python", self.limits, view, network, baseline, walled)
         finally:
             shutil.rmtree(root, ignore_errors=True)
