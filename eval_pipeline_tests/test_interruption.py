@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 pytestmark = pytest.mark.slow  # end to end: `pytest -m "not slow"` leaves it out
 
@@ -162,6 +163,10 @@ def test_ctrl_c_stops_at_once_without_a_traceback_and_says_how_to_resume(tmp_pat
     while (outliving := [pid for pid in workers if alive(pid)]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert outliving == [], "no worker outlives the command"
+    with DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        canceled = instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.CANCELED]))
+        assert canceled and not any(run.status == DagsterRunStatus.STARTED for run in instance.get_runs())
+        assert instance.event_log_storage.get_concurrency_run_ids() == set(), "no pool slot is left held"
 
     resumed = finish(start(env, campaign))
     assert resumed["scored"] == resumed["planned"] == 4

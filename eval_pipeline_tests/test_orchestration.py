@@ -6,10 +6,11 @@ import pytest
 from dagster import AssetKey, instance_for_test
 
 from eval_pipeline.campaign import parse_campaign
+from eval_pipeline.defs.assets import ENVIRONMENT_POOL
 from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, CampaignPartitions, TrialBatch
 from eval_pipeline.defs.progress import REQUEST_TAG, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
-from eval_pipeline.orchestration.campaign_run import run_campaign
+from eval_pipeline.orchestration.campaign_run import create_pools, run_campaign
 from eval_pipeline.orchestration.driver import CycleFeed, new_cycle, run_one
 from eval_pipeline.orchestration.launchers import WorkerPoolLauncher
 from eval_pipeline.settings import Paths
@@ -128,3 +129,13 @@ def test_the_feed_gives_each_materialization_of_the_cycles_trials_once_and_none_
         assert told[("evaluation", f"{KEPT[0]}|null-s0")]["outcome"] == "unresolved"
         assert told[("generation", f"{KEPT[0]}|oracle-s0")]["reused"] is True, "the other cycle made the patch"
         assert feed.new() == {}
+
+
+def test_pool_slots_held_by_runs_that_are_over_or_gone_are_freed_at_start():
+    """A run whose worker was killed keeps its pool slots; every later run of that pool would wait forever."""
+    with instance_for_test() as instance:
+        create_pools(instance)
+        instance.event_log_storage.claim_concurrency_slot(ENVIRONMENT_POOL, "a-run-killed-long-ago", "environment")
+        assert instance.event_log_storage.get_concurrency_run_ids() == {"a-run-killed-long-ago"}
+        create_pools(instance)
+        assert instance.event_log_storage.get_concurrency_run_ids() == set()

@@ -25,7 +25,7 @@ from eval_pipeline.orchestration.driver import (
     failure_message,
     run_one,
 )
-from eval_pipeline.orchestration.launchers import Launcher
+from eval_pipeline.orchestration.launchers import Launcher, free_abandoned_slots
 from eval_pipeline.report_model import Report, load_report
 from eval_pipeline.settings import Deployment, Paths
 from eval_pipeline.trials import pending_trials, trial_identities
@@ -76,7 +76,8 @@ class CampaignRun:
 
 
 def create_pools(instance: DagsterInstance) -> None:
-    """Create the pools' default limits once, before parallel runs race to.
+    """Create the pools' default limits once, before parallel runs race to, and free the slots of runs that
+    no longer run.
 
     On PostgreSQL two runs creating the same pool at once fail one of them: Dagster's storage
     retries a failed insert as an update inside the transaction the failure aborted.
@@ -86,6 +87,7 @@ def create_pools(instance: DagsterInstance) -> None:
     for pool in (ENVIRONMENT_POOL, MODEL_API_POOL):
         if pool not in existing:
             instance.event_log_storage.initialize_concurrency_limit_to_default(pool)
+    free_abandoned_slots(instance)
 
 
 class _Teller:

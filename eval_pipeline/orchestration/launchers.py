@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import requests
-from dagster import BetaWarning, DagsterInstance, Definitions, RunRequest
+from dagster import BetaWarning, DagsterInstance, Definitions, RunRequest, RunsFilter
 
 from eval_pipeline.campaign import Campaign
 from eval_pipeline.defs import build_definitions
-from eval_pipeline.defs.progress import FINISHED
+from eval_pipeline.defs.progress import FINISHED, REQUEST_TAG
 from eval_pipeline.settings import Paths
 
 # In-process runs log to the instance (the UI shows everything); the console shows only what breaks Dagster itself.
@@ -124,6 +124,27 @@ def _execute_in_worker(request: RunRequest, run_config: Mapping[str, Any] | None
     return execute_request(_definitions, _instance, request, run_config)
 
 
+def free_abandoned_slots(instance: DagsterInstance) -> None:
+    """Free the pool slots held by runs that are over or gone. Dagster frees a run's slots when the run ends
+    itself; a run whose worker was killed (an interrupted or killed command) keeps them, and every later run of
+    its pool would wait for them forever, silently."""
+    storage = instance.event_log_storage
+    for run_id in storage.get_concurrency_run_ids():
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            storage.free_concurrency_slots_for_run(run_id)
+
+
+def abandon(instance: DagsterInstance, requests: list[RunRequest]) -> None:
+    """The runs of `requests`, cut off by an abort: marked canceled where they had not ended, and their pool
+    slots freed; the next cycle runs their partitions again."""
+    for request in requests:
+        for run in instance.get_runs(RunsFilter(tags={REQUEST_TAG: request.tags[REQUEST_TAG]})):
+            if not run.is_finished:
+                instance.report_run_canceled(run, message="the eval-pipeline command running it was interrupted")
+            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+
+
 class WorkerPoolLauncher:
     """Runs in `capacity` spawned worker processes (Dagster's SQLite event log keeps a file per run, so
     parallel runs do not contend on one database file); with one, in this process, in turn."""
@@ -132,10 +153,10 @@ class WorkerPoolLauncher:
         self.capacity = max(1, capacity)
         self._finished: list[str] = []
         self._running: dict[Future, RunRequest] = {}
+        self._instance = instance
         if self.capacity == 1:
             self._pool = None
             self._definitions = build_definitions([campaign], paths)
-            self._instance = instance
             return
         self._pool = ProcessPoolExecutor(
             max_workers=self.capacity,
@@ -170,10 +191,11 @@ class WorkerPoolLauncher:
         into a traceback): a run cut off mid-way is run again by the next cycle."""
         if self._pool is None:
             return
-        if abort:
-            for process in list(getattr(self._pool, "_processes", {}).values()):
-                process.kill()
+        cut_off = list(self._running.values()) if abort else []
+        for process in list(getattr(self._pool, "_processes", {}).values()) if abort else []:
+            process.kill()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        abandon(self._instance, cut_off)
 
 
 LAUNCH_RUN = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
