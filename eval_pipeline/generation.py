@@ -37,6 +37,7 @@ from eval_pipeline.hashing import sha256_text, stable_hash
 from eval_pipeline.outcomes import InfrastructureError, Outcome
 from eval_pipeline.patches import WorkspaceDiffError, workspace_diff
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend, Workspace
+from eval_pipeline.sandbox.base import RunnerEnded
 from eval_pipeline.tasks import Task
 
 # Bump when the generation procedure changes in a way that changes its results.
@@ -140,6 +141,16 @@ def _verified_in_place(
     return snapshot, run.as_record() if run else None
 
 
+def _environment_serves(sandbox: SandboxBackend, environment: EnvironmentHandle) -> bool:
+    """Whether a fresh workspace of the environment runs a command: then a runner that ended under an agent's
+    commands ended by the agent's doing, scored; otherwise the machine failed, and the generation is retried."""
+    try:
+        with sandbox.workspace(environment, label="probe") as probe:
+            return probe.run("true", timeout_s=60).ok
+    except InfrastructureError:
+        return False
+
+
 def generate(
     instance: Task,
     agent: Agent,
@@ -155,9 +166,13 @@ def generate(
 
     An exception raised by the agent is the agent's failure: it is stored as an
     `agent_error` generation (`agent_timeout` when it ran out of time) and not
-    retried. An InfrastructureError (a lost sandbox, the engine, the store,
-    even inside the agent's own commands) is kept as a failed attempt and
-    raised, so nothing final is stored and the step can be retried.
+    retried. So is its command runner ending under it with an exit of its own
+    (killed by the agent's processes: RunnerEnded) while a fresh workspace of
+    its environment runs a command: what the agent's own commands cause is
+    scored. Any other
+    InfrastructureError (a lost environment, the engine, the store, the model
+    API) is kept as a failed attempt and raised, so nothing final is stored
+    and the step can be retried.
 
     The agent's workspace has network only when `network` (its variant opted in). A task judged in its
     container is verified there under `test_timeout_s` right after the agent (no verification without it).
@@ -169,15 +184,22 @@ def generate(
     task = agent_task(instance, seed, timeout_multiplier)
     started_at = now()
     clock = time.monotonic()
+    snapshot = verification = None
     with failures_kept(store, Stage.GENERATION, key, {"artifact": key}):
-        with sandbox.workspace(environment, label=f"gen-{task.seed}", network=network) as workspace:
-            output, status, error = _solve(agent, task, workspace)
-            try:
-                patch = workspace_diff(workspace, instance.base_commit)
-            except WorkspaceDiffError as failure:  # the agent left a workspace that makes no patch
-                patch, status, error = "", Outcome.AGENT_ERROR.value, f"{error}\n{failure}".strip()
-            name = key.removeprefix("generation/").removesuffix(".json")  # the snapshot is named by the trial's key
-            snapshot, verification = _verified_in_place(instance, workspace, name, status, test_timeout_s)
+        try:
+            with sandbox.workspace(environment, label=f"gen-{task.seed}", network=network) as workspace:
+                output, status, error = _solve(agent, task, workspace)
+                try:
+                    patch = workspace_diff(workspace, instance.base_commit)
+                except WorkspaceDiffError as failure:  # the agent left a workspace that makes no patch
+                    patch, status, error = "", Outcome.AGENT_ERROR.value, f"{error}\n{failure}".strip()
+                name = key.removeprefix("generation/").removesuffix(".json")  # the snapshot is named by its key
+                snapshot, verification = _verified_in_place(instance, workspace, name, status, test_timeout_s)
+        except RunnerEnded as failure:
+            if not _environment_serves(sandbox, environment):
+                raise  # the machine's fault: retried
+            output, patch, status = None, "", Outcome.AGENT_ERROR.value
+            error = f"the command runner ended under the agent while its environment still serves others: {failure}"
     generation = Generation(
         key=key,
         instance_id=instance.instance_id,

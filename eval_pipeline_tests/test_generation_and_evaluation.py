@@ -12,6 +12,7 @@ from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.evaluation import evaluate
 from eval_pipeline.generation import generate, generation_key
 from eval_pipeline.outcomes import Outcome, SandboxLost
+from eval_pipeline.sandbox.base import RunnerEnded
 
 
 class CrashingAgent(Agent):
@@ -27,6 +28,16 @@ class EngineLostAgent(Agent):
 
     def solve(self, task, workspace):
         raise SandboxLost("the container disappeared under the agent")
+
+
+class RunnerKillingAgent(Agent):
+    """Its command runner ends under it (as when its processes kill the runner in a pod) while the environment
+    serves on: what a container's workspace raises then."""
+
+    name = "runner-killing"
+
+    def solve(self, task, workspace):
+        raise RunnerEnded("eval-pod-x: the command runner failed (exit 137): b''")
 
 
 class CountingAgent(Agent):
@@ -110,6 +121,16 @@ def test_a_sandbox_failure_under_the_agent_is_not_the_agents_failure(instance, e
     kept = attempts(store, key)
     assert [(a.stage, a.outcome) for a in kept] == [("generation", "sandbox_lost")] * 2, "every attempt is kept"
     assert "disappeared" in kept[0].detail
+
+
+def test_a_workspace_that_fails_under_the_agent_while_its_environment_serves_is_the_agents_failure(
+    instance, environment, shared_sandbox, store
+):
+    """What the agent's own commands cause (its runner killed, its container ended) is scored: left unscored,
+    an agent could end each failing trial so and leave the denominator."""
+    generation = generate(instance, RunnerKillingAgent(), 0, environment, shared_sandbox, store)
+    assert generation.status == Outcome.AGENT_ERROR.value and "still serves others" in generation.error
+    assert store.get(generation.key) is not None, "final: never retried"
 
 
 def test_scored_evaluations_are_final_and_reused(instance, environment, shared_sandbox, store, demo_benchmark):

@@ -424,3 +424,15 @@ def test_a_verifier_killed_by_a_process_the_agent_left_is_scored_against_the_age
     generation = generate(task, agent, 0, environment, sandbox, store, network=True, test_timeout_s=60)
     verdict = evaluate(task, task.environment, generation, environment, sandbox, store, 60)
     assert verdict.outcome == Outcome.PATCH_BROKE_TEST_RUN and "ended by signal 9" in verdict.detail, verdict.steps
+
+
+@pytest.mark.slow  # containers
+def test_a_terminal_agent_that_kills_its_own_command_runner_loses_its_trial(stateful, store):
+    """Root in its container, the agent may signal the harness's runner that started it: the runner's own end,
+    with the container serving a fresh workspace on, is the agent's doing (generation.py), never an unscored
+    engine error."""
+    task, sandbox, environment = stateful
+    agent = make_agent("command", {"command": "kill -9 $PPID; sleep 5"})
+    generation = generate(task, agent, 0, environment, sandbox, store, network=True, test_timeout_s=60)
+    assert generation.status == Outcome.AGENT_ERROR.value and "runner ended" in generation.error, generation.error
+    assert store.get(generation.key) is not None, "final: never retried"

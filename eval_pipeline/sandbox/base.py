@@ -93,6 +93,12 @@ class SandboxError(InfrastructureError):
     """
 
 
+class RunnerEnded(SandboxError):
+    """The harness's command runner in a container that still runs ended with an exit of its own and no result:
+    killed by a process of the trial, most likely (the engine answered, and the container serves on). Generation
+    scores it against the agent where a fresh workspace still runs a command (generation.py)."""
+
+
 PythonSource = Literal["image", "pyenv"]
 
 

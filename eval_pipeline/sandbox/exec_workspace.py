@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eval_pipeline.outcomes import InfrastructureError
-from eval_pipeline.sandbox.base import OUTPUT_DIR, ExecResult, ToolChannel, Workspace
+from eval_pipeline.sandbox.base import OUTPUT_DIR, ExecResult, RunnerEnded, SandboxError, ToolChannel, Workspace
 from eval_pipeline.sandbox.images import ENV_VENV, PATH, TASK_GIT_DIR, TESTBED, WORKSPACES
 from eval_pipeline.sandbox.limited_exec import REQUEST_ENV
 from eval_pipeline.sandbox.tool_runtime import ToolRuntime
@@ -284,7 +284,10 @@ class ExecWorkspace(Workspace):
             HARNESS.runner(), timeout_s=timeout_s + EXEC_MARGIN_S, private=json.dumps(request)
         )
         if exit_code != 0 or not stdout:
-            raise self.pod.failure(f"the command runner failed (exit {exit_code}): {stderr[-2000:]!r}")
+            failure = self.pod.failure(f"the command runner failed (exit {exit_code}): {stderr[-2000:]!r}")
+            if exit_code is not None and type(failure) is SandboxError:  # the engine reported the runner's own end
+                raise RunnerEnded(str(failure)) from None
+            raise failure
         return ExecResult(**json.loads(stdout))
 
     def tool_server_command(self) -> tuple[list[str], dict[str, str]]:
