@@ -59,7 +59,7 @@ from eval_pipeline.limit_evidence import (
     scored_at_limits,
     scored_twin,
 )
-from eval_pipeline.outcomes import InfrastructureError, Outcome
+from eval_pipeline.outcomes import InfrastructureError, Outcome, no_space_left
 from eval_pipeline.record_mac import matches
 from eval_pipeline.reference_run import judged, reference_verdict
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
@@ -207,8 +207,9 @@ def _judge(
                 return Verdict(error.outcome, steps=[interrupted], detail=f"{error}\n{traceback.format_exc(limit=20)}")
     except InfrastructureError as error:
         return Verdict(error.outcome, detail=f"{error}\n{traceback.format_exc(limit=20)}")
-    except Exception:  # noqa: BLE001 - a harness bug is an outcome, not a crash, and no verdict on the agent
-        return Verdict(Outcome.GRADING_ERROR, detail=traceback.format_exc(limit=20))
+    except Exception as error:  # noqa: BLE001 - a harness bug is an outcome, not a crash, and no verdict on the agent
+        outcome = Outcome.STORAGE_ERROR if no_space_left(error) else Outcome.GRADING_ERROR  # a full disk is retried
+        return Verdict(outcome, detail=traceback.format_exc(limit=20))
 
 
 def _by_intention_to_treat(

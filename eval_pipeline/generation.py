@@ -34,7 +34,7 @@ from eval_pipeline.agents import (
 from eval_pipeline.artifacts import ArtifactStore, StoredRecord
 from eval_pipeline.attempt_log import Stage, failures_kept, now
 from eval_pipeline.hashing import sha256_text, stable_hash
-from eval_pipeline.outcomes import InfrastructureError, Outcome
+from eval_pipeline.outcomes import InfrastructureError, Outcome, no_space_left
 from eval_pipeline.patches import WorkspaceDiffError, workspace_diff
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend, Workspace
 from eval_pipeline.sandbox.base import RunnerEnded
@@ -124,7 +124,9 @@ def _solve(agent: Agent, task: AgentTask, workspace: Workspace) -> tuple[AgentOu
         return error.output, Outcome.AGENT_LIMIT.value, str(error)
     except AgentStopped as error:  # the agent ended itself (mini's repeated format errors): its work is kept
         return error.output, Outcome.AGENT_ERROR.value, str(error)
-    except Exception:  # noqa: BLE001 - any agent crash is recorded as the agent's failure
+    except Exception as error:  # noqa: BLE001 - any agent crash is recorded as the agent's failure...
+        if full := no_space_left(error):  # ...but the machine's full disk under it, which is retried
+            raise full from error
         return None, Outcome.AGENT_ERROR.value, traceback.format_exc(limit=20)
 
 

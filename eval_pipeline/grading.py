@@ -63,7 +63,7 @@ from eval_pipeline.canaries import (
     plant_twins,
     twin_statuses,
 )
-from eval_pipeline.outcomes import Outcome
+from eval_pipeline.outcomes import NO_SPACE_TEXT, Outcome, StorageError
 from eval_pipeline.patch_audit import AuditFlag, audit_patch
 from eval_pipeline.patches import apply_patch, compiled_extensions, patch_paths, patch_problem
 from eval_pipeline.pytest_launcher import XFAIL_CALLED
@@ -239,6 +239,8 @@ def _apply_model_patch(verdict: Verdict, model_patch: str, workspace: Workspace)
         return False
     applied = apply_patch(workspace, model_patch, "model.patch")
     verdict.steps.append({"step": "apply_model_patch", **applied.summary()})
+    if not applied.ok and NO_SPACE_TEXT in applied.stderr:  # the disk, not the patch: never scored against it
+        raise StorageError(f"applying the model patch: the machine's disk is full: {applied.stderr[-500:]}")
     if not applied.ok:
         verdict.outcome, verdict.detail = Outcome.PATCH_APPLY_FAILED, "the model patch does not apply"
     return applied.ok

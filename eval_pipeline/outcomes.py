@@ -21,6 +21,7 @@ Every outcome has a kind, which decides what happens next:
   the harness is fixed; a re-run after the fix grades it.
 """
 
+import errno
 from enum import StrEnum
 
 
@@ -59,7 +60,7 @@ class Outcome(StrEnum):
     SANDBOX_LOST = "sandbox_lost"  # the pod, container or environment vanished under a command
     ENGINE_ERROR = "engine_error"  # the container engine (or its API) failed or was unreachable
     IMAGE_BUILD_FAILED = "image_build_failed"
-    STORAGE_ERROR = "storage_error"  # the artifact store could not be read or written
+    STORAGE_ERROR = "storage_error"  # the artifact store could not be read or written, or the disk is full
     MODEL_API_ERROR = "model_api_error"  # the model API stayed rate-limited, failing or unreachable
     GRADING_ERROR = "grading_error"
     # The model API refused the agent's requests (a bad key, an unknown model, a parameter it does not take):
@@ -118,6 +119,22 @@ _KINDS = {
 }
 
 
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+NO_SPACE_TEXT = "No space left on device"  # what a command says when the disk under it is full
+
+
+def no_space_left(error: BaseException) -> "StorageError | None":
+    """The machine's full disk behind `error` (an OSError ENOSPC or EDQUOT, raised or chained), as the
+    infrastructure failure it is; None for any other error. Harness code that runs inside an agent or a grading
+    would otherwise have it counted as the agent's crash or a grading error."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in NO_SPACE_ERRNOS:
+            return StorageError(f"no space left on the machine's disk: {seen}")
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class InfrastructureError(RuntimeError):
     """The harness's machinery failed, not the agent or its patch; `outcome` says which part."""
 
@@ -143,7 +160,7 @@ class ImageBuildFailed(InfrastructureError):
 
 
 class StorageError(InfrastructureError):
-    """The artifact store could not be read or written."""
+    """The artifact store, or the machine's disk, could not be read or written."""
 
     outcome = Outcome.STORAGE_ERROR
 

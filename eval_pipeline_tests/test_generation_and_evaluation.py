@@ -1,17 +1,20 @@
 """Agents, generation and evaluation: typed outcomes, reuse, and kept attempts."""
 
+import errno
 import json
 from dataclasses import replace
 
 import pytest
 
+from eval_pipeline import grading
 from eval_pipeline.agents import Agent, AgentOutput, FlakyAgent, make_agent
 from eval_pipeline.artifacts import attempts_prefix
 from eval_pipeline.attempt_log import attempts
 from eval_pipeline.benchmark import EnvironmentSpec
 from eval_pipeline.evaluation import evaluate
 from eval_pipeline.generation import generate, generation_key
-from eval_pipeline.outcomes import Outcome, SandboxLost
+from eval_pipeline.outcomes import Outcome, SandboxLost, StorageError
+from eval_pipeline.sandbox import ExecResult
 from eval_pipeline.sandbox.base import RunnerEnded
 
 
@@ -220,3 +223,31 @@ def test_a_store_that_cannot_be_written_is_a_storage_error(
     assert "the verdict was resolved" in blocked.detail
     (store.root / "attempts").unlink()
     assert evaluate(instance, spec, generation, environment, shared_sandbox, store, 60).outcome_type is Outcome.RESOLVED
+
+
+class DiskFullAgent(Agent):
+    """The harness's own write under the agent meets a full disk."""
+
+    name = "disk-full"
+
+    def solve(self, task, workspace):
+        raise OSError(errno.ENOSPC, "No space left on device", "harness/instruction.md")
+
+
+def test_a_full_disk_under_the_agent_is_the_machines_failure_not_the_agents(
+    instance, environment, shared_sandbox, store
+):
+    key = generation_key(instance, DiskFullAgent(), 0)
+    with pytest.raises(StorageError, match="no space left"):
+        generate(instance, DiskFullAgent(), 0, environment, shared_sandbox, store)
+    assert store.get(key) is None, "retried, never a final agent_error"
+    assert [a.outcome for a in attempts(store, key)] == ["storage_error"]
+
+
+def test_a_model_patch_that_meets_a_full_disk_is_not_scored_as_one_that_does_not_apply(
+    instance, environment, shared_sandbox, demo_benchmark, monkeypatch
+):
+    full = ExecResult("git apply", 1, "", "error: unable to write file: No space left on device", 0.1)
+    monkeypatch.setattr(grading, "apply_patch", lambda workspace, patch, name: full)
+    with shared_sandbox.workspace(environment, "full") as workspace, pytest.raises(StorageError):
+        grading.grade(instance, demo_benchmark.environment_for(instance), instance.patch, workspace, 60)
