@@ -99,6 +99,7 @@ TEST_INFRASTRUCTURE_DIRS = ("*.dist-info", "*.egg-info", ".pytest_cache")
 REPORT_NAME = "out/junit.xml"
 LOG_NAME = "out/tests.log"
 TEST_PATCH_NAME = "test.patch"
+RESTORED_PER_COMMAND = 200  # files put back per command: well under the 128 KiB a command may take
 TWIN_SOURCE = "out/twin_source.py"  # a test file on its way through canaries.plant_twins; removed before the run
 
 # SWE-bench's statuses (swebench.harness.constants.TestStatus), and ours for a graded test with no result.
@@ -219,14 +220,22 @@ def protected_files(instance: Instance, model_patch: str) -> tuple[list[str], li
 
 
 def _restore_test_files(instance: Instance, files: list[str], workspace: Workspace) -> dict[str, Any]:
-    """Put each file back to its state in the environment (or remove it, if the environment has none)."""
+    """Put each file back to its state in the environment (or remove it, if the environment has none), a part
+    of the files per command: a container's command travels in one environment variable, which Linux caps at
+    128 KiB, and a patch may touch thousands of test files. The summary is the last part's, or the first that
+    failed."""
     base = shlex.quote(workspace.base_revision or instance.base_commit)
-    script = "; ".join(
-        f"if git cat-file -e {base}:{shlex.quote(path)} 2>/dev/null; "
-        f"then git checkout -q {base} -- {shlex.quote(path)}; else rm -f {shlex.quote(path)}; fi"
-        for path in files
-    )
-    return workspace.run(script or "true", timeout_s=120, env=workspace.harness_git_env).summary()
+    result = None
+    for start in range(0, max(len(files), 1), RESTORED_PER_COMMAND):
+        script = "; ".join(
+            f"if git cat-file -e {base}:{shlex.quote(path)} 2>/dev/null; "
+            f"then git checkout -q {base} -- {shlex.quote(path)}; else rm -f {shlex.quote(path)}; fi"
+            for path in files[start : start + RESTORED_PER_COMMAND]
+        )
+        result = workspace.run(script or "true", timeout_s=120, env=workspace.harness_git_env)
+        if not result.ok:
+            break
+    return result.summary()
 
 
 def _apply_model_patch(verdict: Verdict, model_patch: str, workspace: Workspace) -> bool:

@@ -131,3 +131,23 @@ def test_a_compiled_extension_module_beside_a_module_is_refused(shared_sandbox, 
     patch = new_files({f"{module}.cpython-311-x86_64-linux-gnu.so": "ELF"})
     verdict = run_grade(shared_sandbox, prepare, demo_benchmark, instance, patch)
     assert verdict.outcome is Outcome.PATCH_APPLY_FAILED and "compiled extension" in verdict.detail
+
+
+def test_a_patch_touching_thousands_of_test_files_is_graded_like_any_other(
+    shared_sandbox, prepare, demo_benchmark, instance, monkeypatch
+):
+    """A container's command travels in one environment variable, which Linux caps at 128 KiB: restoring 800
+    test files in one command ended `engine_error`, unscored, for any patch that wanted out of the count."""
+    padding = {f"tests/test_padding_{number:04d}_{'x' * 60}.py": "def test_pad():\n    pass\n" for number in range(800)}
+    patch = instance.patch + new_files(padding)
+    environment = prepare(instance)
+    with shared_sandbox.workspace(environment, "many") as workspace:
+        run = workspace.run
+
+        def capped(command, **kwargs):
+            assert len(command.encode()) < 128 * 1024, f"a command of {len(command.encode())} bytes"
+            return run(command, **kwargs)
+
+        monkeypatch.setattr(workspace, "run", capped)
+        verdict = grade(instance, demo_benchmark.environment_for(instance), patch, workspace, test_timeout_s=120)
+    assert verdict.outcome is Outcome.RESOLVED, verdict.detail
