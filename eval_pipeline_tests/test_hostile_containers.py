@@ -189,3 +189,28 @@ def test_a_trial_writes_nothing_of_the_harness_but_its_outputs(pod):
         with pytest.raises(ValueError, match="out/"):
             workspace.write_harness_file("out/junit.xml", "<testsuite/>")  # as root, it would follow that link
     still_works(pod)
+
+
+# Left by one trial in every directory all trials of a pod can write, and in System V shared memory: the hidden
+# tests a grading ran with, for the next seed's agent to read.
+LEAVE_BEHIND = (
+    "for d in /tmp /var/tmp /dev/shm /run/lock; do echo hidden-tests > $d/left-for-next-seed; done; "
+    "ipcmk -M 4096 >/dev/null; ls /run/lock /tmp; ipcs -m | grep -c '^0x'"
+)
+LOOK_FOR_IT = (
+    "cat /tmp/left-for-next-seed /var/tmp/left-for-next-seed /dev/shm/left-for-next-seed "
+    "/run/lock/left-for-next-seed 2>/dev/null; ipcs -m 2>/dev/null | grep -c '^0x' ; true"
+)
+
+
+def test_nothing_a_trial_leaves_in_shared_directories_or_ipc_reaches_the_next_trial_in_its_pod(pod):
+    """The door: seed 0's code, run by the grader, copied the test patch into /run/lock (world-writable, never
+    cleaned; SysV shared memory survived too), and seed 1's agent read it. Each trial now sees its own tmp at
+    every world-writable directory and has IPC namespaces of its own."""
+    sandbox, _, environment = pod
+    with sandbox.workspace(environment, "seed-0") as first:
+        left = first.run(LEAVE_BEHIND, timeout_s=30)
+        assert "left-for-next-seed" in left.stdout and left.stdout.split()[-1] == "1", left.summary()
+        with sandbox.workspace(environment, "seed-1") as second:
+            found = second.run(LOOK_FOR_IT, timeout_s=30)
+    assert "hidden-tests" not in found.stdout and found.stdout.split()[-1] == "0", found.summary()

@@ -49,6 +49,8 @@ HARNESS = ToolRuntime()
 # rootless engine maps into a container.
 TRIAL_UIDS = range(20000, 65534)
 UID_CLAIMS = f"{WORKSPACES}/.uids"
+# World-writable directories every trial in a pod would share: each trial sees its own tmp there (limited_exec).
+SHARED_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 # Harness files travel base64-encoded on an exec's private input, each chunk well under Linux's 128 KiB
 # for one environment string.
 FILE_CHUNK_BYTES = 48 * 1024
@@ -237,13 +239,15 @@ class ExecWorkspace(Workspace):
     def command_placement(self) -> dict[str, Any]:
         """Where and as whom a command runs: a task as root in its WORKDIR with its image's variables, the
         verifier's directories hidden (`verify` runs without that view); a pod trial as its own uid,
-        seeing its workspace at /testbed, with the environment's venv first on PATH."""
+        seeing its workspace at /testbed and its own tmp at every world-writable directory, with the
+        environment's venv first on PATH."""
         if self.task:
             hidden = {"hide": list(self.task.VERIFIER_DIRS), "network": True}  # the container's own network
             return {**self._task_placement(self.task), "view": hidden}
+        shared = {directory: f"{self.root}/tmp" for directory in SHARED_WRITABLE_DIRS}
         return {
             "cwd": TESTBED,
-            "view": {"source": self.repo, "target": TESTBED, "network": not self.cut_network},
+            "view": {"source": self.repo, "target": TESTBED, "network": not self.cut_network, "private": shared},
             "uid": self.uid,
             "env": {
                 "PATH": PATH,

@@ -49,6 +49,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 _REAP_GRACE_S = 2.0
 _MAPS_TIMEOUT_S = 30.0  # how long a command's child waits for its parent to write its id maps
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWIPC = 0x08000000
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
@@ -135,11 +136,12 @@ class _View:
     setns are refused to it (sending them signals is not).
     """
 
-    def __init__(self, source, target, uid, network=False, hide=(), writable=None):
+    def __init__(self, source, target, uid, network=False, hide=(), writable=None, private=None):
         self.source, self.target = source and source.encode(), target
         self.network = network
         self.hide = [path.encode() for path in hide]
         self.writable = None if writable is None else [path.encode() for path in writable]
+        self.private = {target.encode(): own.encode() for target, own in (private or {}).items()}
         self.to_parent = os.pipe()
         self.to_child = os.pipe()
         self.error = None
@@ -169,7 +171,8 @@ class _View:
         meanwhile (Ctrl-C) never leaves it blocked forever, holding the command's own output pipes open."""
         os.close(self.to_parent[0])
         os.close(self.to_child[1])
-        _libc_call("unshare", _CLONE_NEWUSER | _CLONE_NEWNS | (0 if self.network else _CLONE_NEWNET))
+        ipc = _CLONE_NEWIPC if self.private else 0  # System V and POSIX IPC of its own, with its own directories
+        _libc_call("unshare", _CLONE_NEWUSER | _CLONE_NEWNS | ipc | (0 if self.network else _CLONE_NEWNET))
         os.write(self.to_parent[1], str(os.getpid()).encode())
         answered, _, _ = select.select([self.to_child[0]], [], [], _MAPS_TIMEOUT_S)
         if not answered or os.read(self.to_child[0], 1) != b"1":
@@ -177,6 +180,9 @@ class _View:
         _libc_call("mount", None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None)
         if self.source:
             _libc_call("mount", self.source, self.target.encode(), None, ctypes.c_ulong(_MS_BIND | _MS_REC), None)
+        for target, own in self.private.items():
+            if os.path.isdir(target):
+                _libc_call("mount", own, target, None, ctypes.c_ulong(_MS_BIND), None)
         for path in self.hide:
             _libc_call("mount", b"tmpfs", path, b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), _HIDING_MOUNT)
         if self.writable is not None:
@@ -454,7 +460,10 @@ def run_limited(
     those paths with an empty mount of the command's own, which nothing it starts can remove: a
     terminal task's agent, root in its container, never sees the verifier's /tests or reward file,
     nor can the processes it leaves running reach them (`_View`). A view with `writable` (paths) makes
-    the root file system read-only but for those paths, for the command and all it starts. With a `uid` (a pod's trial),
+    the root file system read-only but for those paths, for the command and all it starts. A view with
+    `private` ({shared directory: the trial's own}) shows the trial's own directory at each shared one
+    (/tmp, /dev/shm, /run/lock), and gives the command IPC namespaces of its own: nothing a trial leaves
+    there reaches the next trial in its pod. With a `uid` (a pod's trial),
     every process of that uid is ended once the command has (`end_processes_of`), whatever group or
     session it moved to.
 
@@ -488,6 +497,7 @@ def run_limited(
             view.get("network", False),
             view.get("hide", ()),
             view.get("writable"),
+            view.get("private"),
         )
         if view
         else None
