@@ -188,25 +188,19 @@ EXPLAINED: dict[str, str] = {
     "rstan-to-pystan": _INTERNET.format(host="api.launchpad.net (add-apt-repository ppa:deadsnakes)"),
     "mteb-leaderboard": _INTERNET.format(host="github.com (git clone of embeddings-benchmark/results)")
     + "; its image's mteb==1.38.41 also imports Pillow, which nothing it installs from today's PyPI brings",
+    "build-pov-ray": "its solve.sh pins an Ubuntu 24.04 package version (wget=1.21.4-1ubuntu4.1) that the archive "
+    "no longer serves (a later update replaced it), and Harbor runs it on its own prebuilt image",
+    "financial-document-processor": "its Dockerfile copies from the image ghcr.io/astral-sh/uv:0.8.14 (COPY --from), "
+    "and no registry is reachable here",
+    "qemu-startup": _INTERNET.format(host="dl-cdn.alpinelinux.org"),
+    "crack-7z-hash": _INTERNET.format(host="github.com (git clone of openwall/john)"),
+    "mcmc-sampling-stan": _INTERNET.format(host="cloud.r-project.org (CRAN: remotes, rstan and their pins)"),
+    "fix-code-vulnerability": _INTERNET.format(host="github.com (git clone of bottlepy/bottle)"),
+    "custom-memory-heap-crash": _INTERNET.format(host="github.com (gcc 13.2.0's source tarball)"),
     "portfolio-optimization": "its tests time the solution's C extension against a Python baseline (1.2x faster "
     "for 5,000+ assets): a timing test, measured on a loaded 2-core machine beside other builds",
     "reshard-c4-data": "its Dockerfile copies from the image ghcr.io/astral-sh/uv:0.8.15 (COPY --from), and no "
     "registry is reachable here",
-    **dict.fromkeys(
-        (
-            "portfolio-optimization",
-            "break-filter-js-from-html",
-            "openssl-selfsigned-cert",
-            "mcmc-sampling-stan",
-            "multi-source-data-merger",
-            "path-tracing",
-            "pypi-server",
-            "llm-inference-batching-scheduler",
-            "mteb-leaderboard",
-        ),
-        "not a result about the task: apt-get failed (exit 100) in the run's last part, while the engine's disk "
-        "filled with snapshot images (the next build failed on 'no space left on device'); to be measured again",
-    ),
     "protein-assembly": _INTERNET.format(host="pubchem.ncbi.nlm.nih.gov and RCSB's API"),
     **dict.fromkeys(
         ("pytorch-model-recovery", "sqlite-with-gcov", "train-fasttext"),
