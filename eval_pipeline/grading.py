@@ -100,7 +100,8 @@ REPORT_NAME = "out/junit.xml"
 LOG_NAME = "out/tests.log"
 TEST_PATCH_NAME = "test.patch"
 RESTORED_PER_COMMAND = 200  # files put back per command: well under the 128 KiB a command may take
-TWIN_SOURCE = "out/twin_source.py"  # a test file on its way through canaries.plant_twins; removed before the run
+TWIN_SOURCE = "out/twin_source.py"  # a test file on its way to canaries.plant_twins; removed before the run
+TWIN_PLANTED = "twin_planted.py"  # and on its way back, with its twins; emptied before the run
 
 # SWE-bench's statuses (swebench.harness.constants.TestStatus), and ours for a graded test with no result.
 PASSED, FAILED, SKIPPED, ERROR, XFAIL, MISSING = "PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", "MISSING"
@@ -322,27 +323,32 @@ def _forged(canary: Canary | None, statuses: dict[str, str], outcome: Outcome) -
 def _plant_twins(instance: Instance, workspace: Workspace) -> dict[str, str]:
     """Plant mutated twins of the graded tests (canaries.py) in the test patch's files, once the patch is
     applied, and remove the test patch from the harness directory, where code under test could read which tests
-    are real. A random number of twins (TWINS_PER_TEST to MAX_TWINS) a run; each name with its original's."""
+    are real. A random number of twins (TWINS_PER_TEST to MAX_TWINS) a run; each name with its original's.
+
+    A file goes out through the harness's `out/` (which the workspace's commands write) and comes back through
+    a harness file (which they read); both are emptied before the tests run."""
     out = shlex.quote(workspace.harness_path("out"))
     workspace.run(f"rm -f {shlex.quote(workspace.harness_path(TEST_PATCH_NAME))} && mkdir -p {out}", timeout_s=30)
     rng = random.Random(secrets.randbits(64))
     graded = [graded_name(test_id) for test_id in instance.FAIL_TO_PASS + instance.PASS_TO_PASS]
     budget = rng.randint(TWINS_PER_TEST, MAX_TWINS)
     planted: dict[str, str] = {}
+    original = shlex.quote(workspace.harness_path(TWIN_SOURCE))
     for path in [path for path in patch_paths(instance.test_patch) if path.endswith(".py")]:
         if len(planted) >= budget:
             break
-        original = workspace.harness_path(TWIN_SOURCE)
-        copied = workspace.run(f"cat -- {shlex.quote(path)} > {shlex.quote(original)}", timeout_s=30)
+        copied = workspace.run(f"cat -- {shlex.quote(path)} > {original}", timeout_s=30)
         text = workspace.read_harness_file(TWIN_SOURCE) if copied.ok else None
         if text is None:
             continue
         result = plant_twins(text.decode("utf-8", errors="surrogateescape"), graded, rng, budget - len(planted))
         if result.twins:
-            written = workspace.write_harness_file(TWIN_SOURCE, result.text.encode("utf-8", errors="surrogateescape"))
+            written = workspace.write_harness_file(TWIN_PLANTED, result.text.encode("utf-8", errors="surrogateescape"))
             workspace.run(f"cat -- {shlex.quote(written)} > {shlex.quote(path)}", timeout_s=30)
             planted |= result.twins
-        workspace.run(f"rm -f {shlex.quote(original)}", timeout_s=30)
+    workspace.run(f"rm -f {original}", timeout_s=30)
+    if planted:
+        workspace.write_harness_file(TWIN_PLANTED, "")
     return planted
 
 
