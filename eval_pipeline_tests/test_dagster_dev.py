@@ -9,6 +9,7 @@
   (dagster.yaml) launch the run again, and the trial completes.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -34,13 +35,14 @@ from eval_pipeline_tests.conftest import eval_pipeline_cli
 pytestmark = pytest.mark.slow  # end to end: `pytest -m "not slow"` leaves it out
 
 REPO = Path(__file__).resolve().parents[1]
+DOOMED_SLEEP = "21.5"  # seconds: long enough to be found and killed, short enough for the retry to finish
 CAMPAIGN = """
 name: e2e
 benchmark: {{kind: demo}}
 variants:
   - {{name: oracle, agent: oracle}}
-  # Its first run waits to be killed (with its worker); the retry, the second line, finishes at once.
-  - {{name: doomed, agent: command, params: {{command: "echo $PPID >> {worker_pids}; [ $(wc -l < {worker_pids}) -ge 2 ] || sleep 60"}}}}
+  # Each run of it waits a while (its `sleep` is how the test finds it): the first is killed with its worker.
+  - {{name: doomed, agent: command, params: {{command: "sleep {doomed_sleep}"}}}}
 seeds: 1
 sandbox: {{allow_untrusted_agents_locally: true}}  # the command agent on the (default) local backend
 retries: {{max_retries: 1, delay_s: 0, max_rerequests: 0}}
@@ -166,13 +168,13 @@ def dagster_dev(tmp_path_factory):
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
     campaign = tmp_path / "e2e.yaml"
-    campaign.write_text(CAMPAIGN.format(worker_pids=tmp_path / "worker_pids"))
+    campaign.write_text(CAMPAIGN.format(doomed_sleep=DOOMED_SLEEP))
     (tmp_path / "cli.yaml").write_text(CLI_CAMPAIGN)
     campaigns = f"{campaign},{tmp_path / 'cli.yaml'}"
     env = {**os.environ, "DAGSTER_HOME": str(home), "EVAL_PIPELINE_CAMPAIGNS": campaigns}
     env.pop("EVAL_PIPELINE_DATA_DIR", None)
     with running_dagster_dev(env, tmp_path / "dagster_dev.log") as server:
-        yield server, home, campaign, tmp_path / "worker_pids"
+        yield server, home, campaign
 
 
 def run_partitions(run) -> list[str]:
@@ -188,7 +190,7 @@ def asset(name: str) -> list[dict]:
 
 
 def test_backfill_fails_one_partition_on_a_fault_and_reexecution_runs_only_that_one(dagster_dev):
-    server, home, campaign_path, _ = dagster_dev
+    server, home, campaign_path = dagster_dev
     data = Paths(home / "eval_pipeline")
     server.run_job("e2e__prepare_job")
     server.run_jobs("e2e__environments_job", [{"dagster/partition": instance} for instance in INSTANCES])
@@ -219,17 +221,39 @@ def test_backfill_fails_one_partition_on_a_fault_and_reexecution_runs_only_that_
         assert len(generations) == 3, "nothing that finished was generated again"
 
 
+def doomed_agents() -> dict[int, int]:
+    """Each running `sleep` of the doomed agent, with the run worker above it (found through /proc: the agent
+    may write nowhere outside its workspace, so it cannot tell the test where it is)."""
+    found = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if (entry / "cmdline").read_bytes() == f"sleep\0{DOOMED_SLEEP}\0".encode():
+                found[int(entry.name)] = worker_above(int(entry.name))
+    return found
+
+
+def worker_above(pid: int) -> int:
+    """The nearest process above `pid` that is not the command's own shell: the run worker that started the
+    agent's command (what `$PPID` of that shell was)."""
+    while pid > 1:
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        if not Path(f"/proc/{pid}/cmdline").read_bytes().startswith((b"/bin/sh\0", b"sh\0", b"sleep\0")):
+            return pid
+    raise AssertionError("no run worker above the agent")
+
+
 def test_a_sigkilled_run_worker_is_launched_again_and_its_trial_completes(dagster_dev):
-    server, home, _, worker_pids = dagster_dev
+    server, home, _ = dagster_dev
     server.run_job("e2e__prepare_job")
     server.run_job("e2e__environments_job", {"dagster/partition": INSTANCES[0]})
 
     crashed = server.launch_run("e2e__trials_job", partition_tags(f"{INSTANCES[0]}|doomed-s0"))
     deadline = time.monotonic() + 300
-    while not (worker_pids.exists() and worker_pids.read_text().strip()):
+    while not (first := doomed_agents()):
         assert time.monotonic() < deadline, "the agent never started"
         time.sleep(0.05)
-    os.kill(int(worker_pids.read_text().split()[0]), signal.SIGKILL)  # the agent's parent: the run worker
+    ((first_agent, worker),) = first.items()
+    os.kill(worker, signal.SIGKILL)
     server.wait(RUN_STATUS, lambda d: d["runOrError"]["status"] == "FAILURE", id=crashed)
 
     with DagsterInstance.from_config(str(home)) as instance:
@@ -237,17 +261,19 @@ def test_a_sigkilled_run_worker_is_launched_again_and_its_trial_completes(dagste
         while not (retries := instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": crashed}))):
             assert time.monotonic() < deadline, "the crashed run was not launched again"
             time.sleep(1)
+        while not [pid for pid in doomed_agents() if pid != first_agent]:
+            assert time.monotonic() < deadline, "the agent that never finished did not run again in the retry"
+            time.sleep(0.05)
         assert server.finished(retries[0].run_id) == "SUCCESS"
         assert retries[0].tags.get("dagster/retry_number") == "1"
         key = f"{INSTANCES[0]}|doomed-s0"
         assert key in instance.get_materialized_partitions(AssetKey(["e2e", "evaluation"]))
-    assert len(worker_pids.read_text().split()) == 2, "the agent that never finished ran once more, in the retry"
 
 
 def test_the_command_launches_through_the_server_so_its_runs_are_the_code_locations(dagster_dev):
     """With EVAL_PIPELINE_DAGSTER_URL, `eval-pipeline run` launches as the UI does: each run carries the code
     location's origin, which the Overview timeline and the Jobs page need."""
-    server, home, campaign, _ = dagster_dev
+    server, home, campaign = dagster_dev
     env = {**os.environ, "DAGSTER_HOME": str(home), "EVAL_PIPELINE_DAGSTER_URL": server.url}
     env.pop("EVAL_PIPELINE_DATA_DIR", None)
     result = eval_pipeline_cli(env, "run", "--campaign", str(campaign.parent / "cli.yaml"), "--json")

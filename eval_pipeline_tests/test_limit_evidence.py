@@ -215,21 +215,18 @@ def test_the_report_counts_limits_scored_and_left_as_infrastructure_per_variant(
 
 
 @pytest.mark.slow
-def test_in_a_container_the_same_oom_is_infrastructure_until_the_oracle_passes_and_then_scored(
+def test_in_a_container_an_oom_the_reference_passes_within_is_scored_at_once(
     container_sandbox, instance, portfolio, store
 ):
-    """The cgroup's OOM kill, before and after the evidence: retried without it, the patch's verdict with it."""
+    """The cgroup's OOM kill: the reference, graded at once in the same pod under the same limits, passes, so
+    the patch's verdict (evaluation.py's intention to treat), with that pass kept as evidence."""
     campaign = make_campaign()
     sandbox = container_sandbox(limits=ResourceLimits(memory_floor_mb=64, memory_ceiling_mb=256, cpu_ceiling=1))
     setup = setup_for(campaign, portfolio, instance, sandbox, store)
 
-    before = run(setup, instance, "hostile")
-    oracle = run(setup, instance, "oracle")
-    after = run(setup, instance, "hostile")
+    hostile = run(setup, instance, "hostile")
 
-    assert before.outcome is Outcome.OOM_KILLED and before.tries == MAX_RETRIES + 1, before.detail
-    assert oracle.outcome is Outcome.RESOLVED, oracle.detail
-    assert after.outcome is Outcome.PATCH_OOM_KILLED and after.tries == 1, after.detail
-    assert after.generation.key == before.generation.key, "the same patch, graded again"
-    assert after.evaluation.resources["backend"] == "container"
-    assert after.evaluation.limit_evidence["reference"] == oracle.evaluation.key
+    assert hostile.outcome is Outcome.PATCH_OOM_KILLED and hostile.tries == 1, hostile.detail
+    assert any(step.get("oom_killed") for step in hostile.evaluation.steps), "the cgroup's kill, for real"
+    assert hostile.evaluation.resources["backend"] == "container"
+    assert hostile.evaluation.limit_evidence["reference"].startswith("graded at once after generation/")
