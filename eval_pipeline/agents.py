@@ -44,17 +44,26 @@ class AgentOutOfMemory(AgentStopped):
     doing. Left unscored, an agent that fails could end each failing trial so and leave the denominator."""
 
 
+class AgentOverStorage(AgentStopped):
+    """One of the agent's own commands filled more disk than the trial's quota (agent_error), which the runner
+    ended it for: like the memory ceiling, the quota is the trial's budget, and a trial left unscored for
+    exceeding it would be a way out of the denominator."""
+
+
 def finished(result: ExecResult) -> ExecResult:
     """An agent command's result, unless a limit stopped it.
 
     Running out of time is the agent's end (AgentTimeout), and so is a kill
-    at the memory ceiling (AgentOutOfMemory): both are the agent's own
-    commands within the trial's budget, scored.
+    at the memory ceiling (AgentOutOfMemory) or the disk quota
+    (AgentOverStorage): all are the agent's own commands within the trial's
+    budget, scored.
     """
     if result.timed_out:
         raise AgentTimeout(f"{result.command[:200]!r} ran over its time limit ({result.duration_s:.0f}s)")
     if result.oom_killed:
         raise AgentOutOfMemory(f"{result.command[:200]!r} was killed at the memory ceiling")
+    if result.storage_exceeded:
+        raise AgentOverStorage(f"{result.command[:200]!r} was ended for filling more disk than the trial's quota")
     return result
 
 

@@ -232,6 +232,27 @@ class CampaignFile(ConfigModel):
             raise _untrusted_on_local(untrusted)
         return self
 
+    @model_validator(mode="after")
+    def _untrusted_agents_alone_in_a_pod(self) -> "CampaignFile":
+        """Refuse trials of an untrusted agent sharing a pod. The kernel gives a pod's trials no memory cgroup or
+        pid namespace of their own there (Podman's cgroup v1 delegates none, and a fresh /proc is refused under
+        its masked paths): a neighbour would see the trial's processes and could drive the pod out of memory
+        while its tests run, an honest patch then scored as the one killed. One trial at a time per pod (pods
+        of different instances still run at once), or a container per trial (`mode: strict`), keeps each
+        trial's OOM counter its own."""
+        sandbox = self.sandbox
+        if sandbox.backend == "local" or sandbox.mode != "pod" or sandbox.pod_parallelism == 1:
+            return self
+        untrusted = [variant.name for variant in self.variants if not AGENTS[variant.agent].trusted]
+        if untrusted:
+            raise FieldProblem(
+                "sandbox.pod_parallelism",
+                f"{sandbox.pod_parallelism} lets trials of untrusted variants ({', '.join(untrusted)}) share a pod,"
+                " where a neighbour can drive the trial's tests out of memory: use 1 (one trial per pod at a time)"
+                " or mode: strict (a container per trial)",
+            )
+        return self
+
     @model_validator(mode="before")
     @classmethod
     def _priced_models(cls, data: Any) -> Any:

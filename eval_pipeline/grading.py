@@ -256,13 +256,17 @@ def _apply_model_patch(verdict: Verdict, model_patch: str, workspace: Workspace)
     return applied.ok
 
 
-def _stopped_by_a_limit(verdict: Verdict, timed_out: bool, oom_killed: bool, test_timeout_s: float) -> bool:
-    """A test run cut off by a limit is no verdict on the patch: the outcome says which limit."""
-    if timed_out:
+def _stopped_by_a_limit(verdict: Verdict, run: Mapping[str, Any], test_timeout_s: float) -> bool:
+    """A test run cut off by a limit is no verdict on the patch: the outcome says which limit. Past the disk
+    quota it is a grading error, abnormal, so that the reference graded at once tells the patch's fault
+    (evaluation.py)."""
+    if run["timed_out"]:
         verdict.outcome, verdict.detail = Outcome.TEST_TIMEOUT, f"the tests ran over {test_timeout_s:g}s"
-    elif oom_killed:
+    elif run["oom_killed"]:
         verdict.outcome, verdict.detail = Outcome.OOM_KILLED, "the tests were OOM-killed at the memory ceiling"
-    return timed_out or oom_killed
+    elif run.get("storage_exceeded"):
+        verdict.outcome, verdict.detail = Outcome.GRADING_ERROR, "the test run filled more disk than the trial's quota"
+    return bool(run["timed_out"] or run["oom_killed"] or run.get("storage_exceeded"))
 
 
 def _test_statuses(spec: EnvironmentSpec, workspace: Workspace) -> dict[str, str]:
@@ -418,7 +422,7 @@ def grade(
             "twins": sorted(twins),
         }
     )
-    if _stopped_by_a_limit(verdict, tests.timed_out, tests.oom_killed, test_timeout_s):
+    if _stopped_by_a_limit(verdict, tests.summary(), test_timeout_s):
         return verdict
     try:
         statuses = _test_statuses(spec, workspace)
@@ -472,7 +476,9 @@ def run_verifier(
     """Run tests/test.sh on the workspace as it is, as Harbor does: its tests and an empty reward directory put
     in place only now (at /tests and /logs/verifier where the workspace keeps Harbor's paths, which the agent's
     commands never saw), root in the WORKDIR, with the task's [verifier] env. test.sh is the command's own
-    process (`exec`), so a signal that ends it shows as the command's."""
+    process (`exec`), so a signal that ends it shows as the command's. It has the network its task's
+    `allow_internet` gives the container (Harbor's verifiers install their tools: curl, uv, pytest), which
+    the run records; a code task's tests never have one."""
     tests_dir = workspace.write_harness_tree("tests", task.tests)
     reward_file = workspace.harness_path(REWARD_FILE)
     reward_dir = shlex.quote(reward_file.rsplit("/", 1)[0])
@@ -482,7 +488,8 @@ def run_verifier(
         env={**task.verifier_env, "EVAL_TESTS_DIR": tests_dir, "EVAL_REWARD_FILE": reward_file},
     )
     reward_txt, reward_json = _text(workspace, REWARD_FILE), _text(workspace, REWARD_JSON)
-    return VerifierRun(tests.summary(), reward_txt, reward_json, test_timeout_s, in_place)
+    run = {**tests.summary(), "network": task.allow_internet}
+    return VerifierRun(run, reward_txt, reward_json, test_timeout_s, in_place)
 
 
 def _reward(run: VerifierRun) -> float | None:
@@ -512,7 +519,7 @@ def score_verifier(run: VerifierRun) -> Verdict:
     reference at once (intention to treat), so such a run is scored against the patch when the reference passes.
     """
     verdict = Verdict(outcome=Outcome.GRADING_ERROR, steps=[{"step": "run_tests", **run.run}])
-    if _stopped_by_a_limit(verdict, run.run["timed_out"], run.run["oom_killed"], run.test_timeout_s):
+    if _stopped_by_a_limit(verdict, run.run, run.test_timeout_s):
         return verdict
     try:
         reward = _reward(run)

@@ -291,6 +291,8 @@ def _environment_class(mini: Any) -> type:
                 )
             elif structured.get("oom_killed"):
                 output["exception_info"] = "the command was killed at the memory ceiling"
+            elif structured.get("storage_exceeded"):
+                output["exception_info"] = "the command was ended for filling more disk than the trial's quota"
             lines = stdout.lstrip().splitlines(keepends=True)
             if lines and lines[0].strip() == SUBMIT_LINE and output["returncode"] == 0:
                 submission = "".join(lines[1:])

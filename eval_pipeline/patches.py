@@ -14,6 +14,10 @@ from eval_pipeline.sandbox import ExecResult, Workspace
 PATCH_TIMEOUT_S = 120.0
 # Far above any real fix (SWE-bench gold patches are kilobytes), far below what hurts the harness.
 MAX_PATCH_BYTES = 10 * 2**20
+# Likewise for the files one patch touches (SWE-bench Verified's gold patches touch at most a few dozen): the
+# harness restores each test file a patch touches, and a patch of tens of thousands of tiny files would make
+# grading as long as the patch pleased. Past it, the patch is refused, scored as the patch's failure.
+MAX_PATCH_FILES = 2000
 _QUOTED_OR_PLAIN = r'("(?:[^"\\]|\\.)*"|\S+)'
 _DIFF_HEADER = re.compile(rf"^diff --git {_QUOTED_OR_PLAIN} {_QUOTED_OR_PLAIN}$", re.MULTILINE)
 # git's C-style quoting of a path with unusual characters: these escapes, and octal bytes (\164 is "t").
@@ -64,11 +68,13 @@ def patch_paths(patch: str) -> list[str]:
 
 
 def patch_problem(patch: str) -> str | None:
-    """Why a patch must not be applied (too large, a path outside the repository, inside a git directory, or
-    compiled bytecode), or None."""
+    """Why a patch must not be applied (too large, too many files, a path outside the repository, inside a
+    git directory, or compiled bytecode), or None."""
     size = len(patch.encode("utf-8", errors="surrogateescape"))
     if size > MAX_PATCH_BYTES:
         return f"the patch is {size} bytes, over the limit of {MAX_PATCH_BYTES}"
+    if (files := len(set(patch_paths(patch)))) > MAX_PATCH_FILES:
+        return f"the patch touches {files} files, over the limit of {MAX_PATCH_FILES}"
     escaping = [path for path in patch_paths(patch) if path.startswith("/") or ".." in PurePosixPath(path).parts]
     if escaping:
         return f"the patch names paths outside the repository: {', '.join(escaping[:5])}"

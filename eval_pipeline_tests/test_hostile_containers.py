@@ -3,6 +3,7 @@
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -215,3 +216,44 @@ def test_nothing_a_trial_leaves_in_shared_directories_or_ipc_reaches_the_next_tr
     with sandbox.workspace(environment, "seed-1") as second:
         found = second.run(LOOK_FOR_IT, timeout_s=30)
     assert "hidden-tests" not in found.stdout and found.stdout.split()[-1] == "0", found.summary()
+
+
+# 64 MiB of random bytes in 1 MiB files: what no single-file limit stops and no file system compresses away.
+FILL_DISK = "python3 -c \"import os\nfor i in range(64): open(f'fill{i}', 'wb').write(os.urandom(2**20))\""
+
+
+@pytest.mark.parametrize("mode", ["pod", "strict"])
+def test_an_agent_filling_the_disk_is_stopped_at_its_quota_and_an_honest_trial_beside_it_resolves(
+    container_sandbox, demo_benchmark, store, mode
+):
+    """Before the quota, a disk fill ended honest trials as the agent's error and stopped the run's storage."""
+    sandbox = container_sandbox(mode=mode, limits=ResourceLimits(storage_mb=16))
+    instance = demo_benchmark.instances[0]
+    environment = prepare_on(sandbox, demo_benchmark, instance)
+    filler = make_agent("command", {"command": f"{FILL_DISK} & {FILL_DISK} > /dev/null; wait"})
+    generation = generate(instance, filler, 0, environment, sandbox, store)
+    assert generation.status == Outcome.AGENT_ERROR and "quota" in generation.error, generation.error
+    honest = generate(instance, make_agent("oracle"), 1, environment, sandbox, store)
+    assert honest.status == "completed" and honest.patch
+
+
+def test_a_long_command_is_the_commands_own_business_never_the_engines(pod):
+    """The request travels on the runner's stdin. In the exec's environment, a command of 130 KB with its
+    request's JSON passed the 128 KiB a variable holds: the engine's error, unscored. Now it runs; one of
+    300 KB fails as any `sh -c` of it would on Linux, the command's own failure (scored when the agent's)."""
+    sandbox, _, environment = pod
+    with sandbox.workspace(environment, "long") as workspace:
+        runs = workspace.run(f"printf '%s' {'x' * 130_000} | wc -c", timeout_s=60)
+        too_long = workspace.run(f"printf '%s' {'x' * 300_000} | wc -c", timeout_s=60)
+    assert runs.exit_code == 0 and runs.stdout.strip() == "130000", runs.stderr
+    assert too_long.exit_code == 127 and "Argument list too long" in too_long.stderr
+
+
+def test_the_engine_storage_shared_with_the_harness_is_named_at_start(container_sandbox, engine):
+    sandbox = container_sandbox()
+    root = engine.info()["DockerRootDir"]
+    if not Path(root).exists():
+        pytest.skip(f"the engine stores containers on another machine ({root})")
+    warned = sandbox.disks_shared_with({"the data directory": Path(root) / "not-made-yet", "proc": Path("/proc")})
+    assert len(warned) == 1 and warned[0].startswith(f"the container engine's storage ({root})"), warned
+    assert "the data directory" in warned[0] and "storage_mb" in warned[0]

@@ -15,7 +15,7 @@ from eval_pipeline.generation import generate
 from eval_pipeline.gitutil import git
 from eval_pipeline.grading import grade
 from eval_pipeline.outcomes import Outcome
-from eval_pipeline.patches import MAX_PATCH_BYTES, apply_patch
+from eval_pipeline.patches import MAX_PATCH_BYTES, MAX_PATCH_FILES, apply_patch
 
 FORCE_PASS_CONFTEST = """import pytest
 
@@ -109,6 +109,15 @@ def test_a_huge_patch_is_refused_without_applying_it(instance, spec, environment
         verdict = grade(instance, spec, patch, workspace, 60)
     assert verdict.outcome is Outcome.PATCH_APPLY_FAILED and "over the limit" in verdict.detail
     assert verdict.steps == [], "no command ran"
+
+
+def test_a_patch_touching_more_files_than_the_cap_is_the_patchs_failure(instance, spec, environment, shared_sandbox):
+    patch = "".join(new_file_patch(f"tests/test_{i}.py", "") for i in range(MAX_PATCH_FILES + 1))
+    with shared_sandbox.workspace(environment, "many") as workspace:
+        verdict = grade(instance, spec, patch, workspace, 60)
+    assert verdict.outcome is Outcome.PATCH_APPLY_FAILED, verdict.detail
+    assert f"touches {MAX_PATCH_FILES + 1} files, over the limit" in verdict.detail
+    assert verdict.outcome.is_scored and verdict.steps == [], "scored against the patch, and no command ran"
 
 
 def test_an_agent_whose_changes_make_a_huge_patch_fails_as_the_agent(

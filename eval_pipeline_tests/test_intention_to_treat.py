@@ -155,3 +155,31 @@ def test_an_agent_whose_command_runs_out_of_memory_is_scored(tmp_path, instance,
         instance, demo_benchmark.environment_for(instance), generation, environment, sandbox, store, 60
     )
     assert evaluation.outcome_type is Outcome.AGENT_ERROR and evaluation.outcome_type.is_scored
+
+
+# Writes 64 MiB of random bytes (no file system compresses or dedups them away) into the workspace, in files of
+# 1 MiB, each under any single-file limit, as a disk-filling agent or patch would.
+FILL_DISK = "python3 -c \"import os\nfor i in range(64): open(f'fill{i}', 'wb').write(os.urandom(2**20))\""
+
+
+def test_an_agent_that_fills_the_disk_is_stopped_at_its_quota_and_scored(tmp_path, instance, demo_benchmark, store):
+    sandbox = LocalSandbox(tmp_path / "sb", ResourceLimits(storage_mb=16), SandboxSettings(), "itt")
+    environment = sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    filler = make_agent("command", {"command": FILL_DISK})
+    generation = generate(instance, filler, 0, environment, sandbox, store)
+    assert generation.status == Outcome.AGENT_ERROR.value and "quota" in generation.error
+    assert store.get(generation.key) is not None, "the agent's failure is final: never retried"
+
+
+def test_a_patch_whose_code_fills_the_disk_at_grading_loses_its_trial(tmp_path, instance, demo_benchmark, store):
+    """The patch's module writes past the quota when the tests import it: stopped, and (the reference passing
+    within the same quota) scored against the patch."""
+    sandbox = LocalSandbox(tmp_path / "sb", ResourceLimits(storage_mb=16), SandboxSettings(), "itt")
+    spec = demo_benchmark.environment_for(instance)
+    environment = sandbox.prepare(instance, spec, demo_benchmark.source)
+    fill = "\nimport os\nfor _i in range(64):\n    open(f'fill{_i}', 'wb').write(os.urandom(2**20))\n"
+    agent = make_agent("command", {"command": appending(fixed_module(instance), fill)})
+    generation = generate(instance, agent, 0, environment, sandbox, store)
+    evaluation = evaluate(instance, spec, generation, environment, sandbox, store, 120)
+    assert evaluation.outcome_type is Outcome.PATCH_BROKE_TEST_RUN, evaluation.detail
+    assert "quota" in evaluation.detail

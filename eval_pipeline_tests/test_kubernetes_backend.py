@@ -477,7 +477,7 @@ class LostOutputPod(PodExec):
 def test_a_claim_whose_answer_the_engine_lost_is_an_infrastructure_failure():
     """A uid's or a slot's: not a ValueError out of the trial's step (which left its partition unmaterialized
     without a typed outcome), a SandboxError, retried like any engine failure."""
-    workspace = ExecWorkspace(LostOutputPod(), "/workspaces/slot0", {}, 1000)
+    workspace = ExecWorkspace(LostOutputPod(), "/workspaces/slot0", {}, ResourceLimits(output_bytes=1000))
     with pytest.raises(SandboxError, match="not a uid"):
         workspace.create()
     with pytest.raises(SandboxError, match="not a slot"), claimed_slot(LostOutputPod(), 2):

@@ -14,7 +14,7 @@ from eval_pipeline.gitutil import git
 from eval_pipeline.outcomes import ImageBuildFailed
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.interpreters import UPGRADE_PIP
-from eval_pipeline.sandbox.limited_exec import run_limited
+from eval_pipeline.sandbox.limited_exec import allocated_bytes, run_limited
 from eval_pipeline.sandbox.local import LocalSandbox, missing_system_packages
 
 
@@ -266,3 +266,20 @@ def test_an_opt_in_campaigns_trials_write_nowhere_but_their_workspace_and_share_
         )
     assert "Read-only file system" in written.stderr and "wrote own" in written.stdout, written.summary()
     assert not any(path.exists() for path in elsewhere) and not Path("/dev/shm/leak").exists()
+
+
+def test_a_command_past_its_disk_quota_is_ended_and_a_neighbours_writes_never_count(tmp_path):
+    """The free space falling is only the trigger: a walk of the trial's own paths judges, so writes elsewhere
+    on the same disk (another trial's) end nothing, and the trial's own end its command within the quota's reach."""
+    mine, neighbour = tmp_path / "mine", tmp_path / "neighbour"
+    mine.mkdir()
+    neighbour.mkdir()
+    quota = {"paths": [str(mine)], "limit_bytes": 8 * 2**20}
+    write = "python3 -c \"import os,time\nfor i in range(32): open(f'{}/f{{i}}', 'wb').write(os.urandom(2**20)); time.sleep(0.01)\""
+    elsewhere = run_limited(write.format(neighbour), str(tmp_path), {}, 60, 10_000, storage=quota)
+    assert elsewhere["exit_code"] == 0 and not elsewhere["storage_exceeded"]
+    filled = run_limited(write.format(mine), str(tmp_path), {}, 60, 10_000, storage=quota)
+    assert filled["storage_exceeded"] and filled["exit_code"] == -9
+    assert allocated_bytes([str(mine)]) < 16 * 2**20, "stopped within a few samples of its quota"
+    again = run_limited("true", str(tmp_path), {}, 60, 10_000, storage=quota)
+    assert again["storage_exceeded"], "a quota already spent ends the next command too"

@@ -318,6 +318,7 @@ def test_a_task_that_forbids_the_internet_runs_without_a_network(tmp_path, conta
         verdict.detail,
         verdict.steps,
     )
+    assert [step["network"] for step in verdict.steps if step["step"] == "run_tests"] == [False], "recorded"
 
 
 # A task whose product is its container's state, as kv-store-grpc's is: a file outside the WORKDIR and a server

@@ -7,6 +7,7 @@ the artifact store, not a regeneration.
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
@@ -27,7 +28,7 @@ from eval_pipeline.orchestration.driver import (
 )
 from eval_pipeline.orchestration.launchers import Launcher, free_abandoned_slots
 from eval_pipeline.report_model import Report, load_report
-from eval_pipeline.settings import Deployment, Paths
+from eval_pipeline.settings import Deployment, Paths, dagster_home
 from eval_pipeline.trials import pending_trials, trial_identities
 
 
@@ -179,6 +180,8 @@ def run_campaign(
     if prepared.status != DagsterRunStatus.SUCCESS:
         raise failure_message(instance, prepared, f"campaign {campaign.name}: preparing the dataset")
     resource = EvalPipelineResource.for_deployment(paths, Deployment.from_env())
+    for shared in resource.sandbox(campaign).disks_shared_with(harness_storage(paths)):
+        say(f"{campaign.name}: warning: {shared}")
     unstored = unstored_trials(campaign, resource)
     progress = CampaignProgress.read(instance, campaign, unstored)
     pending = progress.pending_trials()
@@ -201,6 +204,11 @@ def run_campaign(
         raise failure_message(instance, results, f"campaign {campaign.name}: building results")
     run.report = load_report(resource.fetch(paths.reports / campaign.name / "report.json"))
     return run
+
+
+def harness_storage(paths: Paths) -> dict[str, Path]:
+    """Where the harness itself writes on this machine, by the name a warning gives it."""
+    return {"the data directory": paths.data_dir, "DAGSTER_HOME": dagster_home()}
 
 
 def _latest(instance: DagsterInstance, cycle: Cycle, stage: str) -> DagsterRun | None:

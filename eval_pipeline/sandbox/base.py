@@ -40,6 +40,9 @@ class ResourceLimits:
 
     The multiplier scales the ceilings (1x, 3x, or None for uncapped) so that
     resources can be varied as an experimental variable; floors stay as given.
+    `storage_mb` is not scaled: it is how much disk a code trial may fill beyond
+    its workspace's own copy of the repository, a wall that keeps one trial from
+    filling the disk every other trial (and the harness's own storage) needs.
     """
 
     __pydantic_config__ = ConfigDict(extra="forbid")  # a campaign's `resources:` is read into this (campaign_config.py)
@@ -50,6 +53,7 @@ class ResourceLimits:
     cpu_ceiling: Number = 2.0
     pids: Count = 512
     output_bytes: Count = 1_000_000
+    storage_mb: Count = 4096
     multiplier: Annotated[float | None, BeforeValidator(parse_multiplier)] = 1.0
 
     def with_multiplier(self, multiplier: float | None) -> "ResourceLimits":
@@ -198,6 +202,7 @@ class ExecResult:
     output_truncated: bool = False
     peak_memory_mb: float | None = None
     oom_killed: bool = False
+    storage_exceeded: bool = False
 
     @property
     def ok(self) -> bool:
@@ -213,6 +218,7 @@ class ExecResult:
             "output_truncated": self.output_truncated,
             "peak_memory_mb": self.peak_memory_mb,
             "oom_killed": self.oom_killed,
+            **({"storage_exceeded": True} if self.storage_exceeded else {}),
             "stdout_tail": self.stdout[-tail:],
             "stderr_tail": self.stderr[-tail:],
         }
@@ -398,6 +404,13 @@ class SandboxBackend(ABC):
         """The environment a re-grade starts from: `environment` with a workspace's snapshot in place of its
         image. Only backends whose workspaces make snapshots (`Workspace.snapshot`) are asked."""
         raise NotImplementedError(f"the {self.name} backend keeps no snapshots")
+
+    def disks_shared_with(self, paths: Mapping[str, Path]) -> list[str]:
+        """Where this backend's trials write to the same file system as any of `paths` (the harness's own
+        storage, by name), one line each: a trial's quota bounds what it writes, but a disk shared with the
+        Dagster instance and the data directory is still one that many trials fill together. Local trials
+        write under the data directory itself; backends that cannot tell say nothing."""
+        return []
 
     def release(self) -> None:  # noqa: B027 - a no-op for backends that keep nothing running
         """Stop what this backend keeps running between trials; `prepare` or `workspace` restart it."""

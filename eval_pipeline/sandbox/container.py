@@ -54,7 +54,14 @@ from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
 from eval_pipeline.gitutil import clone_at
 from eval_pipeline.hashing import stable_hash
 from eval_pipeline.outcomes import InfrastructureError, SandboxLost
-from eval_pipeline.sandbox.base import OUTPUT_DIR, EnvironmentHandle, SandboxBackend, SandboxError, ToolChannel
+from eval_pipeline.sandbox.base import (
+    OUTPUT_DIR,
+    EnvironmentHandle,
+    ResourceLimits,
+    SandboxBackend,
+    SandboxError,
+    ToolChannel,
+)
 from eval_pipeline.sandbox.exec_workspace import HARNESS, HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec, TaskLayout
 from eval_pipeline.sandbox.images import (
     CA_BUNDLE,
@@ -71,7 +78,6 @@ from eval_pipeline.sandbox.images import (
     substitute_from,
     task_layers,
 )
-from eval_pipeline.sandbox.limited_exec import REQUEST_ENV
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, runtime_archive, runtime_identity
 from eval_pipeline.swebench_specs import requirements_text
 from eval_pipeline.tasks import Task, TaskImage
@@ -115,6 +121,11 @@ def engine_errors(what: str) -> Iterator[None]:
         raise SandboxError(f"{what}: {error}") from error
 
 
+def _existing_parent(path: Path) -> Path:
+    """`path`, or the nearest of its parents that exists (a data directory not made yet)."""
+    return next(candidate for candidate in (path, *path.parents) if candidate.exists())
+
+
 class EngineExec(PodExec):
     """Exec into a container through the Docker Engine API."""
 
@@ -126,15 +137,29 @@ class EngineExec(PodExec):
         self, argv: list[str], timeout_s: float = HARNESS_COMMAND_TIMEOUT_S, private: str | None = None
     ) -> tuple[int, bytes, bytes]:
         """The engine's socket has its own long timeout (CLIENT_TIMEOUT_S); `timeout_s` is not needed here.
-        `private` goes in the exec's environment: a root process's, which no trial uid can read."""
+        `private` goes as one line on the exec's stdin: a root process's, which no trial uid can read, and of
+        any length (an exec's environment holds at most 128 KiB a variable, so an agent's long command there
+        failed as the engine's error, unscored)."""
         api = self.container.client.api
-        environment = {REQUEST_ENV: private} if private is not None else None
         try:
-            exec_id = api.exec_create(self.container.id, argv, user="0", environment=environment)["Id"]
-            stdout, stderr = api.exec_start(exec_id, demux=True)
+            exec_id = api.exec_create(self.container.id, argv, user="0", stdin=private is not None)["Id"]
+            if private is None:
+                stdout, stderr = api.exec_start(exec_id, demux=True)
+            else:
+                stdout, stderr = self._answer_to(api.exec_start(exec_id, socket=True)._sock, private)
             return api.exec_inspect(exec_id)["ExitCode"], stdout or b"", stderr or b""
         except _ENGINE_FAILURES as error:
             raise self.failure(f"exec failed: {error}") from error
+
+    def _answer_to(self, exec_socket: socket.socket, line: str) -> tuple[bytes, bytes]:
+        """Send `line` to the exec's stdin and read its output to the end: stdout whole, stderr's tail."""
+        channel = EngineChannel(exec_socket, self)
+        try:
+            channel.send(line.encode() + b"\n")
+            stdout = b"".join(iter(channel.receive, b""))
+        finally:
+            channel.close()
+        return stdout, channel.stderr
 
     def open_channel(self, argv: list[str], env: Mapping[str, str], first_line: str) -> ToolChannel:
         api = self.container.client.api
@@ -216,11 +241,11 @@ class ContainerWorkspace(ExecWorkspace):
         container: Container,
         root: str,
         extra_env: Mapping[str, str],
-        output_bytes: int,
+        limits: ResourceLimits,
         task: TaskLayout | None = None,
         cut_network: bool = True,
     ) -> None:
-        super().__init__(EngineExec(container), root, extra_env, output_bytes, task, cut_network)
+        super().__init__(EngineExec(container), root, extra_env, limits, task, cut_network)
         self.container = container
 
     def write_harness_file(self, name: str, content: str | bytes) -> str:
@@ -478,6 +503,22 @@ class ContainerSandbox(SandboxBackend):
             self.client.images.get(snapshot["image_id"])
         return replace(environment, details={**environment.details, "image": snapshot["image_id"]})
 
+    def disks_shared_with(self, paths: Mapping[str, Path]) -> list[str]:
+        """The engine's storage (its root directory, where containers' writable layers live) against each of
+        `paths`, when the engine runs on this machine (its root exists here)."""
+        with engine_errors("asking the engine where it stores containers"):
+            root = Path(self.client.info().get("DockerRootDir") or "/nonexistent")
+        if not root.exists():
+            return []
+        device = root.stat().st_dev
+        return [
+            f"the container engine's storage ({root}) is on the same file system as {name} ({path}): trials'"
+            " writes (each within resources.storage_mb) and images fill the disk the harness stores on;"
+            " put it on a disk of its own (README, 'Storage')"
+            for name, path in paths.items()
+            if _existing_parent(path).stat().st_dev == device
+        ]
+
     def _security_options(self) -> list[str]:
         """Each trial command enters a user and mount namespace of its own (its view of /testbed). Podman's
         default seccomp profile allows that; Docker Engine's allows it only with CAP_SYS_ADMIN, a far larger
@@ -628,12 +669,10 @@ class ContainerSandbox(SandboxBackend):
         """A workspace made in `container` for the duration of the block, under a uid of its own; a terminal
         task's is its container's WORKDIR, worked on as root, as its author expects."""
         if task:
-            workspace = ContainerWorkspace(
-                container, f"{HARNESS_ROOT}/trial", {}, self.limits.output_bytes, TaskLayout(**task)
-            )
+            workspace = ContainerWorkspace(container, f"{HARNESS_ROOT}/trial", {}, self.limits, TaskLayout(**task))
         else:
             workspace = ContainerWorkspace(
-                container, f"{WORKSPACES}/{name}", self.extra_env(), self.limits.output_bytes, cut_network=cut_network
+                container, f"{WORKSPACES}/{name}", self.extra_env(), self.limits, cut_network=cut_network
             )
         with workspace.created():
             yield workspace

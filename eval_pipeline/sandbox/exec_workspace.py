@@ -37,9 +37,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eval_pipeline.outcomes import InfrastructureError
-from eval_pipeline.sandbox.base import OUTPUT_DIR, ExecResult, RunnerEnded, SandboxError, ToolChannel, Workspace
+from eval_pipeline.sandbox.base import (
+    OUTPUT_DIR,
+    ExecResult,
+    ResourceLimits,
+    RunnerEnded,
+    SandboxError,
+    ToolChannel,
+    Workspace,
+)
 from eval_pipeline.sandbox.images import ENV_VENV, PATH, TASK_GIT_DIR, TESTBED, WORKSPACES
-from eval_pipeline.sandbox.limited_exec import REQUEST_ENV
 from eval_pipeline.sandbox.tool_runtime import ToolRuntime
 
 # Every harness process in a pod runs on the runtime's own interpreter, never on the environment's `python3`
@@ -51,12 +58,11 @@ TRIAL_UIDS = range(20000, 65534)
 UID_CLAIMS = f"{WORKSPACES}/.uids"
 # World-writable directories every trial in a pod would share: each trial sees its own tmp there (limited_exec).
 SHARED_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
-# Harness files travel base64-encoded on an exec's private input, each chunk well under Linux's 128 KiB
-# for one environment string.
+# Harness files travel base64-encoded on an exec's private input, in chunks that keep each exec's line short.
 FILE_CHUNK_BYTES = 48 * 1024
 _APPEND_BASE64 = (
     "import base64, os, sys\n"
-    f"data = os.environ.get({REQUEST_ENV!r}) or sys.stdin.readline()\n"
+    "data = sys.stdin.readline()\n"
     "path, mode = sys.argv[1], sys.argv[2]\n"
     "os.makedirs(os.path.dirname(path), exist_ok=True)\n"
     "with open(path, mode) as f: f.write(base64.b64decode(data))\n"
@@ -116,8 +122,8 @@ class PodExec(ABC):
         """Run `argv`; a failure to reach the pod, or no answer within `timeout_s`, raises a typed
         InfrastructureError. Commands time themselves out in the pod; `timeout_s` catches a lost connection.
 
-        `private` (one line: a request, a file's chunk) reaches `argv`'s root process and no other uid: in
-        its environment as REQUEST_ENV, or as a line on its stdin (limited_exec.read_request takes either).
+        `private` (one line: a request, a file's chunk) reaches `argv`'s root process and no other uid, as a
+        line on its stdin (limited_exec.read_request), of any length.
         """
 
     @abstractmethod
@@ -167,7 +173,7 @@ class ExecWorkspace(Workspace):
         pod: PodExec,
         root: str,
         extra_env: Mapping[str, str],
-        output_bytes: int,
+        limits: ResourceLimits,
         task: TaskLayout | None = None,
         cut_network: bool = True,
     ) -> None:
@@ -178,7 +184,8 @@ class ExecWorkspace(Workspace):
         self.task = task
         self.cut_network = cut_network
         self._extra_env = extra_env
-        self._output_bytes = output_bytes
+        self._output_bytes = limits.output_bytes
+        self._storage_mb = limits.storage_mb
         if task:
             self.git_env = {"GIT_DIR": TASK_GIT_DIR, "GIT_WORK_TREE": task.workdir}
             self.base_revision = task.base_commit
@@ -206,11 +213,14 @@ class ExecWorkspace(Workspace):
             # The environment's commit after its install steps (gitutil.COMMIT_BASELINE), read from the
             # pristine /testbed, which no trial can write: every patch is taken against it.
             f" && git -C {TESTBED} rev-parse HEAD"
+            # What the copy takes on disk: the trial's quota counts from there.
+            f" && {shlex.join(HARNESS.runner('--usage', root))}"
         )
         claimed = self._as_root(["sh", "-c", script])
         try:
-            uid, baseline = claimed.split()
+            uid, baseline, copied = claimed.split()
             self.uid = int(uid)
+            self.storage_limit_bytes = int(copied) + self._storage_mb * 2**20
         except ValueError:  # the engine lost the exec's output (seen under load): the uid stays claimed, unused
             raise self.pod.failure(f"claiming a uid for {root} answered {claimed[-200:]!r}, not a uid") from None
         self.base_revision = baseline.decode()
@@ -259,6 +269,7 @@ class ExecWorkspace(Workspace):
             },
             "output_bytes": self._output_bytes,
             "watch_cgroup_oom": True,
+            "storage": {"paths": [self.root], "limit_bytes": self.storage_limit_bytes},
         }
 
     def _task_placement(self, task: TaskLayout) -> dict[str, Any]:

@@ -367,7 +367,7 @@ class KubernetesSandbox(SandboxBackend):
                 pod,
                 f"{WORKSPACES}/slot{slot}",
                 self.images.extra_env(),
-                self.limits.output_bytes,
+                self.limits,
                 cut_network=not network,  # the pod has a network, whatever the policy lets through
             )
             with workspace.created():

@@ -6,11 +6,11 @@ interpreter, from the runtime every container mounts (tool_runtime.py; never
 the environment's `python3`, which may be 3.6), where it drops to the trial's
 uid for the command and prints one JSON result (`--reap` makes it an
 environment pod's PID 1; `--sweep UID` ends a trial, see `sweep_uid`). The
-request (command, environment, limits) arrives in the exec's environment
-(REQUEST_ENV) or as one line on stdin, never as an argument: a process's
-command line is readable by every uid in the pod, and the request carries the
-agent's secrets (`pass_env`), while a root process's environment and stdin
-are not.
+request (command, environment, limits) arrives as one line on stdin, never
+as an argument or in the exec's environment: a process's command line is
+readable by every uid in the pod, and the request carries the agent's secrets
+(`pass_env`), while a root process's stdin is not; and an environment
+variable holds at most 128 KiB, which an agent's command may pass.
 
 A `view` runs the command in a mount namespace of its own (inside a user
 namespace, so no privilege beyond the container's defaults is needed) where
@@ -61,7 +61,6 @@ _MS_NOSUID, _MS_NODEV = 2, 4
 _PR_CAPBSET_DROP, _CAP_SYS_ADMIN = 24, 21
 _HIDING_MOUNT = b"size=64m,mode=755"  # an empty, small tmpfs over each hidden path
 _LIBC = ctypes.CDLL(None, use_errno=True)
-REQUEST_ENV = "EVAL_PIPELINE_EXEC_REQUEST"
 # Where any uid may leave files that outlive its workspace: a trial's are removed when it ends.
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
 
@@ -366,6 +365,62 @@ class _MemoryWatch:
                 return
 
 
+def allocated_bytes(paths):
+    """The disk the files under `paths` take: allocated blocks (a sparse file counts what it fills, not its
+    length), links never followed, a file linked many times counted once."""
+    total, seen = 0, set()
+    for place in paths:
+        for top, directories, files in os.walk(place):
+            for name in directories + files:
+                try:
+                    info = os.lstat(os.path.join(top, name))
+                except OSError:
+                    continue  # gone meanwhile
+                if info.st_nlink > 1 and not os.path.isdir(os.path.join(top, name)):
+                    if (info.st_dev, info.st_ino) in seen:
+                        continue
+                    seen.add((info.st_dev, info.st_ino))
+                total += info.st_blocks * 512
+    return total
+
+
+def _free_bytes(path):
+    usage = os.statvfs(path)
+    return usage.f_bavail * usage.f_frsize
+
+
+class _StorageWatch:
+    """Ends the command's group once the files under `paths` take more than `limit_bytes` of disk.
+
+    The trial's quota, where no file system quota reaches a trial (a pod's workspaces share the container's
+    writable layer). Walking the tree at every sample would cost too much, so the file system's free space
+    is the trigger, sampled as often as memory is: only once it has fallen by what the quota still allows
+    does a walk judge whose files they are (a neighbour's writes trigger a walk but never count). A command
+    writing faster than the disk can within one interval may pass the quota by that much, no more.
+    """
+
+    def __init__(self, paths, limit_bytes, kill_group):
+        self.paths = paths
+        self.limit_bytes = limit_bytes
+        self.kill_group = kill_group
+        self.exceeded = False
+        self.exited = threading.Event()
+        self.room = limit_bytes - allocated_bytes(paths)  # before the command starts: a quota already spent
+        self.free = _free_bytes(paths[0])
+
+    def run(self):
+        while True:
+            if self.room < 0:
+                self.exceeded = True
+                self.kill_group()
+                return
+            if self.exited.wait(_WATCH_INTERVAL_S):
+                return
+            free = _free_bytes(self.paths[0])
+            if self.free - free >= self.room:
+                self.room, self.free = self.limit_bytes - allocated_bytes(self.paths), free
+
+
 def _prefer_for_oom_kill():
     """Make the command (and all it starts) the OOM killer's first choice in its memory cgroup, ahead of this
     runner, an environment's PID 1 and its root tool server, which then survive to report the kill. Raising a
@@ -430,6 +485,7 @@ def _not_started(command, error, duration_s):
         "output_truncated": False,
         "peak_memory_mb": None,
         "oom_killed": False,
+        "storage_exceeded": False,
     }
 
 
@@ -445,6 +501,7 @@ def run_limited(
     watch_cgroup_oom=False,
     view=None,
     keep_background=False,
+    storage=None,
 ):
     """Run `sh -c command` in its own process group; kill the group on timeout. Returns a JSON-ready dict.
 
@@ -472,6 +529,10 @@ def run_limited(
     and `cpu_ceiling` as a core affinity; either way a command over its memory
     ceiling ends `oom_killed`. Containers leave both to the engine's cgroup and
     set `watch_cgroup_oom` to tell an OOM kill from any other SIGKILL.
+
+    `storage` ({"paths": [...], "limit_bytes": N}) is the trial's disk quota: the command's group is
+    killed once the files under those paths take more (`_StorageWatch`), and it ends `storage_exceeded`,
+    as it does when it starts with the quota already spent.
     """
     oom_before = cgroup_oom_kills() if watch_cgroup_oom else None
     started = time.monotonic()
@@ -529,15 +590,19 @@ def run_limited(
         except (ProcessLookupError, PermissionError):
             pass
 
-    watch = None
+    watch = disk = None
     if not watch_cgroup_oom and os.path.isdir("/proc"):
         watch = _MemoryWatch(process.pid, (memory_ceiling_mb or 0) * 2**20, kill_group)
         threading.Thread(target=watch.run, daemon=True).start()
+    if storage:
+        disk = _StorageWatch(storage["paths"], storage["limit_bytes"], kill_group)
+        threading.Thread(target=disk.run, daemon=True).start()
     try:
         status, usage, timed_out = _wait(process.pid, started + timeout_s, kill_group)
     finally:
-        if watch:
-            watch.exited.set()
+        for watcher in (watch, disk):
+            if watcher:
+                watcher.exited.set()
     process.returncode = os.waitstatus_to_exitcode(status)
     if keep_background and not timed_out:  # as Harbor leaves them: only those holding the output end
         for reader in readers:
@@ -571,6 +636,7 @@ def run_limited(
         # is the cgroup's counter rising while the command ran, whatever its exit code.
         "oom_killed": bool(watch and watch.exceeded)
         or bool(oom_before is not None and oom_after is not None and oom_after > oom_before and not timed_out),
+        "storage_exceeded": bool(disk and disk.exceeded),
     }
 
 
@@ -584,9 +650,8 @@ def reap_forever():
 
 
 def read_request():
-    """The request from the exec's environment or one line of stdin (JSON has no raw newline)."""
-    text = os.environ.pop(REQUEST_ENV, None)
-    return json.loads(text if text is not None else sys.stdin.readline())
+    """The request: one line of stdin (JSON has no raw newline)."""
+    return json.loads(sys.stdin.readline())
 
 
 if __name__ == "__main__":
@@ -594,6 +659,8 @@ if __name__ == "__main__":
         reap_forever()
     if sys.argv[1:2] == ["--sweep"]:
         sys.exit(sweep_uid(int(sys.argv[2])))
+    if sys.argv[1:2] == ["--usage"]:
+        sys.exit(print(allocated_bytes(sys.argv[2:])))
     try:
         print(json.dumps(run_limited(**read_request())))
     except ViewUnavailable as error:

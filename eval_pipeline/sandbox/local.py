@@ -63,7 +63,7 @@ from eval_pipeline.sandbox.interpreters import (
     find_interpreter,
     installs_with_pip,
 )
-from eval_pipeline.sandbox.limited_exec import ViewUnavailable, run_limited
+from eval_pipeline.sandbox.limited_exec import ViewUnavailable, allocated_bytes, run_limited
 from eval_pipeline.swebench_specs import requirements_text
 from eval_pipeline.tasks import Task
 
@@ -171,6 +171,7 @@ class LocalWorkspace(Workspace):
         base_revision: str | None = None,
         walled: bool = False,
     ) -> None:
+        """The disk quota counts from what the workspace holds now (the repository's copy)."""
         self.root = root
         self.network = network
         self.base_revision = base_revision
@@ -180,6 +181,7 @@ class LocalWorkspace(Workspace):
         self._limits = limits
         self._view_target = view_target
         self._walled = walled
+        self._storage_limit_bytes = allocated_bytes([str(root)]) + limits.storage_mb * 2**20
 
     def _environ(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         inherited = {name: os.environ[name] for name in _INHERITED_ENV if name in os.environ}
@@ -211,6 +213,7 @@ class LocalWorkspace(Workspace):
             "memory_ceiling_mb": self._limits.effective_memory_ceiling_mb,
             "cpu_ceiling": self._limits.effective_cpu_ceiling,
             "view": view,
+            "storage": {"paths": [str(self.root)], "limit_bytes": self._storage_limit_bytes},
         }
 
     def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:

@@ -71,12 +71,14 @@ class WorkspaceTools:
     def checked(self, command: str, what: str) -> dict[str, Any]:
         """`run`, raising the tool error the agent sees when the command fails or hits a limit."""
         result = self.run(command)
-        if result["exit_code"] != 0 or result["timed_out"] or result["oom_killed"]:
+        if result["exit_code"] != 0 or result["timed_out"] or result["oom_killed"] or result["storage_exceeded"]:
             reason = (
                 "timed out"
                 if result["timed_out"]
                 else "was killed at the memory ceiling"
                 if result["oom_killed"]
+                else "was ended for filling more disk than the trial's quota"
+                if result["storage_exceeded"]
                 else result["stderr"].strip()[-2000:] or f"exit {result['exit_code']}"
             )
             raise ToolError(f"{what}: {reason}")
