@@ -18,12 +18,14 @@ from pathlib import Path
 import pytest
 
 from eval_pipeline.benchmark import Benchmark, Instance, RepoSource
-from eval_pipeline.grading import FAILED, MISSING, REPORT_NAME, Verdict, grade, parse_junit
+from eval_pipeline.grading import FAILED, LOG_NAME, MISSING, REPORT_NAME, Verdict, grade, parse_junit
 from eval_pipeline.outcomes import Outcome
 from eval_pipeline.patches import workspace_diff
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
+from eval_pipeline.swebench_specs import log_parser
 from eval_pipeline_tests.conftest import eval_pipeline_cli, prepare_on
+from eval_pipeline_tests.forgeries import appended_to_fixed
 from eval_pipeline_tests.real_data import (
     PY36_ROW,
     PYTEST_ROW,
@@ -130,6 +132,57 @@ def test_local_workspaces_cannot_reach_the_answer(real_benchmark, data_dir):
         with sandbox.workspace(environment, "agent") as workspace:
             assert_answer_unreachable(workspace, instance, mirrors)
             assert workspace_diff(workspace, instance.base_commit) == "", "the null agent's patch is 0 bytes"
+
+
+SYMPY_ROW = "sympy__sympy-24443"
+# Appended to the module sympy's fix touches, code its tests import: each knows sympy's runner is read from its
+# log, line by line ("test_x ok", "test_x F"), by SWE-bench's parser.
+LOG_FORGERIES = {
+    # Every failure and error written as sympy writes a pass: each graded test reported once, as passed.
+    "failures reported as passes": (
+        "\n\ndef _every_failure_a_pass():\n"  # once the runner's module is whole (it imports sympy, and so this)
+        "    import sys, threading, time\n\n"
+        "    def patched():\n"
+        "        while not hasattr(sys.modules.get('sympy.testing.runtests'), 'PyTestReporter'):\n"
+        "            time.sleep(0.001)\n"
+        "        reporter = sys.modules['sympy.testing.runtests'].PyTestReporter\n"
+        "        reporter.test_fail = lambda self, exc_info: self.test_pass()\n"
+        "        reporter.test_exception = lambda self, exc_info: self.test_pass()\n\n"
+        "    threading.Thread(target=patched, daemon=True).start()\n\n\n"
+        "_every_failure_a_pass()\n"
+    ),
+    # At exit, a pass line for every test of the module's own test file (tests/test_<module>.py beside it; the
+    # runner runs the tests in a child process, whose command line names no file), after the runner's lines.
+    "passes printed at exit": (
+        "\n\ndef _passes_at_exit():\n"
+        "    import atexit, os, re, sys\n\n"
+        "    tests = os.path.join(os.path.dirname(__file__), 'tests', 'test_' + os.path.basename(__file__))\n\n"
+        "    def printed():\n"
+        "        for name in re.findall(r'^def (test_\\w+)', open(tests).read(), re.M):\n"
+        "            sys.stdout.write(f'\\n{name} ok\\n')\n"
+        "        sys.stdout.flush()\n\n"
+        "    atexit.register(printed)\n\n\n"
+        "_passes_at_exit()\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("forgery", LOG_FORGERIES)
+def test_a_runner_read_from_its_log_cannot_be_told_that_a_failing_test_passed(real_benchmark, data_dir, forgery):
+    """sympy's runner (and django's) is graded from its log: before, code under test that printed `test_x ok`
+    resolved the row with no fix. Twins of the graded test, planted in its file, are reported passed too, and a
+    test reported both ways is forged."""
+    instance = real_benchmark.instance(SYMPY_ROW)
+    sandbox = LocalSandbox(data_dir / "sandboxes" / "local", LIMITS, SandboxSettings(), "forged-logs")
+    environment = prepare_on(sandbox, real_benchmark, instance)
+    patch = appended_to_fixed(real_benchmark, instance, LOG_FORGERIES[forgery])
+    spec = real_benchmark.environment_for(instance)
+    with sandbox.workspace(environment, "forger") as workspace:
+        verdict = grade(instance, spec, patch, workspace, 900)
+        log = workspace.read_harness_file(LOG_NAME).decode()
+    swebench_reading = log_parser(spec.log_parser)(log)
+    assert all(swebench_reading[test] == "PASSED" for test in instance.FAIL_TO_PASS), "the forgery works there"
+    assert verdict.outcome is Outcome.REPORT_FORGED, (verdict.detail, verdict.tests, verdict.steps[-1].get("log_tail"))
 
 
 def test_an_editable_install_puts_the_repository_on_sys_path_as_swebench_did(real_benchmark, data_dir):

@@ -1,0 +1,119 @@
+"""What each per-trial wall costs: per command, per trial, per campaign.
+
+    python benchmarks/wall_cost.py [--repeats N] [--repo PATH]
+
+Per command, on this machine (limited_exec.run_limited of `true`, median of N): no view; the trial's view
+(user, mount and network namespaces, the workspace bind-mounted); the view with private world-writable
+directories and IPC namespaces (a pod trial's); the view with everything outside the workspace read-only (the
+local opt-in's); and the disk quota's walk of a workspace holding `--repo` (a checkout of django, by default
+made from /work/mirrors-full, about 6,900 files), which each command pays once at its start.
+
+Per trial, in a pod on the container engine (DOCKER_HOST; skipped without one): a workspace's making and
+removal, then a command with the pod's full placement against the same command without its private
+directories and quota. Per campaign, the walls that cost only what they do: the twins (3 to 6 extra test
+runs per grading, measured on the demo by benchmarks/twin_forger.py's gradings) and the reference run that
+follows an abnormal grading only.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from eval_pipeline.sandbox.limited_exec import allocated_bytes, run_limited
+
+DJANGO_MIRROR = Path("/work/mirrors-full/django/django")
+
+
+def median_ms(run: Callable[[], object], repeats: int) -> float:
+    timings = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        timings.append((time.perf_counter() - started) * 1000)
+    return statistics.median(timings)
+
+
+def checkout(scratch: Path, repo: Path | None) -> Path:
+    if repo:
+        return repo
+    tree = scratch / "django"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{DJANGO_MIRROR}", str(tree)], check=True)
+    return tree
+
+
+def per_command(scratch: Path, tree: Path, repeats: int) -> dict[str, float]:
+    target = scratch / "target"
+    target.mkdir()
+    private = {place: str(scratch / "own-tmp") for place in ("/tmp", "/var/tmp", "/dev/shm")}
+    (scratch / "own-tmp").mkdir()
+    views = {
+        "no view": None,
+        "view (user, mount, network namespaces)": {"source": str(tree), "target": str(target)},
+        "view + private tmp dirs + IPC namespace": {"source": str(tree), "target": str(target), "private": private},
+        "view + read-only but the workspace": {"source": str(tree), "target": str(target), "writable": [str(tree)]},
+    }
+    timings = {
+        name: median_ms(lambda view=view: run_limited("true", str(tree), os.environ, 30, 1000, view=view), repeats)
+        for name, view in views.items()
+    }
+    quota = {"paths": [str(tree)], "limit_bytes": 2**40}
+    timings["no view + disk quota"] = median_ms(
+        lambda: run_limited("true", str(tree), os.environ, 30, 1000, storage=quota), repeats
+    )
+    timings["the quota's walk alone"] = median_ms(lambda: allocated_bytes([str(tree)]), repeats)
+    return timings
+
+
+def per_trial_in_a_pod(repeats: int) -> dict[str, float]:
+    """A pod on the demo's first instance: workspace made and removed; a command with and without walls."""
+    from eval_pipeline.demo_benchmark import build_demo_benchmark
+    from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
+    from eval_pipeline.sandbox.container import ContainerSandbox
+
+    with tempfile.TemporaryDirectory() as scratch:
+        benchmark = build_demo_benchmark(Path(scratch) / "mirrors")
+        settings = SandboxSettings.from_mapping({"backend": "container"})
+        sandbox = ContainerSandbox(Path(scratch) / "sandbox", ResourceLimits(), settings, "wall-cost")
+        instance = benchmark.instances[0]
+        environment = sandbox.prepare(instance, benchmark.environment_for(instance), benchmark.source)
+        try:
+
+            def made_and_removed() -> None:
+                with sandbox.workspace(environment, "cost"):
+                    pass
+
+            timings = {"workspace made and removed": median_ms(made_and_removed, repeats)}
+            with sandbox.workspace(environment, "cost") as workspace:
+                full = workspace.command_placement()
+                bare = {**full, "view": {**full["view"], "private": None}, "storage": None}
+                for name, placement in (("command, all walls", full), ("command, no private dirs or quota", bare)):
+                    timings[name] = median_ms(lambda p=placement: workspace._run_placed(p, "true", 30, None), repeats)
+            return timings
+        finally:
+            sandbox.release()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--repo", type=Path, help="a working tree to measure the quota's walk on")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = checkout(Path(scratch), args.repo)
+        files = sum(len(names) for _, _, names in os.walk(tree))
+        print(f"per command, on this machine (workspace of {files} files, median of {args.repeats}):")
+        for name, ms in per_command(Path(scratch), tree, args.repeats).items():
+            print(f"  {name}: {ms:.1f} ms")
+    if os.environ.get("DOCKER_HOST"):
+        print(f"per trial, in a pod (median of {args.repeats}):")
+        for name, ms in per_trial_in_a_pod(args.repeats).items():
+            print(f"  {name}: {ms:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
