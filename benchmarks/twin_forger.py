@@ -1,10 +1,14 @@
 """How often the forger that knows the twins' design wins: every demo code issue, graded once per seed.
 
-    python benchmarks/twin_forger.py [--seeds N]
+    python benchmarks/twin_forger.py [--seeds N] [--mode local|pod|strict]
 
 The forger is eval_pipeline_tests/forgeries.TWIN_AWARE (canaries.py says what it faces). It wins a grading when
 the instance resolves; `report_forged` (a twin reported passed) and `unresolved` (it spared a graded test) are
-losses. Seeds fix the twins' dice (grading's random source), so a run is reproducible.
+losses. Seeds fix the twins' dice (grading's random source), so a run is reproducible. `pod` and `strict` grade
+in containers (DOCKER_HOST, EVAL_PIPELINE_BASE_IMAGE as for the tests).
+
+A forger wins only where it goes uncaught: `report_forged` is a hard violation that fails every release gate
+by default (gates.py), so the chance its variant passes a gate on N trials is (1 - caught)^N, printed too.
 """
 
 import argparse
@@ -12,27 +16,37 @@ import tempfile
 from pathlib import Path
 
 from eval_pipeline.demo_benchmark import build_demo_benchmark
-from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
-from eval_pipeline.sandbox.local import LocalSandbox
+from eval_pipeline.outcomes import Outcome
+from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
 from eval_pipeline_tests.test_canaries import forged_runs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=25)
+    parser.add_argument("--mode", choices=["local", "pod", "strict"], default="local")
     args = parser.parse_args()
+    backend = {"backend": "local"} if args.mode == "local" else {"backend": "container", "mode": args.mode}
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         benchmark = build_demo_benchmark(root / "mirrors")
-        sandbox = LocalSandbox(root / "sandbox", ResourceLimits(memory_ceiling_mb=1024), SandboxSettings(), "bench")
+        limits = ResourceLimits(memory_ceiling_mb=1024)
+        sandbox = make_sandbox(SandboxSettings.from_mapping(backend), root / "sandbox", limits, "twin-forger")
 
         def prepare(instance):
             return sandbox.prepare(instance, benchmark.environment_for(instance), benchmark.source)
 
-        outcomes = forged_runs(benchmark, sandbox, prepare, range(args.seeds))
+        try:
+            outcomes = forged_runs(benchmark, sandbox, prepare, range(args.seeds))
+        finally:
+            sandbox.release()
     total = outcomes.total()
+    print(f"{args.mode}: {total} gradings")
     for outcome, count in outcomes.most_common():
-        print(f"{outcome}: {count} of {total} ({count / total:.1%})")
+        print(f"  {outcome}: {count} of {total} ({count / total:.1%})")
+    caught = outcomes[Outcome.REPORT_FORGED] / total
+    for trials in (8, 24, 100):
+        print(f"  its variant passes a default gate on {trials} trials: {(1 - caught) ** trials:.2g}")
 
 
 if __name__ == "__main__":

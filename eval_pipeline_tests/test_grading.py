@@ -136,8 +136,9 @@ def test_a_compiled_extension_module_beside_a_module_is_refused(shared_sandbox, 
 def test_a_patch_touching_thousands_of_test_files_is_graded_like_any_other(
     shared_sandbox, prepare, demo_benchmark, instance, monkeypatch
 ):
-    """A container's command travels in one environment variable, which Linux caps at 128 KiB: restoring 800
-    test files in one command ended `engine_error`, unscored, for any patch that wanted out of the count."""
+    """A command is one `sh -c` argument, which Linux caps at 128 KiB (and its request once travelled in one
+    environment variable, capped alike): restoring 800 test files in one command ended `engine_error`,
+    unscored, for any patch that wanted out of the count. They are restored in parts."""
     padding = {f"tests/test_padding_{number:04d}_{'x' * 60}.py": "def test_pad():\n    pass\n" for number in range(800)}
     patch = instance.patch + new_files(padding)
     environment = prepare(instance)

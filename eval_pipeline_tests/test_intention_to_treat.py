@@ -21,7 +21,7 @@ from eval_pipeline.outcomes import Outcome
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline.terminal_tasks import load_terminal_tasks
-from eval_pipeline_tests.conftest import write_terminal_task
+from eval_pipeline_tests.conftest import prepare_on, write_terminal_task
 from eval_pipeline_tests.forgeries import fixed_module
 
 # Appended to the module a code issue's fix touches (code its tests import): at the first failing report, the
@@ -56,19 +56,29 @@ def instance(demo_benchmark):
     return demo_benchmark.instances[2]
 
 
-def test_a_patch_that_ends_the_tests_at_their_first_failure_loses_its_trial(
-    instance, prepare, shared_sandbox, store, demo_benchmark
-):
+ENGINE = pytest.mark.xdist_group("engine")  # with the other tests of the container engine (conftest.py)
+
+
+@pytest.fixture(params=["local", pytest.param("pod", marks=ENGINE), pytest.param("strict", marks=ENGINE)])
+def walled(request, instance, demo_benchmark, shared_sandbox, prepare):
+    """The instance's environment within each kind of walls: (sandbox, environment)."""
+    if request.param == "local":
+        return shared_sandbox, prepare(instance)
+    sandbox = request.getfixturevalue("container_sandbox")(mode=request.param)
+    return sandbox, prepare_on(sandbox, demo_benchmark, instance)
+
+
+def test_a_patch_that_ends_the_tests_at_their_first_failure_loses_its_trial(instance, walled, store, demo_benchmark):
+    sandbox, environment = walled
     spec = demo_benchmark.environment_for(instance)
-    environment = prepare(instance)
     agent = make_agent("command", {"command": appending(fixed_module(instance), EXIT_AT_FIRST_FAILURE)})
-    generation = generate(instance, agent, 0, environment, shared_sandbox, store)
+    generation = generate(instance, agent, 0, environment, sandbox, store)
     assert "_quit_when_failing" in generation.patch
-    evaluation = evaluate(instance, spec, generation, environment, shared_sandbox, store, 120)
+    evaluation = evaluate(instance, spec, generation, environment, sandbox, store, 120)
     assert evaluation.outcome_type is Outcome.PATCH_BROKE_TEST_RUN, evaluation.detail
     assert evaluation.outcome_type.is_scored and not evaluation.outcome_type.is_resolved
     assert "reported no test" in evaluation.detail and "graded at once" in evaluation.detail
-    under = GradedUnder.of(instance, environment.key, shared_sandbox, 120)
+    under = GradedUnder.of(instance, environment.key, sandbox, 120)
     assert reference_pass(store, under) is not None, "the reference's pass is kept as evidence"
     assert store.get(evaluation.key) is not None, "scored and final: never retried"
 

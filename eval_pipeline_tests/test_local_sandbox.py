@@ -283,3 +283,16 @@ def test_a_command_past_its_disk_quota_is_ended_and_a_neighbours_writes_never_co
     assert allocated_bytes([str(mine)]) < 16 * 2**20, "stopped within a few samples of its quota"
     again = run_limited("true", str(tmp_path), {}, 60, 10_000, storage=quota)
     assert again["storage_exceeded"], "a quota already spent ends the next command too"
+
+
+def test_the_room_a_command_leaves_carries_to_the_next_and_never_past_the_quota(tmp_path):
+    """The state spares the next command its walk; a trial writing 6 MiB a command under an 8 MiB quota is
+    still stopped in its second command."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    quota = {"paths": [str(mine)], "limit_bytes": 8 * 2**20, "state": str(tmp_path / "quota.json")}
+    write = "python3 -c \"import os\nfor i in range(6): open(f'{}-{{i}}', 'wb').write(os.urandom(2**20))\""
+    first = run_limited(write.format(mine / "a"), str(tmp_path), {}, 60, 10_000, storage=quota)
+    assert first["exit_code"] == 0 and not first["storage_exceeded"]
+    second = run_limited(write.format(mine / "b"), str(tmp_path), {}, 60, 10_000, storage=quota)
+    assert second["storage_exceeded"], "judged when it ended, had it ended before a sample"

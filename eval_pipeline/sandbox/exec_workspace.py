@@ -269,7 +269,11 @@ class ExecWorkspace(Workspace):
             },
             "output_bytes": self._output_bytes,
             "watch_cgroup_oom": True,
-            "storage": {"paths": [self.root], "limit_bytes": self.storage_limit_bytes},
+            "storage": {
+                "paths": [self.root],
+                "limit_bytes": self.storage_limit_bytes,
+                "state": f"{self.root}/harness/quota.json",  # root's, in root's directory
+            },
         }
 
     def _task_placement(self, task: TaskLayout) -> dict[str, Any]:

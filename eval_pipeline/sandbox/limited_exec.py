@@ -399,26 +399,74 @@ class _StorageWatch:
     writing faster than the disk can within one interval may pass the quota by that much, no more.
     """
 
-    def __init__(self, paths, limit_bytes, kill_group):
+    def __init__(self, paths, limit_bytes, state=None):
         self.paths = paths
         self.limit_bytes = limit_bytes
-        self.kill_group = kill_group
+        self.kill_group = None  # given once the command has started (`arm`)
+        self.armed = threading.Event()
+        self.state = state
         self.exceeded = False
         self.exited = threading.Event()
-        self.room = limit_bytes - allocated_bytes(paths)  # before the command starts: a quota already spent
         self.free = _free_bytes(paths[0])
+        carried = self._carried_room()
+        # Before the command starts: a quota already spent ends it at once.
+        self.room = carried if carried is not None and carried >= 0 else self._measured_room()
+
+    def _measured_room(self):
+        return self.limit_bytes - allocated_bytes(self.paths)
+
+    def _carried_room(self):
+        """The room the previous command left (`state`, a file only this runner's user writes), less what the
+        disk lost since; None without one. Walking a large workspace costs tens of milliseconds a command, and
+        a trial writes nothing between its commands (its processes end with each), so a walk is owed only
+        once the disk has lost what the quota allowed."""
+        try:
+            with open(self.state) as saved:
+                carried = json.load(saved)
+            return int(carried["room"]) - max(0, int(carried["free"]) - self.free)
+        except (TypeError, OSError, ValueError, KeyError):
+            return None
+
+    def arm(self, kill_group):
+        self.kill_group = kill_group
+        self.armed.set()
 
     def run(self):
+        """Sample until the command ends, and once more then: a command that wrote past the quota within one
+        interval and ended is judged too. The thread starts before the command does (as the output readers
+        do: a fork bomb exhausting the pids limit would leave none to start after), and waits to be armed."""
+        self.armed.wait()
+        if self.kill_group is None:
+            return  # the command never started
         while True:
             if self.room < 0:
                 self.exceeded = True
                 self.kill_group()
                 return
-            if self.exited.wait(_WATCH_INTERVAL_S):
-                return
+            ended = self.exited.wait(_WATCH_INTERVAL_S)
             free = _free_bytes(self.paths[0])
             if self.free - free >= self.room:
-                self.room, self.free = self.limit_bytes - allocated_bytes(self.paths), free
+                self.room, self.free = self._measured_room(), free
+            if ended:
+                self.exceeded = self.room < 0
+                return
+
+    def save(self):
+        """Leave the room for the next command: never more than a walk found, whatever the disk gained since
+        (a neighbour's deletions are not this trial's room)."""
+        if not self.state:
+            return
+        free = _free_bytes(self.paths[0])
+        room = self.room - max(0, self.free - free)
+        with open(f"{self.state}.new", "w") as saved:
+            json.dump({"room": room, "free": free}, saved)
+        os.replace(f"{self.state}.new", self.state)
+
+
+def _disarm(disk):
+    """End a storage watch whose command never started."""
+    if disk:
+        disk.armed.set()
 
 
 def _prefer_for_oom_kill():
@@ -530,9 +578,10 @@ def run_limited(
     ceiling ends `oom_killed`. Containers leave both to the engine's cgroup and
     set `watch_cgroup_oom` to tell an OOM kill from any other SIGKILL.
 
-    `storage` ({"paths": [...], "limit_bytes": N}) is the trial's disk quota: the command's group is
-    killed once the files under those paths take more (`_StorageWatch`), and it ends `storage_exceeded`,
-    as it does when it starts with the quota already spent.
+    `storage` ({"paths": [...], "limit_bytes": N, "state": file}) is the trial's disk quota: the command's
+    group is killed once the files under those paths take more (`_StorageWatch`), and it ends
+    `storage_exceeded`, as it does when it starts with the quota already spent. `state`, a file the trial
+    cannot write, carries what the quota still allows from one command to the next.
     """
     oom_before = cgroup_oom_kills() if watch_cgroup_oom else None
     started = time.monotonic()
@@ -550,6 +599,10 @@ def run_limited(
     ]
     for reader in readers:
         reader.start()
+    disk = _StorageWatch(storage["paths"], storage["limit_bytes"], storage.get("state")) if storage else None
+    if disk:
+        disk_thread = threading.Thread(target=disk.run, daemon=True)
+        disk_thread.start()
     namespaces = (
         _View(
             view.get("source"),
@@ -575,8 +628,10 @@ def run_limited(
             preexec_fn=lambda: _limit_child(cpu_ceiling, uid, namespaces),
         )
     except OSError as error:  # its working directory is gone (an earlier command removed it): the command fails
+        _disarm(disk)
         return _not_started(command, error, time.monotonic() - started)
     except subprocess.SubprocessError as error:  # the child could not enter its view
+        _disarm(disk)
         raise ViewUnavailable(f"cannot give the command its own view of {view}: {namespaces.error or error}") from None
     finally:
         os.close(out_write)
@@ -590,13 +645,12 @@ def run_limited(
         except (ProcessLookupError, PermissionError):
             pass
 
-    watch = disk = None
+    watch = None
+    if disk:
+        disk.arm(kill_group)
     if not watch_cgroup_oom and os.path.isdir("/proc"):
         watch = _MemoryWatch(process.pid, (memory_ceiling_mb or 0) * 2**20, kill_group)
         threading.Thread(target=watch.run, daemon=True).start()
-    if storage:
-        disk = _StorageWatch(storage["paths"], storage["limit_bytes"], kill_group)
-        threading.Thread(target=disk.run, daemon=True).start()
     try:
         status, usage, timed_out = _wait(process.pid, started + timeout_s, kill_group)
     finally:
@@ -613,6 +667,9 @@ def run_limited(
         end_processes_of(uid)  # and those that left the group (setsid), which would outlive the command
     for reader in readers:
         reader.join()
+    if disk:
+        disk_thread.join()
+        disk.save()
     if watch_cgroup_oom:
         _reap_orphans(time.monotonic() + _REAP_GRACE_S)
     oom_after = cgroup_oom_kills() if watch_cgroup_oom else None

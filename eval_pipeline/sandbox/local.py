@@ -155,6 +155,11 @@ class PipeChannel(ToolChannel):
         return SandboxError(message)  # a local environment is a directory: it does not go away under a call
 
 
+def quota_state(root: Path) -> Path:
+    """Where a workspace's disk quota carries over between its commands: beside it, outside its walls."""
+    return root.with_name(f"{root.name}.quota.json")
+
+
 class LocalWorkspace(Workspace):
     """A workspace directory (`root/repo`, `root/harness`); with `view_target`, commands see `root/repo` there,
     with network only when `network`, and when `walled` (an untrusted agent's campaign) may write nowhere
@@ -182,6 +187,7 @@ class LocalWorkspace(Workspace):
         self._view_target = view_target
         self._walled = walled
         self._storage_limit_bytes = allocated_bytes([str(root)]) + limits.storage_mb * 2**20
+        self._quota = str(quota_state(root))
 
     def _environ(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         inherited = {name: os.environ[name] for name in _INHERITED_ENV if name in os.environ}
@@ -213,7 +219,8 @@ class LocalWorkspace(Workspace):
             "memory_ceiling_mb": self._limits.effective_memory_ceiling_mb,
             "cpu_ceiling": self._limits.effective_cpu_ceiling,
             "view": view,
-            "storage": {"paths": [str(self.root)], "limit_bytes": self._storage_limit_bytes},
+            # The quota's state beside the workspace, where no command of a walled trial may write.
+            "storage": {"paths": [str(self.root)], "limit_bytes": self._storage_limit_bytes, "state": self._quota},
         }
 
     def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
@@ -455,3 +462,4 @@ class LocalSandbox(SandboxBackend):
             yield LocalWorkspace(root, source / "python", self.limits, view, network, baseline, walled)
         finally:
             shutil.rmtree(root, ignore_errors=True)
+            quota_state(root).unlink(missing_ok=True)
