@@ -7,8 +7,10 @@ the instance resolves; `report_forged` (a twin reported passed) and `unresolved`
 losses. Seeds fix the twins' dice (grading's random source), so a run is reproducible. `pod` and `strict` grade
 in containers (DOCKER_HOST, EVAL_PIPELINE_BASE_IMAGE as for the tests).
 
-A forger wins only where it goes uncaught: `report_forged` is a hard violation that fails every release gate
-by default (gates.py), so the chance its variant passes a gate on N trials is (1 - caught)^N, printed too.
+What this forger loses to `report_forged` it loses by grouping a passing test's twins wrongly (it then reports
+a twin passed beside its passing original). A twin reported passed beside its failing original proves nothing
+(buggy code may return the twin's value), so a wrong guess among a failing test's twins goes unseen: a forger
+that groups every twin right wins one time in TWINS_PER_TEST + 1 per twinned failing test, and is never caught.
 """
 
 import argparse
@@ -16,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from eval_pipeline.demo_benchmark import build_demo_benchmark
-from eval_pipeline.outcomes import Outcome
+from eval_pipeline.canaries import TWINS_PER_TEST
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
 from eval_pipeline_tests.test_canaries import forged_runs
 
@@ -44,9 +46,9 @@ def main() -> None:
     print(f"{args.mode}: {total} gradings")
     for outcome, count in outcomes.most_common():
         print(f"  {outcome}: {count} of {total} ({count / total:.1%})")
-    caught = outcomes[Outcome.REPORT_FORGED] / total
-    for trials in (8, 24, 100):
-        print(f"  its variant passes a default gate on {trials} trials: {(1 - caught) ** trials:.2g}")
+    print(
+        f"  a forger grouping every twin right: {1 / (TWINS_PER_TEST + 1):.0%} per twinned failing test, never caught"
+    )
 
 
 if __name__ == "__main__":
