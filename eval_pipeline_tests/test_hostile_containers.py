@@ -197,11 +197,12 @@ def test_a_trial_writes_nothing_of_the_harness_but_its_outputs(pod):
 # tests a grading ran with, for the next seed's agent to read.
 LEAVE_BEHIND = (
     "for d in /tmp /var/tmp /dev/shm /run/lock; do echo hidden-tests > $d/left-for-next-seed; done; "
+    "touch /dev/mqueue/hidden-tests; "
     "ipcmk -M 4096 >/dev/null; ls /run/lock /tmp; ipcs -m | grep -c '^0x'"
 )
 LOOK_FOR_IT = (
     "cat /tmp/left-for-next-seed /var/tmp/left-for-next-seed /dev/shm/left-for-next-seed "
-    "/run/lock/left-for-next-seed 2>/dev/null; ipcs -m 2>/dev/null | grep -c '^0x' ; true"
+    "/run/lock/left-for-next-seed 2>/dev/null; ls /dev/mqueue; ipcs -m 2>/dev/null | grep -c '^0x' ; true"
 )
 
 

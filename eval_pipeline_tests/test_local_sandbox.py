@@ -4,6 +4,7 @@ import os
 import shlex
 import sys
 import time
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -257,15 +258,41 @@ def test_an_opt_in_campaigns_trials_write_nowhere_but_their_workspace_and_share_
     if environment.details["trial_view"] == "copy":
         pytest.skip("this system refuses the mount namespace the walls take")
     site = next(Path(environment.location).glob("python/lib/python*/site-packages"))
-    elsewhere = [site / "zz_poison.pth", tmp_path / "sb" / "left-for-the-next-trial", Path("/tmp") / "eval-leak"]
-    with opted.workspace(environment, "attacker") as workspace:
-        written = workspace.run(
-            " ; ".join(f"echo x > {shlex.quote(str(path))} && echo wrote {path.name}" for path in elsewhere)
-            + " ; echo mine > mine.txt && echo secret > /dev/shm/leak && echo wrote own",
-            timeout_s=30,
-        )
-    assert "Read-only file system" in written.stderr and "wrote own" in written.stdout, written.summary()
-    assert not any(path.exists() for path in elsewhere) and not Path("/dev/shm/leak").exists()
+    leak = f"eval-leak-{uuid.uuid4().hex[:8]}"
+    elsewhere = [
+        site / "zz_poison.pth",
+        tmp_path / "sb" / "left-for-the-next-trial",
+        Path("/tmp") / leak,
+        *(point / leak for point in writable_mount_points()),  # /run, the engine's storage, any disk apart
+    ]
+    try:
+        with opted.workspace(environment, "attacker") as workspace:
+            written = workspace.run(
+                " ; ".join(f"echo x > {shlex.quote(str(path))} && echo wrote {path}" for path in elsewhere)
+                + f" ; echo mine > mine.txt && echo secret > /dev/shm/{leak}"
+                f" && {{ [ ! -d /dev/mqueue ] || touch /dev/mqueue/{leak}; }} && echo wrote own",
+                timeout_s=30,
+            )
+        assert "Read-only file system" in written.stderr and "wrote own" in written.stdout, written.summary()
+        assert not [path for path in elsewhere if path.exists()], written.stdout
+        assert not Path(f"/dev/shm/{leak}").exists() and not Path(f"/dev/mqueue/{leak}").exists()
+    finally:
+        for path in [*elsewhere, Path(f"/dev/shm/{leak}"), Path(f"/dev/mqueue/{leak}")]:
+            path.unlink(missing_ok=True)
+
+
+def writable_mount_points() -> list[Path]:
+    """This machine's writable mounts other than its kernel interfaces and devices (each a separate file system
+    a walled command must not write to, whatever the root's walls)."""
+    points = {Path(line.split()[4]) for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+    return sorted(
+        point
+        for point in points
+        if point.parts[1:2] not in (("proc",), ("sys",), ("dev",))
+        and point.is_dir()
+        and os.access(point, os.W_OK)
+        and not os.statvfs(point).f_flag & os.ST_RDONLY
+    )
 
 
 def test_a_command_past_its_disk_quota_is_ended_and_a_neighbours_writes_never_count(tmp_path):

@@ -57,7 +57,7 @@ HARNESS = ToolRuntime()
 TRIAL_UIDS = range(20000, 65534)
 UID_CLAIMS = f"{WORKSPACES}/.uids"
 # World-writable directories every trial in a pod would share: each trial sees its own tmp there (limited_exec).
-SHARED_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+SHARED_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
 # Harness files travel base64-encoded on an exec's private input, in chunks that keep each exec's line short.
 FILE_CHUNK_BYTES = 48 * 1024
 _APPEND_BASE64 = (

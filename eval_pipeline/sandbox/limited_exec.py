@@ -29,6 +29,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import resource
 import select
 import shutil
@@ -104,16 +105,41 @@ def _bring_up_loopback():
 _KEPT_FLAGS = {2: 2, 4: 4, 8: 8, 1024: 1024, 2048: 2048, 4096: 1 << 21}  # nosuid nodev noexec noatime ... relatime
 
 
+# Kernel interfaces and device nodes, left as they are in a walled view: no place to leave a file in (/dev/shm and
+# /dev/mqueue, which are, get private empty mounts).
+_LEFT_AS_THEY_ARE = ("/proc", "/sys", "/dev")
+_PRIVATE_IN_DEV = (b"/dev/shm", b"/dev/mqueue")
+
+
+def _mount_points():
+    """Every mount point in this mount namespace (mountinfo's fifth field, its octal escapes decoded)."""
+    with open("/proc/self/mountinfo") as info:
+        return [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]) for line in info]
+
+
+def _under(path, places):
+    return any(path == place or path.startswith(place.rstrip("/") + "/") for place in places)
+
+
 def _read_only_but(writable):
-    """Make the root file system read-only in this mount namespace, but for `writable` paths (bind-mounted on
-    themselves first, so that they are mounts of their own), and give /dev/shm a private empty tmpfs: what a
-    command writes outside its workspace, for a later trial or another campaign to find, is refused."""
+    """Make every file system read-only in this mount namespace, but for `writable` paths (bind-mounted on
+    themselves first, so that they are mounts of their own) and the kernel's interfaces, and give /dev/shm and
+    /dev/mqueue private empty mounts: what a command writes outside its workspace, for a later trial or another
+    campaign to find, is refused. Every mount, not only the root: a host's /run, /var/lib/containers or any
+    disk mounted apart would otherwise stay writable. A mount that cannot be made read-only fails the view."""
     for path in writable:
         _libc_call("mount", path, path, None, ctypes.c_ulong(_MS_BIND | _MS_REC), None)
-    kept = sum(flag for stat_flag, flag in _KEPT_FLAGS.items() if os.statvfs("/").f_flag & stat_flag)
-    _libc_call("mount", None, b"/", None, ctypes.c_ulong(_MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept), None)
-    if os.path.isdir("/dev/shm"):
-        _libc_call("mount", b"tmpfs", b"/dev/shm", b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), b"mode=1777")
+    kept_writable = [path.decode() for path in writable]
+    for point in _mount_points():
+        if _under(point, kept_writable) or _under(point, _LEFT_AS_THEY_ARE):
+            continue
+        kept = sum(flag for stat_flag, flag in _KEPT_FLAGS.items() if os.statvfs(point).f_flag & stat_flag)
+        _libc_call(
+            "mount", None, point.encode(), None, ctypes.c_ulong(_MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept), None
+        )
+    for private in _PRIVATE_IN_DEV:
+        if os.path.isdir(private):
+            _libc_call("mount", b"tmpfs", private, b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), b"mode=1777")
 
 
 class _View:
@@ -170,7 +196,8 @@ class _View:
         meanwhile (Ctrl-C) never leaves it blocked forever, holding the command's own output pipes open."""
         os.close(self.to_parent[0])
         os.close(self.to_child[1])
-        ipc = _CLONE_NEWIPC if self.private else 0  # System V and POSIX IPC of its own, with its own directories
+        # System V and POSIX IPC of its own, with its own directories (a pod trial's, or a walled local one's).
+        ipc = _CLONE_NEWIPC if self.private or self.writable is not None else 0
         _libc_call("unshare", _CLONE_NEWUSER | _CLONE_NEWNS | ipc | (0 if self.network else _CLONE_NEWNET))
         os.write(self.to_parent[1], str(os.getpid()).encode())
         answered, _, _ = select.select([self.to_child[0]], [], [], _MAPS_TIMEOUT_S)
@@ -184,8 +211,8 @@ class _View:
                 _libc_call("mount", own, target, None, ctypes.c_ulong(_MS_BIND), None)
         for path in self.hide:
             _libc_call("mount", b"tmpfs", path, b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), _HIDING_MOUNT)
-        if self.writable is not None:
-            _read_only_but(self.writable)
+        if self.writable is not None:  # the workspace, seen at the target, among them
+            _read_only_but(self.writable + ([self.target.encode()] if self.source else []))
         if self.hide or self.writable is not None:  # without CAP_SYS_ADMIN, nothing it starts can undo the mounts
             _libc_call("prctl", _PR_CAPBSET_DROP, _CAP_SYS_ADMIN, 0, 0, 0)
         if not self.network:
@@ -567,7 +594,7 @@ def run_limited(
     nor can the processes it leaves running reach them (`_View`). A view with `writable` (paths) makes
     the root file system read-only but for those paths, for the command and all it starts. A view with
     `private` ({shared directory: the trial's own}) shows the trial's own directory at each shared one
-    (/tmp, /dev/shm, /run/lock), and gives the command IPC namespaces of its own: nothing a trial leaves
+    (/tmp, /dev/shm, /run/lock, /dev/mqueue), and gives the command IPC namespaces of its own: nothing a trial leaves
     there reaches the next trial in its pod. With a `uid` (a pod's trial),
     every process of that uid is ended once the command has (`end_processes_of`), whatever group or
     session it moved to.
