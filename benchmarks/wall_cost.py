@@ -29,13 +29,16 @@ from eval_pipeline.sandbox.limited_exec import allocated_bytes, run_limited
 DJANGO_MIRROR = Path("/work/mirrors-full/django/django")
 
 
-def median_ms(run: Callable[[], object], repeats: int) -> float:
-    timings = []
+def medians_ms(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Each run's median time, the runs interleaved round by round, so that a machine's drift (a loaded VM)
+    weighs on all of them alike."""
+    timings: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        timings.append((time.perf_counter() - started) * 1000)
-    return statistics.median(timings)
+        for name, run in runs.items():
+            started = time.perf_counter()
+            run()
+            timings[name].append((time.perf_counter() - started) * 1000)
+    return {name: statistics.median(values) for name, values in timings.items()}
 
 
 def checkout(scratch: Path, repo: Path | None) -> Path:
@@ -57,20 +60,20 @@ def per_command(scratch: Path, tree: Path, repeats: int) -> dict[str, float]:
         "view + private tmp dirs + IPC namespace": {"source": str(tree), "target": str(target), "private": private},
         "view + read-only but the workspace": {"source": str(tree), "target": str(target), "writable": [str(tree)]},
     }
-    timings = {
-        name: median_ms(lambda view=view: run_limited("true", str(tree), os.environ, 30, 1000, view=view), repeats)
+    runs: dict[str, Callable[[], object]] = {
+        name: lambda view=view: run_limited("true", str(tree), os.environ, 30, 1000, view=view)
         for name, view in views.items()
     }
     quota = {"paths": [str(tree)], "limit_bytes": 2**40}
-    timings["no view + disk quota, walked (a trial's first command)"] = median_ms(
-        lambda: run_limited("true", str(tree), os.environ, 30, 1000, storage=quota), repeats
-    )
     carried = {**quota, "state": str(scratch / "quota.json")}
-    timings["no view + disk quota, carried (every later command)"] = median_ms(
-        lambda: run_limited("true", str(tree), os.environ, 30, 1000, storage=carried), repeats
+    runs["no view + disk quota, walked (a trial's first command)"] = lambda: run_limited(
+        "true", str(tree), os.environ, 30, 1000, storage=quota
     )
-    timings["the quota's walk alone"] = median_ms(lambda: allocated_bytes([str(tree)]), repeats)
-    return timings
+    runs["no view + disk quota, carried (every later command)"] = lambda: run_limited(
+        "true", str(tree), os.environ, 30, 1000, storage=carried
+    )
+    runs["the quota's walk alone"] = lambda: allocated_bytes([str(tree)])
+    return medians_ms(runs, repeats)
 
 
 def per_trial_in_a_pod(repeats: int) -> dict[str, float]:
@@ -81,7 +84,7 @@ def per_trial_in_a_pod(repeats: int) -> dict[str, float]:
 
     with tempfile.TemporaryDirectory() as scratch:
         benchmark = build_demo_benchmark(Path(scratch) / "mirrors")
-        settings = SandboxSettings.from_mapping({"backend": "container"})
+        settings = SandboxSettings.from_mapping({"backend": "container", "pod_parallelism": 2})  # two workspaces
         sandbox = ContainerSandbox(Path(scratch) / "sandbox", ResourceLimits(), settings, "wall-cost")
         instance = benchmark.instances[0]
         environment = sandbox.prepare(instance, benchmark.environment_for(instance), benchmark.source)
@@ -91,13 +94,17 @@ def per_trial_in_a_pod(repeats: int) -> dict[str, float]:
                 with sandbox.workspace(environment, "cost"):
                     pass
 
-            timings = {"workspace made and removed": median_ms(made_and_removed, repeats)}
             with sandbox.workspace(environment, "cost") as workspace:
                 full = workspace.command_placement()
                 bare = {**full, "view": {**full["view"], "private": None}, "storage": None}
-                for name, placement in (("command, all walls", full), ("command, no private dirs or quota", bare)):
-                    timings[name] = median_ms(lambda p=placement: workspace._run_placed(p, "true", 30, None), repeats)
-            return timings
+                return medians_ms(
+                    {
+                        "workspace made and removed": made_and_removed,
+                        "command, all walls": lambda: workspace._run_placed(full, "true", 30, None),
+                        "command, no private dirs or quota": lambda: workspace._run_placed(bare, "true", 30, None),
+                    },
+                    repeats,
+                )
         finally:
             sandbox.release()
 

@@ -68,6 +68,21 @@ def walled(request, instance, demo_benchmark, shared_sandbox, prepare):
     return sandbox, prepare_on(sandbox, demo_benchmark, instance)
 
 
+@pytest.fixture(params=["local", pytest.param("pod", marks=ENGINE), pytest.param("strict", marks=ENGINE)])
+def limited(request, tmp_path, instance, demo_benchmark):
+    """A factory of the instance's environment under given limits within each kind of walls: (sandbox,
+    environment)."""
+
+    def make(limits: ResourceLimits):
+        if request.param == "local":
+            sandbox = LocalSandbox(tmp_path / "sb", limits, SandboxSettings(), "itt")
+        else:
+            sandbox = request.getfixturevalue("container_sandbox")(mode=request.param, limits=limits)
+        return sandbox, prepare_on(sandbox, demo_benchmark, instance)
+
+    return make
+
+
 def test_a_patch_that_ends_the_tests_at_their_first_failure_loses_its_trial(instance, walled, store, demo_benchmark):
     sandbox, environment = walled
     spec = demo_benchmark.environment_for(instance)
@@ -154,9 +169,8 @@ def test_a_verifier_ended_by_a_signal_judges_nothing_whatever_reward_it_left(exi
     assert verdict.outcome is Outcome.GRADING_ERROR and "signal 9" in verdict.detail
 
 
-def test_an_agent_whose_command_runs_out_of_memory_is_scored(tmp_path, instance, demo_benchmark, store):
-    sandbox = LocalSandbox(tmp_path / "sb", ResourceLimits(memory_ceiling_mb=256), SandboxSettings(), "itt")
-    environment = sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+def test_an_agent_whose_command_runs_out_of_memory_is_scored(limited, instance, demo_benchmark, store):
+    sandbox, environment = limited(ResourceLimits(memory_floor_mb=64, memory_ceiling_mb=256))
     hog = make_agent("command", {"command": "python3 -c 'x = bytearray(1024 * 2**20); print(len(x))'"})
     generation = generate(instance, hog, 0, environment, sandbox, store)
     assert generation.status == Outcome.AGENT_ERROR.value and "memory ceiling" in generation.error
@@ -181,12 +195,11 @@ def test_an_agent_that_fills_the_disk_is_stopped_at_its_quota_and_scored(tmp_pat
     assert store.get(generation.key) is not None, "the agent's failure is final: never retried"
 
 
-def test_a_patch_whose_code_fills_the_disk_at_grading_loses_its_trial(tmp_path, instance, demo_benchmark, store):
+def test_a_patch_whose_code_fills_the_disk_at_grading_loses_its_trial(limited, instance, demo_benchmark, store):
     """The patch's module writes past the quota when the tests import it: stopped, and (the reference passing
     within the same quota) scored against the patch."""
-    sandbox = LocalSandbox(tmp_path / "sb", ResourceLimits(storage_mb=16), SandboxSettings(), "itt")
+    sandbox, environment = limited(ResourceLimits(storage_mb=16))
     spec = demo_benchmark.environment_for(instance)
-    environment = sandbox.prepare(instance, spec, demo_benchmark.source)
     fill = "\nimport os\nfor _i in range(64):\n    open(f'fill{_i}', 'wb').write(os.urandom(2**20))\n"
     agent = make_agent("command", {"command": appending(fixed_module(instance), fill)})
     generation = generate(instance, agent, 0, environment, sandbox, store)

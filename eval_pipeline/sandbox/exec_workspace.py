@@ -209,12 +209,15 @@ class ExecWorkspace(Workspace):
         script = (
             f"uid=$({claim}) && rm -rf {root} && mkdir -p {made} && cp -a {TESTBED} {root}/repo"
             f' && chown -R "$uid:$uid" {owned} && chmod 700 {owned}'
-            f' && chown "0:$uid" {root} {root}/harness && chmod 750 {root} {root}/harness && echo "$uid"'
+            f' && chown "0:$uid" {root} {root}/harness && chmod 750 {root} {root}/harness'
             # The environment's commit after its install steps (gitutil.COMMIT_BASELINE), read from the
             # pristine /testbed, which no trial can write: every patch is taken against it.
-            f" && git -C {TESTBED} rev-parse HEAD"
+            f" && baseline=$(git -C {TESTBED} rev-parse HEAD)"
             # What the copy takes on disk: the trial's quota counts from there.
-            f" && {shlex.join(HARNESS.runner('--usage', root))}"
+            f" && copied=$({shlex.join(HARNESS.runner('--usage', root))})"
+            # One write, so one frame of the exec's output: the engine has been seen to lose the first frames
+            # of an exec that ends at once.
+            ' && echo "$uid $baseline $copied"'
         )
         claimed = self._as_root(["sh", "-c", script])
         try:
