@@ -15,7 +15,7 @@ from eval_pipeline.gitutil import git
 from eval_pipeline.outcomes import ImageBuildFailed
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.interpreters import UPGRADE_PIP
-from eval_pipeline.sandbox.limited_exec import allocated_bytes, run_limited
+from eval_pipeline.sandbox.limited_exec import INODE_CHARGE, allocated_bytes, run_limited
 from eval_pipeline.sandbox.local import LocalSandbox, missing_system_packages
 
 
@@ -323,3 +323,19 @@ def test_the_room_a_command_leaves_carries_to_the_next_and_never_past_the_quota(
     assert first["exit_code"] == 0 and not first["storage_exceeded"]
     second = run_limited(write.format(mine / "b"), str(tmp_path), {}, 60, 10_000, storage=quota)
     assert second["storage_exceeded"], "judged when it ended, had it ended before a sample"
+
+
+def test_millions_of_empty_files_count_against_the_quota(tmp_path):
+    """Empty files take no block but an inode each, which a disk has a fixed number of: each is charged."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    quota = {"paths": [str(mine)], "limit_bytes": 1000 * INODE_CHARGE}
+    touched = run_limited(
+        "python3 -c \"import os\nfor i in range(5000): open(f'e{i}', 'w').close()\"",
+        str(mine),
+        {},
+        60,
+        10_000,
+        storage=quota,
+    )
+    assert touched["storage_exceeded"], touched

@@ -392,9 +392,14 @@ class _MemoryWatch:
                 return
 
 
+# What one file or directory costs against a quota besides its blocks: an inode, which an agent making millions of
+# empty files would otherwise take from every trial on the disk for nothing (16 KiB: 262,144 files a 4 GiB quota).
+INODE_CHARGE = 16 * 1024
+
+
 def allocated_bytes(paths):
-    """The disk the files under `paths` take: allocated blocks (a sparse file counts what it fills, not its
-    length), links never followed, a file linked many times counted once."""
+    """What the files under `paths` take of the disk: their allocated blocks (a sparse file counts what it fills,
+    not its length) and INODE_CHARGE each, links never followed, a file linked many times counted once."""
     total, seen = 0, set()
     for place in paths:
         for top, directories, files in os.walk(place):
@@ -407,13 +412,15 @@ def allocated_bytes(paths):
                     if (info.st_dev, info.st_ino) in seen:
                         continue
                     seen.add((info.st_dev, info.st_ino))
-                total += info.st_blocks * 512
+                total += info.st_blocks * 512 + INODE_CHARGE
     return total
 
 
 def _free_bytes(path):
+    """The file system's free space as the quota counts it: free blocks and INODE_CHARGE per free inode (where
+    it counts its inodes: some, btrfs among them, report none)."""
     usage = os.statvfs(path)
-    return usage.f_bavail * usage.f_frsize
+    return usage.f_bavail * usage.f_frsize + usage.f_favail * INODE_CHARGE
 
 
 class _StorageWatch:
