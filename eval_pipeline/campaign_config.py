@@ -241,7 +241,8 @@ class CampaignFile(ConfigModel):
         of different instances still run at once), or a container per trial (`mode: strict`), keeps each
         trial's OOM counter its own."""
         sandbox = self.sandbox
-        if sandbox.backend == "local" or sandbox.mode != "pod" or sandbox.pod_parallelism == 1:
+        strict = sandbox.backend == "container" and sandbox.mode == "strict"  # Kubernetes has pods only
+        if sandbox.backend == "local" or strict or sandbox.pod_parallelism == 1:
             return self
         untrusted = [variant.name for variant in self.variants if not AGENTS[variant.agent].trusted]
         if untrusted:
@@ -249,7 +250,7 @@ class CampaignFile(ConfigModel):
                 "sandbox.pod_parallelism",
                 f"{sandbox.pod_parallelism} lets trials of untrusted variants ({', '.join(untrusted)}) share a pod,"
                 " where a neighbour can drive the trial's tests out of memory: use 1 (one trial per pod at a time)"
-                " or mode: strict (a container per trial)",
+                " or, on the container backend, mode: strict (a container per trial)",
             )
         return self
 

@@ -50,10 +50,12 @@ def test_an_agent_writing_outside_its_workspace_harms_nothing(pod, store):
 
 
 def test_a_fork_bomb_is_contained_by_the_pids_limit_and_the_time_limit(pod, store):
-    # The agent's shell then becomes `sleep` (exec forks nothing): a `sleep` it had to fork could fail once the
-    # bomb fills the pids limit, ending the shell (dash exits on a failed fork) before its time limit.
-    generation = run_agent(pod, store, "bomb() { bomb | bomb & }; bomb; exec sleep 60", timeout_s=5)
-    assert generation.status == Outcome.AGENT_TIMEOUT
+    # The agent's shell forks once, before any bomb, then becomes `sleep` (exec forks nothing): a fork of its own
+    # after the bomb filled the pids limit would fail, ending the shell (dash exits on a failed fork) before its
+    # time limit, which on a loaded machine the bomb sometimes won.
+    command = "bomb() { bomb | bomb & }; (sleep 0.5; bomb) & exec sleep 60"
+    generation = run_agent(pod, store, command, timeout_s=5)
+    assert generation.status == Outcome.AGENT_TIMEOUT, generation.trajectory
     still_works(pod)
 
 
@@ -258,3 +260,16 @@ def test_the_engine_storage_shared_with_the_harness_is_named_at_start(container_
     warned = sandbox.disks_shared_with({"the data directory": Path(root) / "not-made-yet", "proc": Path("/proc")})
     assert len(warned) == 1 and warned[0].startswith(f"the container engine's storage ({root})"), warned
     assert "the data directory" in warned[0] and "storage_mb" in warned[0]
+
+
+def test_a_file_removed_but_held_open_counts_against_the_quota(container_sandbox, demo_benchmark, store):
+    """No walk finds a removed file a process still writes to; what the trial's processes hold open counts."""
+    sandbox = container_sandbox(limits=ResourceLimits(storage_mb=16))
+    instance = demo_benchmark.instances[0]
+    environment = prepare_on(sandbox, demo_benchmark, instance)
+    held = (
+        "python3 -c \"import os, time\nf = open('hidden', 'wb')\nos.unlink('hidden')\n"
+        'for _ in range(64): f.write(os.urandom(2**20)); f.flush()\ntime.sleep(60)"'
+    )
+    generation = generate(instance, make_agent("command", {"command": held}), 0, environment, sandbox, store)
+    assert generation.status == Outcome.AGENT_ERROR and "quota" in generation.error, generation.error

@@ -68,10 +68,11 @@ def walled(request, instance, demo_benchmark, shared_sandbox, prepare):
     return sandbox, prepare_on(sandbox, demo_benchmark, instance)
 
 
-@pytest.fixture(params=["local", pytest.param("pod", marks=ENGINE), pytest.param("strict", marks=ENGINE)])
+@pytest.fixture(params=["local", pytest.param("pod", marks=ENGINE)])
 def limited(request, tmp_path, instance, demo_benchmark):
-    """A factory of the instance's environment under given limits within each kind of walls: (sandbox,
-    environment)."""
+    """A factory of the instance's environment under given limits, locally and in a pod: (sandbox, environment).
+    (Strict containers count a command's memory and disk as pods do: `walled` and test_hostile_containers.py
+    try them.)"""
 
     def make(limits: ResourceLimits):
         if request.param == "local":

@@ -339,3 +339,57 @@ def test_millions_of_empty_files_count_against_the_quota(tmp_path):
         storage=quota,
     )
     assert touched["storage_exceeded"], touched
+
+
+def test_every_name_is_charged_and_no_tree_is_too_deep_to_walk(tmp_path):
+    """Hard links cost no blocks but each is a name a walk must visit (charged, so a walk's length is bounded by
+    the quota); a tree thousands of directories deep ended the walk in a RecursionError, or past the length a
+    path can have, in an OSError: either turned the quota off. Too deep to name is charged past any quota."""
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "one").write_bytes(b"x")
+    for number in range(2000):
+        os.link(linked / "one", linked / f"link{number}")
+    assert allocated_bytes([str(linked)]) >= 2001 * INODE_CHARGE
+    assert allocated_bytes([str(linked)], stop_above=10 * INODE_CHARGE) > 10 * INODE_CHARGE, "stopped past the bound"
+    deep, deeper = tmp_path / "deep", tmp_path / "deeper"
+    nest(deep, 1200)
+    assert 1200 * INODE_CHARGE <= allocated_bytes([str(deep)]) < 2**40
+    nest(deeper, 2500)  # "/d" 2,500 times is longer than any path (4,096 bytes)
+    try:
+        assert allocated_bytes([str(deeper)]) >= 2**62
+    finally:
+        for top in (deep, deeper):  # shutil.rmtree (pytest's cleanup) recurses, and too deep for it
+            unnest(top)
+
+
+def nest(top: Path, depth: int) -> None:
+    """`depth` directories, each inside the last, made relative to the one above (as a trial could)."""
+    top.mkdir()
+    descriptor = os.open(top, os.O_RDONLY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=descriptor)
+        inner = os.open("d", os.O_RDONLY, dir_fd=descriptor)
+        os.close(descriptor)
+        descriptor = inner
+    os.close(descriptor)
+
+
+def unnest(top: Path) -> None:
+    """Remove what `nest` made, a level at a time from the top: each `d` is replaced by its child."""
+    while (top / "d").exists():
+        if (top / "d" / "d").exists():
+            os.rename(top / "d" / "d", top / "up")
+            os.rmdir(top / "d")
+            os.rename(top / "up", top / "d")
+        else:
+            os.rmdir(top / "d")
+
+
+def test_a_workspace_too_deep_for_shutil_is_still_removed(shared_sandbox, environment):
+    with shared_sandbox.workspace(environment, "deep") as workspace:
+        nested = "python3 -c \"import os\nfor _ in range(2500): os.mkdir('d'); os.chdir('d')\""
+        made = workspace.run(nested, timeout_s=60)
+        assert made.exit_code == 0, made.summary()
+        root = workspace.root
+    assert not root.exists()

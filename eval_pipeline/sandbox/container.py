@@ -146,13 +146,15 @@ class EngineExec(PodExec):
             if private is None:
                 stdout, stderr = api.exec_start(exec_id, demux=True)
             else:
-                stdout, stderr = self._answer_to(api.exec_start(exec_id, socket=True)._sock, private)
+                stdout, stderr = self._answer_to(api.exec_start(exec_id, socket=True)._sock, private, timeout_s)
             return api.exec_inspect(exec_id)["ExitCode"], stdout or b"", stderr or b""
         except _ENGINE_FAILURES as error:
             raise self.failure(f"exec failed: {error}") from error
 
-    def _answer_to(self, exec_socket: socket.socket, line: str) -> tuple[bytes, bytes]:
-        """Send `line` to the exec's stdin and read its output to the end: stdout whole, stderr's tail."""
+    def _answer_to(self, exec_socket: socket.socket, line: str, timeout_s: float) -> tuple[bytes, bytes]:
+        """Send `line` to the exec's stdin and read its output to the end: stdout whole, stderr's tail. An answer
+        cut short (the socket closed or silent past `timeout_s`) fails to parse where it is read."""
+        exec_socket.settimeout(timeout_s)
         channel = EngineChannel(exec_socket, self)
         try:
             channel.send(line.encode() + b"\n")

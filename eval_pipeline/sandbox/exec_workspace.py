@@ -207,6 +207,10 @@ class ExecWorkspace(Workspace):
         owned = f"{root}/repo {made}"
         claim = shlex.join(HARNESS.python("-c", _CLAIM_UID, UID_CLAIMS, str(TRIAL_UIDS.start), str(len(TRIAL_UIDS))))
         script = (
+            # Nothing is printed before a line arrives on stdin: output the engine sends with its answer to
+            # the exec's start can be lost (docker-py reads that answer through a buffer), and an answer lost
+            # here leaves a uid claimed for nothing.
+            "read _ && "
             f"uid=$({claim}) && rm -rf {root} && mkdir -p {made} && cp -a {TESTBED} {root}/repo"
             f' && chown -R "$uid:$uid" {owned} && chmod 700 {owned}'
             f' && chown "0:$uid" {root} {root}/harness && chmod 750 {root} {root}/harness'
@@ -215,11 +219,9 @@ class ExecWorkspace(Workspace):
             f" && baseline=$(git -C {TESTBED} rev-parse HEAD)"
             # What the copy takes on disk: the trial's quota counts from there.
             f" && copied=$({shlex.join(HARNESS.runner('--usage', root))})"
-            # One write, so one frame of the exec's output: the engine has been seen to lose the first frames
-            # of an exec that ends at once.
             ' && echo "$uid $baseline $copied"'
         )
-        claimed = self._as_root(["sh", "-c", script])
+        claimed = self._as_root(["sh", "-c", script], private="claim")
         try:
             uid, baseline, copied = claimed.split()
             self.uid = int(uid)
@@ -310,7 +312,10 @@ class ExecWorkspace(Workspace):
             if exit_code is not None and type(failure) is SandboxError:  # the engine reported the runner's own end
                 raise RunnerEnded(str(failure)) from None
             raise failure
-        return ExecResult(**json.loads(stdout))
+        try:
+            return ExecResult(**json.loads(stdout))
+        except (ValueError, TypeError):  # the answer was cut off on its way: the transport's failure, retried
+            raise self.pod.failure(f"the command runner's answer was cut off: {stdout[-200:]!r}") from None
 
     def tool_server_command(self) -> tuple[list[str], dict[str, str]]:
         """The runtime mounted in every container (tool_runtime.py)."""

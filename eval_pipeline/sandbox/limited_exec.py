@@ -25,6 +25,7 @@ result, and gigabytes of output never leave the container.
 """
 
 import ctypes
+import errno
 import fcntl
 import json
 import math
@@ -72,8 +73,8 @@ class ViewUnavailable(OSError):
 
 def _libc_call(name, *args):
     if getattr(_LIBC, name)(*args) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{name}: {os.strerror(errno)}")
+        number = ctypes.get_errno()
+        raise OSError(number, f"{name}: {os.strerror(number)}")
 
 
 def _identity_map(kind, uid):
@@ -133,10 +134,13 @@ def _read_only_but(writable):
     for point in _mount_points():
         if _under(point, kept_writable) or _under(point, _LEFT_AS_THEY_ARE):
             continue
-        kept = sum(flag for stat_flag, flag in _KEPT_FLAGS.items() if os.statvfs(point).f_flag & stat_flag)
-        _libc_call(
-            "mount", None, point.encode(), None, ctypes.c_ulong(_MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept), None
-        )
+        try:
+            kept = sum(flag for stat_flag, flag in _KEPT_FLAGS.items() if os.statvfs(point).f_flag & stat_flag)
+            flags = ctypes.c_ulong(_MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept)
+            _libc_call("mount", None, point.encode(), None, flags, None)
+        except OSError as error:  # a mount this user cannot reach (another's, deleted, hidden): nor can the trial
+            if error.errno not in (errno.EACCES, errno.ENOENT):
+                raise
     for private in _PRIVATE_IN_DEV:
         if os.path.isdir(private):
             _libc_call("mount", b"tmpfs", private, b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), b"mode=1777")
@@ -241,16 +245,21 @@ def _become_subreaper():
 
 
 def end_processes_of(uid):
-    """SIGKILL every process of `uid`, from a forked child that setuid()s to it and calls kill(-1, SIGKILL).
+    """SIGKILL every process of `uid` (`signal_all_of`).
 
     Why this ends every process of a trial where killing its process group did not: a process can leave
     its group (setsid) but not its uid, and each trial in a pod has a uid of its own, the only id mapped in
     its user namespace (nothing to change to; set-uid files are ignored there). kill(-1) signals under the
-    lock fork takes, and a process with a pending SIGKILL cannot fork, so none escapes by forking. The
-    child sends it, not this runner: as root, kill(-1) would end every process in the pod.
+    lock fork takes, and a process with a pending SIGKILL cannot fork, so none escapes by forking.
     """
+    signal_all_of(uid, signal.SIGKILL)
+
+
+def signal_all_of(uid, number):
+    """Send `number` to every process of `uid`, from a forked child that setuid()s to it and calls kill(-1):
+    the child sends it, not this runner, since as root kill(-1) would reach every process in the pod."""
     if not uid:
-        raise ValueError("only a trial's own uid is swept, never root's")
+        raise ValueError("only a trial's own uid is signalled, never root's")
     for _ in range(100):  # under an exhausted pids limit, fork fails until the killed group is reaped
         try:
             with warnings.catch_warnings():  # forking a threaded process is safe here: the child only signals
@@ -260,22 +269,22 @@ def end_processes_of(uid):
         except BlockingIOError:
             time.sleep(0.02)
     else:
-        raise OSError(f"cannot fork to end the processes of uid {uid}")
+        raise OSError(f"cannot fork to signal the processes of uid {uid}")
     if pid == 0:
         code = 0
         try:
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
-            os.kill(-1, signal.SIGKILL)
+            os.kill(-1, number)
         except ProcessLookupError:
             pass  # no process of the uid was left
-        except BaseException:  # noqa: BLE001 - the parent reports a failed sweep by its exit code
+        except BaseException:  # noqa: BLE001 - the parent reports a failed signal by its exit code
             code = 1
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
-        raise OSError(f"could not end the processes of uid {uid}")
+        raise OSError(f"could not signal the processes of uid {uid}")
 
 
 def remove_files_of(uid, places=WORLD_WRITABLE):
@@ -392,27 +401,75 @@ class _MemoryWatch:
                 return
 
 
-# What one file or directory costs against a quota besides its blocks: an inode, which an agent making millions of
-# empty files would otherwise take from every trial on the disk for nothing (16 KiB: 262,144 files a 4 GiB quota).
+# What each name under a quota costs besides its blocks: an inode or a directory entry, which an agent making
+# millions of empty files or hard links would otherwise take from every trial on the disk for nothing, and
+# which bounds a walk's length by the quota (16 KiB: 262,144 names a 4 GiB quota).
 INODE_CHARGE = 16 * 1024
+_UNREADABLE = 2**62  # a directory the walk cannot list hides what it holds: charged past any quota
 
 
-def allocated_bytes(paths):
+def allocated_bytes(paths, stop_above=None):
     """What the files under `paths` take of the disk: their allocated blocks (a sparse file counts what it fills,
-    not its length) and INODE_CHARGE each, links never followed, a file linked many times counted once."""
+    not its length, and a file linked many times once) and INODE_CHARGE for every name; links never followed.
+    An explicit stack (no recursion limit, however deep the tree), and the walk ends once past `stop_above`.
+    A directory that cannot be listed (unreadable to its owner, the local runner, after a chmod; or deeper
+    than a path can name) hides what it holds, and is charged past any quota: no honest trial makes one."""
+    total, seen, stack = 0, set(), list(paths)
+    while stack and (stop_above is None or total <= stop_above):
+        top = stack.pop()
+        try:
+            entries = _listed(top)
+        except FileNotFoundError:
+            continue  # gone meanwhile
+        except OSError:
+            return total + _UNREADABLE
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return total + _UNREADABLE
+            total += INODE_CHARGE
+            if info.st_nlink > 1 and not entry.is_dir(follow_symlinks=False):
+                if (info.st_dev, info.st_ino) in seen:
+                    continue
+                seen.add((info.st_dev, info.st_ino))
+            total += info.st_blocks * 512
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+    return total
+
+
+def _listed(directory):
+    try:
+        with os.scandir(directory) as entries:
+            return list(entries)
+    except PermissionError:
+        os.chmod(directory, os.lstat(directory).st_mode & 0o7777 | 0o700)
+        with os.scandir(directory) as entries:
+            return list(entries)
+
+
+def deleted_but_open_bytes(uid):
+    """What the processes of `uid` hold open of files already removed (or never named, O_TMPFILE): blocks no
+    walk finds, freed only when they close."""
     total, seen = 0, set()
-    for place in paths:
-        for top, directories, files in os.walk(place):
-            for name in directories + files:
-                try:
-                    info = os.lstat(os.path.join(top, name))
-                except OSError:
-                    continue  # gone meanwhile
-                if info.st_nlink > 1 and not os.path.isdir(os.path.join(top, name)):
-                    if (info.st_dev, info.st_ino) in seen:
-                        continue
-                    seen.add((info.st_dev, info.st_ino))
-                total += info.st_blocks * 512 + INODE_CHARGE
+    for pid in (entry for entry in os.listdir("/proc") if entry.isdigit()):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue  # ended meanwhile
+        for descriptor in descriptors:
+            try:
+                info = os.stat(f"/proc/{pid}/fd/{descriptor}")
+            except OSError:
+                continue
+            if info.st_nlink == 0 and (info.st_dev, info.st_ino) not in seen:
+                seen.add((info.st_dev, info.st_ino))
+                total += info.st_blocks * 512
     return total
 
 
@@ -430,12 +487,15 @@ class _StorageWatch:
     writable layer). Walking the tree at every sample would cost too much, so the file system's free space
     is the trigger, sampled as often as memory is: only once it has fallen by what the quota still allows
     does a walk judge whose files they are (a neighbour's writes trigger a walk but never count). A command
-    writing faster than the disk can within one interval may pass the quota by that much, no more.
+    writing faster than the disk can within one interval may pass the quota by that much, no more. With the
+    trial's `uid` (a pod's), its processes are stopped while a walk runs, so that none renames a directory
+    under it (a walk misses what moved), and what they hold open of files already removed counts too.
     """
 
-    def __init__(self, paths, limit_bytes, state=None):
+    def __init__(self, paths, limit_bytes, state=None, uid=None):
         self.paths = paths
         self.limit_bytes = limit_bytes
+        self.uid = uid
         self.kill_group = None  # given once the command has started (`arm`)
         self.armed = threading.Event()
         self.state = state
@@ -447,7 +507,14 @@ class _StorageWatch:
         self.room = carried if carried is not None and carried >= 0 else self._measured_room()
 
     def _measured_room(self):
-        return self.limit_bytes - allocated_bytes(self.paths)
+        if not self.uid:
+            return self.limit_bytes - allocated_bytes(self.paths, stop_above=self.limit_bytes)
+        signal_all_of(self.uid, signal.SIGSTOP)
+        try:
+            used = allocated_bytes(self.paths, stop_above=self.limit_bytes) + deleted_but_open_bytes(self.uid)
+        finally:
+            signal_all_of(self.uid, signal.SIGCONT)
+        return self.limit_bytes - used
 
     def _carried_room(self):
         """The room the previous command left (`state`, a file only this runner's user writes), less what the
@@ -492,9 +559,16 @@ class _StorageWatch:
             return
         free = _free_bytes(self.paths[0])
         room = self.room - max(0, self.free - free)
-        with open(f"{self.state}.new", "w") as saved:
-            json.dump({"room": room, "free": free}, saved)
-        os.replace(f"{self.state}.new", self.state)
+        try:
+            with open(f"{self.state}.new", "w") as saved:
+                json.dump({"room": room, "free": free}, saved)
+            os.replace(f"{self.state}.new", self.state)
+        except OSError:  # a full disk, most likely: the next command walks instead, and the result stands
+            for path in (self.state, f"{self.state}.new"):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
 
 
 def _disarm(disk):
@@ -633,7 +707,7 @@ def run_limited(
     ]
     for reader in readers:
         reader.start()
-    disk = _StorageWatch(storage["paths"], storage["limit_bytes"], storage.get("state")) if storage else None
+    disk = _StorageWatch(storage["paths"], storage["limit_bytes"], storage.get("state"), uid) if storage else None
     if disk:
         disk_thread = threading.Thread(target=disk.run, daemon=True)
         disk_thread.start()

@@ -155,6 +155,12 @@ class PipeChannel(ToolChannel):
         return SandboxError(message)  # a local environment is a directory: it does not go away under a call
 
 
+def remove_workspace(root: Path) -> None:
+    """Remove a workspace whatever its trial left there: `rm -rf`, since shutil.rmtree recurses (before Python
+    3.12) and a tree thousands of directories deep would raise out of the trial's end."""
+    subprocess.run(["rm", "-rf", "--", str(root)], check=False, stdin=subprocess.DEVNULL, capture_output=True)
+
+
 def quota_state(root: Path) -> Path:
     """Where a workspace's disk quota carries over between its commands: beside it, outside its walls."""
     return root.with_name(f"{root.name}.quota.json")
@@ -461,5 +467,5 @@ class LocalSandbox(SandboxBackend):
             walled = self.settings.allow_untrusted_agents_locally
             yield LocalWorkspace(root, source / "python", self.limits, view, network, baseline, walled)
         finally:
-            shutil.rmtree(root, ignore_errors=True)
+            remove_workspace(root)
             quota_state(root).unlink(missing_ok=True)
