@@ -136,8 +136,8 @@ class EngineExec(PodExec):
     def run(
         self, argv: list[str], timeout_s: float = HARNESS_COMMAND_TIMEOUT_S, private: str | None = None
     ) -> tuple[int, bytes, bytes]:
-        """The engine's socket has its own long timeout (CLIENT_TIMEOUT_S); `timeout_s` is not needed here.
-        `private` goes as one line on the exec's stdin: a root process's, which no trial uid can read, and of
+        """Without `private`, the engine's socket has its own long timeout (CLIENT_TIMEOUT_S); with it, the
+        exec's own socket waits `timeout_s` at most. `private` goes as one line on the exec's stdin: a root process's, which no trial uid can read, and of
         any length (an exec's environment holds at most 128 KiB a variable, so an agent's long command there
         failed as the engine's error, unscored)."""
         api = self.container.client.api

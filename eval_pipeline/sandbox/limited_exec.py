@@ -127,7 +127,8 @@ def _read_only_but(writable):
     themselves first, so that they are mounts of their own) and the kernel's interfaces, and give /dev/shm and
     /dev/mqueue private empty mounts: what a command writes outside its workspace, for a later trial or another
     campaign to find, is refused. Every mount, not only the root: a host's /run, /var/lib/containers or any
-    disk mounted apart would otherwise stay writable. A mount that cannot be made read-only fails the view."""
+    disk mounted apart would otherwise stay writable. A mount that cannot be made read-only fails the view,
+    but one this user cannot reach at all (another user's, deleted), which the trial cannot reach either."""
     for path in writable:
         _libc_call("mount", path, path, None, ctypes.c_ulong(_MS_BIND | _MS_REC), None)
     kept_writable = [path.decode() for path in writable]
@@ -503,11 +504,12 @@ class _StorageWatch:
         self.exited = threading.Event()
         self.free = _free_bytes(paths[0])
         carried = self._carried_room()
-        # Before the command starts: a quota already spent ends it at once.
-        self.room = carried if carried is not None and carried >= 0 else self._measured_room()
+        # Before the command starts (nothing of the trial runs: no process to stop), a quota already spent ends
+        # it at once.
+        self.room = carried if carried is not None and carried >= 0 else self._measured_room(running=False)
 
-    def _measured_room(self):
-        if not self.uid:
+    def _measured_room(self, running=True):
+        if not (self.uid and running):
             return self.limit_bytes - allocated_bytes(self.paths, stop_above=self.limit_bytes)
         signal_all_of(self.uid, signal.SIGSTOP)
         try:
@@ -673,7 +675,7 @@ def run_limited(
     those paths with an empty mount of the command's own, which nothing it starts can remove: a
     terminal task's agent, root in its container, never sees the verifier's /tests or reward file,
     nor can the processes it leaves running reach them (`_View`). A view with `writable` (paths) makes
-    the root file system read-only but for those paths, for the command and all it starts. A view with
+    every file system read-only but for those paths, for the command and all it starts. A view with
     `private` ({shared directory: the trial's own}) shows the trial's own directory at each shared one
     (/tmp, /dev/shm, /run/lock, /dev/mqueue), and gives the command IPC namespaces of its own: nothing a trial leaves
     there reaches the next trial in its pod. With a `uid` (a pod's trial),
