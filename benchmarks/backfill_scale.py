@@ -57,9 +57,9 @@ import yaml
 from dagster import DagsterInstance, RunRecord, RunsFilter
 from dagster._core.execution.backfill import BulkActionStatus  # not exported by dagster itself
 
-from eval_pipeline.campaign import load_campaign
+from eval_pipeline.common.settings import Paths
+from eval_pipeline.config.campaign import load_campaign
 from eval_pipeline.defs import build_definitions, stage_job_name
-from eval_pipeline.settings import Paths
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[1]

@@ -16,12 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from eval_pipeline.artifacts import LocalArtifactStore
-from eval_pipeline.campaign import load_campaign
-from eval_pipeline.demo_benchmark import build_demo_benchmark
-from eval_pipeline.evaluation import evaluate
-from eval_pipeline.generation import generate
+from eval_pipeline.config.campaign import load_campaign
 from eval_pipeline.sandbox import make_sandbox
+from eval_pipeline.store.artifacts import LocalArtifactStore
+from eval_pipeline.tasks.demo import build_demo_benchmark
+from eval_pipeline.trial.evaluation import evaluate
+from eval_pipeline.trial.generation import generate
 
 
 def core_costs(root: Path) -> dict[str, float]:

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 from eval_pipeline.agents import make_agent
-from eval_pipeline.artifacts import LocalArtifactStore
-from eval_pipeline.demo_benchmark import build_demo_benchmark
-from eval_pipeline.evaluation import evaluate
-from eval_pipeline.generation import generate
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
+from eval_pipeline.store.artifacts import LocalArtifactStore
+from eval_pipeline.tasks.demo import build_demo_benchmark
+from eval_pipeline.trial.evaluation import evaluate
+from eval_pipeline.trial.generation import generate
 
 LIMITS = ResourceLimits(memory_floor_mb=256, memory_ceiling_mb=1024, cpu_ceiling=1)
 

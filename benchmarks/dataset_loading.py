@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pandas
 
-from eval_pipeline.dataset_sources import load_benchmark
-from eval_pipeline.demo_benchmark import build_demo_benchmark
-from eval_pipeline.settings import Paths
-from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR
+from eval_pipeline.common.settings import Paths
+from eval_pipeline.datasets.sources import load_benchmark
+from eval_pipeline.tasks.demo import build_demo_benchmark
+from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR
 
 
 def timed(action) -> tuple[float, object]:

@@ -16,9 +16,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from eval_pipeline.demo_benchmark import build_demo_benchmark
-from eval_pipeline.grading import grade
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
+from eval_pipeline.tasks.demo import build_demo_benchmark
+from eval_pipeline.tasks.swebench.grading import grade
 from eval_pipeline_tests.forgeries import EVASIONS, FORGERIES, as_swebench_runs_it
 
 

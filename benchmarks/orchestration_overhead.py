@@ -32,18 +32,18 @@ from pathlib import Path
 
 import yaml
 
-from eval_pipeline.artifacts import LocalArtifactStore
-from eval_pipeline.campaign import load_campaign
-from eval_pipeline.dataset_sources import load_portfolio
-from eval_pipeline.evaluation import evaluate
-from eval_pipeline.generation import generate
+from eval_pipeline.common.settings import Paths
+from eval_pipeline.config.campaign import load_campaign
+from eval_pipeline.datasets.sources import load_portfolio
 from eval_pipeline.sandbox import make_sandbox
-from eval_pipeline.settings import Paths
+from eval_pipeline.store.artifacts import LocalArtifactStore
+from eval_pipeline.trial.evaluation import evaluate
+from eval_pipeline.trial.generation import generate
 
 
 def write_campaign(directory: Path, rows: int, seeds: list[int], batch_size: int, concurrency: int) -> Path:
     """The demo's code issues less all but `rows` of them, null agent, the given seeds."""
-    from eval_pipeline.demo_benchmark import build_demo_benchmark
+    from eval_pipeline.tasks.demo import build_demo_benchmark
 
     ids = [task.instance_id for task in build_demo_benchmark(directory / "mirrors").instances]
     path = directory / f"overhead-{len(seeds)}.yaml"

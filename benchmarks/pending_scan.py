@@ -36,16 +36,18 @@ from functools import partial
 from pathlib import Path
 from unittest import mock
 
-from eval_pipeline.artifacts import LocalArtifactStore, attempts_prefix
-from eval_pipeline.attempt_log import Attempt, Stage, environment_artifact_key, keep
-from eval_pipeline.benchmark import Benchmark, Instance
-from eval_pipeline.campaign import Campaign, parse_campaign
-from eval_pipeline.evaluation import Evaluation, mark_scored
-from eval_pipeline.generation import Generation
-from eval_pipeline.portfolio import Portfolio
+from eval_pipeline.config.campaign import Campaign, parse_campaign
+from eval_pipeline.datasets.portfolio import Portfolio
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
-from eval_pipeline.trials import TrialIdentity, pending_trials, trial_identities
+from eval_pipeline.store.artifacts import LocalArtifactStore, attempts_prefix
+from eval_pipeline.store.attempts import Attempt, Stage, environment_artifact_key, keep
+from eval_pipeline.tasks.dataset import Benchmark
+from eval_pipeline.tasks.swebench.instance import Instance
+from eval_pipeline.trial.evaluation import Evaluation, mark_scored
+from eval_pipeline.trial.generation import Generation
+from eval_pipeline.trial.pending import pending_trials
+from eval_pipeline.trial.spec import TrialIdentity, trial_identities
 from eval_pipeline_tests.counting_store import CountingStore
 
 SEEDS = 32

@@ -31,10 +31,12 @@ from terminal_population import RESULTS as TERMINAL_RESULTS
 from terminal_population import render as render_terminal
 from validation_log import ROOT, append_result, harness_commit, read_results, table, why_not_valid
 
-from eval_pipeline.benchmark import Benchmark, InvalidDatasetError, RepoSource
-from eval_pipeline.patches import workspace_diff
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
-from eval_pipeline.validation import environment_failure, validate_task
+from eval_pipeline.sandbox.patches import workspace_diff
+from eval_pipeline.tasks.dataset import InvalidDatasetError
+from eval_pipeline.tasks.environment import RepoSource
+from eval_pipeline.tasks.swebench.instance import benchmark_from_rows
+from eval_pipeline.trial.validation import environment_failure, validate_task
 from eval_pipeline_tests.real_data import swebench_rows, verified_instance_ids
 
 RESULTS = ROOT / "docs" / "validation" / "population.jsonl"
@@ -62,7 +64,7 @@ def measure(row: dict, backend: str, mirrors: Path, scratch: Path) -> dict:
     """Prepare the row's environment (timed), take the null patch, and validate gold and empty once each."""
     try:
         source = RepoSource(mirror_dir=str(mirrors))
-        benchmark = Benchmark.from_rows("verified", [row], source=source, swebench_specs=True)
+        benchmark = benchmark_from_rows("verified", [row], source=source, swebench_specs=True)
     except InvalidDatasetError as error:  # a spec this harness refuses (a conda environment.yml): refused at load
         return {"status": "refused_at_load", "gold": {}, "empty": {}, "detail": str(error).split("\n", 1)[-1].strip()}
     instance = benchmark.instances[0]

@@ -26,8 +26,8 @@ import boto3
 import psycopg2
 import yaml
 
-from eval_pipeline.artifacts import ArtifactStore, LocalArtifactStore, S3ArtifactStore
-from eval_pipeline.campaign import BUILTIN_DIR
+from eval_pipeline.config.campaign import BUILTIN_DIR
+from eval_pipeline.store.artifacts import ArtifactStore, LocalArtifactStore, S3ArtifactStore
 
 BUCKET = "eval-pipeline-bench"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}

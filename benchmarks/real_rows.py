@@ -18,9 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from eval_pipeline.benchmark import Benchmark, RepoSource
-from eval_pipeline.grading import grade
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxSettings, make_sandbox
+from eval_pipeline.tasks.environment import RepoSource
+from eval_pipeline.tasks.swebench.grading import grade
+from eval_pipeline.tasks.swebench.instance import benchmark_from_rows
 from eval_pipeline_tests.real_data import SWEBENCH_ROWS, swebench_mirror, swebench_rows
 
 LIMITS = ResourceLimits(memory_ceiling_mb=2048, output_bytes=200_000)
@@ -31,7 +32,7 @@ def measure(backend: str, repeats: int) -> dict[str, dict[str, float | str]]:
         root = Path(scratch)
         rows = swebench_rows(SWEBENCH_ROWS)
         source = RepoSource(mirror_dir=str(swebench_mirror(rows, root / "mirrors")))
-        benchmark = Benchmark.from_rows("verified", rows, source=source, swebench_specs=True)
+        benchmark = benchmark_from_rows("verified", rows, source=source, swebench_specs=True)
         sandbox = make_sandbox(SandboxSettings.from_mapping({"backend": backend}), root, LIMITS, "bench-real")
         figures = {}
         try:

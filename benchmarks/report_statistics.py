@@ -18,10 +18,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from eval_pipeline.gates import evaluate_gate, parse_policy
-from eval_pipeline.html_report import render_html
-from eval_pipeline.report import build_report
-from eval_pipeline.results import TrialResult, Warehouse, read_results_table, write_warehouse
+from eval_pipeline.config.gates import parse_policy
+from eval_pipeline.results.gates import evaluate_gate
+from eval_pipeline.results.html import render_html
+from eval_pipeline.results.report import build_report
+from eval_pipeline.results.warehouse import TrialResult, Warehouse, read_results_table, write_warehouse
 
 TEMPLATE = TrialResult(
     **{name: None for name in TrialResult.__dataclass_fields__}

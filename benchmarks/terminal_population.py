@@ -28,16 +28,16 @@ from pathlib import Path
 import docker
 from validation_log import ROOT, append_result, harness_commit, read_results, table, why_not_valid  # beside
 
-from eval_pipeline.agents import NullAgent, OracleAgent
-from eval_pipeline.artifacts import LocalArtifactStore
-from eval_pipeline.benchmark import InvalidDatasetError
-from eval_pipeline.evaluation import evaluate
-from eval_pipeline.generation import generate
-from eval_pipeline.outcomes import Outcome
+from eval_pipeline.agents.builtin import NullAgent, OracleAgent
+from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
-from eval_pipeline.sandbox.container import CAMPAIGN_LABEL
-from eval_pipeline.sandbox.images import substitute_from
-from eval_pipeline.terminal_tasks import load_terminal_tasks
+from eval_pipeline.sandbox.container.images import substitute_from
+from eval_pipeline.sandbox.container.sandbox import CAMPAIGN_LABEL
+from eval_pipeline.store.artifacts import LocalArtifactStore
+from eval_pipeline.tasks.dataset import InvalidDatasetError
+from eval_pipeline.tasks.terminal.task import load_terminal_tasks
+from eval_pipeline.trial.evaluation import evaluate
+from eval_pipeline.trial.generation import generate
 
 RESULTS = ROOT / "docs" / "validation" / "terminal.jsonl"
 LIMITS = ResourceLimits(memory_ceiling_mb=8192, output_bytes=200_000)

@@ -32,15 +32,15 @@ from typing import Any
 import anyio
 from mcp import Client
 
-from eval_pipeline.demo_benchmark import build_demo_benchmark
-from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, Workspace, make_sandbox
-from eval_pipeline.tool_session import (
+from eval_pipeline.agents.tool_session import (
     MAX_TOOL_TIMEOUT_S,
     ToolSession,
     channel_transport,
     open_tool_session,
     session_request,
 )
+from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, Workspace, make_sandbox
+from eval_pipeline.tasks.demo import build_demo_benchmark
 
 LIMITS = ResourceLimits(memory_floor_mb=256, memory_ceiling_mb=1024, cpu_ceiling=1)
 TIMEOUT_S = 120.0

@@ -18,12 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from eval_pipeline.demo_benchmark import build_demo_benchmark
-from eval_pipeline.grading import grade
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
-from eval_pipeline.sandbox.exec_workspace import HARNESS
-from eval_pipeline.sandbox.images import PATH, TESTBED
+from eval_pipeline.sandbox.container.images import PATH, TESTBED
+from eval_pipeline.sandbox.container.workspace import HARNESS
 from eval_pipeline.sandbox.limited_exec import run_limited
+from eval_pipeline.tasks.demo import build_demo_benchmark
+from eval_pipeline.tasks.swebench.grading import grade
 
 LIMITS = ResourceLimits(memory_ceiling_mb=1024, cpu_ceiling=1)
 

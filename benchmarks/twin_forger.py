@@ -17,9 +17,9 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from eval_pipeline.canaries import TWINS_PER_TEST
-from eval_pipeline.demo_benchmark import build_demo_benchmark
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
+from eval_pipeline.tasks.demo import build_demo_benchmark
+from eval_pipeline.tasks.swebench.canaries import TWINS_PER_TEST
 from eval_pipeline_tests.test_canaries import forged_runs
 
 

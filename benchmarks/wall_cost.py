@@ -78,9 +78,9 @@ def per_command(scratch: Path, tree: Path, repeats: int) -> dict[str, float]:
 
 def per_trial_in_a_pod(repeats: int) -> dict[str, float]:
     """A pod on the demo's first instance: workspace made and removed; a command with and without walls."""
-    from eval_pipeline.demo_benchmark import build_demo_benchmark
     from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
-    from eval_pipeline.sandbox.container import ContainerSandbox
+    from eval_pipeline.sandbox.container.sandbox import ContainerSandbox
+    from eval_pipeline.tasks.demo import build_demo_benchmark
 
     with tempfile.TemporaryDirectory() as scratch:
         benchmark = build_demo_benchmark(Path(scratch) / "mirrors")

@@ -11,12 +11,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eval_pipeline.settings import Deployment, DeploymentError, Paths, dagster_home
+from eval_pipeline.common.settings import Deployment, DeploymentError, Paths, dagster_home
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
 
-    from eval_pipeline.campaign import Campaign
+    from eval_pipeline.config.campaign import Campaign
     from eval_pipeline.defs.progress import Cycle
     from eval_pipeline.orchestration.launchers import Launcher
 
@@ -28,7 +28,7 @@ class UsageError(ValueError):
 def _use_dagster_home() -> None:
     """Point Dagster at the CLI's instance (DAGSTER_HOME, or the default) before it reads the variable,
     with the instance settings the deployment's variables choose (unless the user keeps their own)."""
-    from eval_pipeline.instance_config import ensure_instance_config
+    from eval_pipeline.orchestration.instance_config import ensure_instance_config
 
     home = dagster_home()
     home.mkdir(parents=True, exist_ok=True)
@@ -63,7 +63,7 @@ def _campaign_session(
 
 def _load(name: str) -> "Campaign":
     """The campaign, with the CLI's Dagster instance set up for the command that runs it."""
-    from eval_pipeline.campaign import load_campaign
+    from eval_pipeline.config.campaign import load_campaign
 
     campaign = load_campaign(name)
     _use_dagster_home()
@@ -71,8 +71,8 @@ def _load(name: str) -> "Campaign":
 
 
 def _run(args: argparse.Namespace) -> int:
-    from eval_pipeline.markdown_report import render_summary
     from eval_pipeline.orchestration.campaign_run import run_campaign
+    from eval_pipeline.results.markdown import render_summary
 
     campaign = _load(args.campaign)
     with _campaign_session(args, campaign) as (instance, launcher, cycle):
@@ -89,9 +89,9 @@ def _run(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     """Exit 0 when every instance is valid, 1 when some are not (or could not be validated), 2 when the
     campaign or its dataset cannot be used."""
-    from eval_pipeline.markdown_report import render_validation
     from eval_pipeline.orchestration.validation_run import DatasetNotLoaded, run_validation
-    from eval_pipeline.validation import VALIDATION_FILE, all_valid
+    from eval_pipeline.results.markdown import render_validation
+    from eval_pipeline.trial.validation import VALIDATION_FILE, all_valid
 
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
@@ -110,15 +110,15 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from eval_pipeline.calibration import (
+    from eval_pipeline.orchestration.campaign_run import run_campaign
+    from eval_pipeline.results.calibration import (
         at_multiplier,
         calibration_rows,
         multiplier_label,
         parse_multipliers,
         render_calibration,
     )
-    from eval_pipeline.orchestration.campaign_run import run_campaign
-    from eval_pipeline.report import write_json, write_text_atomically
+    from eval_pipeline.results.report import write_json, write_text_atomically
 
     try:
         multipliers = parse_multipliers(args.multipliers)  # every one checked before any campaign runs
@@ -142,9 +142,9 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     """Write each trial's folder (instruction, patch, test output, outcome, lineage, attempts) from the store."""
-    from eval_pipeline.dataset_sources import load_portfolio
+    from eval_pipeline.datasets.sources import load_portfolio
     from eval_pipeline.defs.resources import EvalPipelineResource
-    from eval_pipeline.trial_folder import export_trials
+    from eval_pipeline.results.export import export_trials
 
     campaign = _load(args.campaign)
     resource = EvalPipelineResource.for_deployment(Paths.from_env(), Deployment.from_env())
@@ -164,12 +164,12 @@ def _export(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     """Write a campaign's report.html again from its stored report and results, with the trajectories of the
     trials chosen by --trial (default: the failed ones), at most --limit of them."""
-    from eval_pipeline.campaign import load_campaign
+    from eval_pipeline.config.campaign import load_campaign
     from eval_pipeline.defs.resources import EvalPipelineResource
-    from eval_pipeline.html_report import write_html_report
-    from eval_pipeline.report_model import REPORT_FILES, ReportError, load_report
-    from eval_pipeline.results import read_results_table
-    from eval_pipeline.trajectory_view import trajectories_for, trial_id
+    from eval_pipeline.results.html import write_html_report
+    from eval_pipeline.results.model import REPORT_FILES, ReportError, load_report
+    from eval_pipeline.results.trajectory import trajectories_for, trial_id
+    from eval_pipeline.results.warehouse import read_results_table
 
     if args.limit < 0:
         raise UsageError(f"--limit must be at least 0, got {args.limit}")
@@ -205,7 +205,7 @@ def _janitor(args: argparse.Namespace) -> int:
         return _kubernetes_janitor(args)
     import docker
 
-    from eval_pipeline.sandbox import janitor
+    from eval_pipeline.sandbox.container import janitor
 
     client = docker.from_env()
     report = {"removed_containers": janitor.remove_containers(client, args.campaign)}
@@ -221,7 +221,7 @@ def _kubernetes_janitor(args: argparse.Namespace) -> int:
     from kubernetes import client, config
 
     from eval_pipeline.sandbox.base import SandboxSettings
-    from eval_pipeline.sandbox.kubernetes import remove_pods
+    from eval_pipeline.sandbox.kubernetes.sandbox import remove_pods
 
     config.load_config()
     namespace = args.namespace or SandboxSettings.from_mapping({}).namespace
@@ -233,10 +233,11 @@ def _kubernetes_janitor(args: argparse.Namespace) -> int:
 
 def _gate(args: argparse.Namespace) -> int:
     """Exit 0 when the report passes the gate, 1 when it fails, 2 when the inputs cannot be used."""
-    from eval_pipeline.campaign import load_campaign
-    from eval_pipeline.gates import GatePolicyError, evaluate_gate, load_policy
-    from eval_pipeline.report_model import ReportError, load_report
-    from eval_pipeline.settings import Paths
+    from eval_pipeline.common.settings import Paths
+    from eval_pipeline.config.campaign import load_campaign
+    from eval_pipeline.config.gates import GatePolicyError, load_policy
+    from eval_pipeline.results.gates import evaluate_gate
+    from eval_pipeline.results.model import ReportError, load_report
 
     if not (args.campaign or (args.policy and args.report)):
         raise UsageError("give --campaign, or both --policy and --report")
@@ -259,7 +260,7 @@ def _gate(args: argparse.Namespace) -> int:
 
 
 def _instance_config(args: argparse.Namespace) -> int:
-    from eval_pipeline.instance_config import instance_yaml
+    from eval_pipeline.orchestration.instance_config import instance_yaml
 
     print(instance_yaml(Deployment.from_env()), end="")
     return 0
@@ -354,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _handle(args: argparse.Namespace) -> int:
     """Run the command; an expected failure is one line on stderr and an exit code, never a traceback."""
-    from eval_pipeline.campaign import CampaignError
+    from eval_pipeline.config.campaign import CampaignError
     from eval_pipeline.orchestration.driver import CampaignRunError
     from eval_pipeline.orchestration.launchers import LaunchError
 

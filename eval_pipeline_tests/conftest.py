@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from eval_pipeline.artifacts import LocalArtifactStore, S3ArtifactStore
-from eval_pipeline.benchmark import Benchmark, Instance
-from eval_pipeline.demo_benchmark import build_demo_benchmark
-from eval_pipeline.outcomes import Outcome
-from eval_pipeline.results import TrialResult
+from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.common.settings import RESULTS_KEY_VARIABLE
+from eval_pipeline.results.warehouse import TrialResult
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxSettings, make_sandbox
-from eval_pipeline.sandbox.images import MANAGED_LABEL
+from eval_pipeline.sandbox.container.images import MANAGED_LABEL
 from eval_pipeline.sandbox.local import LocalSandbox
-from eval_pipeline.settings import RESULTS_KEY_VARIABLE
+from eval_pipeline.store.artifacts import LocalArtifactStore, S3ArtifactStore
+from eval_pipeline.tasks.dataset import Benchmark
+from eval_pipeline.tasks.demo import build_demo_benchmark
+from eval_pipeline.tasks.swebench.instance import Instance
 
 # One results key for the whole session, inherited by every subprocess (CLI, `dagster dev`), so records one
 # process writes verify in another; tests of the key file itself unset it.
@@ -222,7 +223,7 @@ def container_sandbox(engine, tmp_path):
     for sandbox in made:
         sandbox.release()
     snapshots = {
-        "label": [f"{MANAGED_LABEL}=true", "eval_pipeline.layer=snapshot", f"eval_pipeline.campaign={campaign}"]
+        "label": [f"{MANAGED_LABEL}=true", "eval_pipeline.layer=snapshot", f"eval_pipeline.config.campaign={campaign}"]
     }
     for image in engine.images.list(filters=snapshots):  # a terminal trial's snapshot outlives its campaign's run
         engine.images.remove(image.id, force=True)
@@ -285,7 +286,7 @@ def trial(instance_id: str, variant: str, seed: int, outcome: str, **fields) -> 
 @pytest.fixture
 def model(demo_benchmark: Benchmark, monkeypatch: pytest.MonkeyPatch):
     """The scripted model (the only stand-in for a model) serving the demo's solutions, its key set."""
-    from eval_pipeline.scripted_model import ScriptedModelServer, solutions_from_tasks
+    from eval_pipeline.testing.scripted_model import ScriptedModelServer, solutions_from_tasks
 
     monkeypatch.setenv("SCRIPTED_KEY", "sk-test")
     with ScriptedModelServer(solutions_from_tasks(demo_benchmark.instances), api_key="sk-test") as server:
@@ -294,8 +295,8 @@ def model(demo_benchmark: Benchmark, monkeypatch: pytest.MonkeyPatch):
 
 def resolve_trial(instance, agent, seed, environment, sandbox, store, benchmark):
     """A trial's generation and its evaluation (tests at most 300 s), as a campaign runs them."""
-    from eval_pipeline.evaluation import evaluate
-    from eval_pipeline.generation import generate
+    from eval_pipeline.trial.evaluation import evaluate
+    from eval_pipeline.trial.generation import generate
 
     generation = generate(instance, agent, seed, environment, sandbox, store)
     evaluation = evaluate(instance, benchmark.environment_for(instance), generation, environment, sandbox, store, 300)

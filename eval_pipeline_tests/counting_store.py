@@ -4,7 +4,7 @@ each read and each listing page."""
 from pathlib import Path
 from typing import Any
 
-from eval_pipeline.artifacts import LocalArtifactStore
+from eval_pipeline.store.artifacts import LocalArtifactStore
 
 # Keys per page of an S3 listing (ListObjectsV2 returns at most 1,000).
 S3_PAGE = 1000

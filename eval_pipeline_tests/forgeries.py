@@ -13,8 +13,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from eval_pipeline.benchmark import Benchmark, EnvironmentSpec, Instance
-from eval_pipeline.gitutil import clone_at, git
+from eval_pipeline.common.git import clone_at, git
+from eval_pipeline.tasks.dataset import Benchmark
+from eval_pipeline.tasks.environment import EnvironmentSpec
+from eval_pipeline.tasks.swebench.instance import Instance
 
 # A `pytest` that runs nothing and writes a JUnit report passing every test it finds in the files it is given.
 SHADOW_PYTEST = """import re, sys

@@ -8,7 +8,9 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from eval_pipeline.artifacts import (
+from eval_pipeline.common.hashing import canonical_json, sha256_text
+from eval_pipeline.common.outcomes import StorageError
+from eval_pipeline.store.artifacts import (
     UNVERSIONED,
     ArtifactStore,
     LocalArtifactStore,
@@ -17,11 +19,9 @@ from eval_pipeline.artifacts import (
     S3ArtifactStore,
     open_artifact_store,
 )
-from eval_pipeline.attempt_log import Attempt
-from eval_pipeline.generation import Generation
-from eval_pipeline.hashing import canonical_json, sha256_text
-from eval_pipeline.outcomes import StorageError
-from eval_pipeline.record_mac import RecordMac
+from eval_pipeline.store.attempts import Attempt
+from eval_pipeline.store.mac import RecordMac
+from eval_pipeline.trial.generation import Generation
 
 
 @pytest.fixture(params=["local", "s3"])

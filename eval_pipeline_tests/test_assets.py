@@ -3,12 +3,12 @@
 import pytest
 from dagster import AssetKey, DagsterInstance, instance_for_test
 
-from eval_pipeline.campaign import parse_campaign
+from eval_pipeline.common.settings import Paths
+from eval_pipeline.config.campaign import parse_campaign
 from eval_pipeline.defs import build_definitions, stage_job_name
 from eval_pipeline.defs.partitions import trial_run_key
-from eval_pipeline.generation import GENERATION_VERSION
-from eval_pipeline.grading import GRADING_VERSION
-from eval_pipeline.settings import Paths
+from eval_pipeline.grading.verdict import GRADING_VERSION
+from eval_pipeline.trial.generation import GENERATION_VERSION
 
 CAMPAIGN = parse_campaign(
     {

@@ -2,17 +2,12 @@ import json
 
 import pytest
 
-from eval_pipeline.benchmark import (
-    Benchmark,
-    EnvironmentSpec,
-    Instance,
-    InvalidDatasetError,
-    InvalidInstanceError,
-    RepoSource,
-)
-from eval_pipeline.gitutil import git
-from eval_pipeline.swebench_specs import UnsupportedSpecError, conda_requirements, requirements_text
-from eval_pipeline.terminal_tasks import COMMIT_ENV
+from eval_pipeline.common.git import COMMIT_ENV, git
+from eval_pipeline.tasks.dataset import InvalidDatasetError, InvalidInstanceError
+from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
+from eval_pipeline.tasks.swebench.instance import Instance, benchmark_from_rows
+from eval_pipeline.tasks.swebench.requirements import conda_requirements, requirements_text
+from eval_pipeline.tasks.swebench.specs import UnsupportedSpecError
 
 
 def row(**overrides):
@@ -62,20 +57,20 @@ def test_bad_rows_are_reported_with_row_id_and_field(overrides, field):
 def test_a_row_without_its_test_lists_is_refused_not_read_as_empty():
     missing = {name: value for name, value in row().items() if name != "PASS_TO_PASS"}
     with pytest.raises(InvalidDatasetError, match=r"row 1 \('octo__lib-1'\): field PASS_TO_PASS: missing"):
-        Benchmark.from_rows("rows", [row(instance_id="octo__lib-0"), missing])
-    kept = Benchmark.from_rows("rows", [row(instance_id="octo__lib-0"), missing], on_invalid="quarantine")
+        benchmark_from_rows("rows", [row(instance_id="octo__lib-0"), missing])
+    kept = benchmark_from_rows("rows", [row(instance_id="octo__lib-0"), missing], on_invalid="quarantine")
     assert [i.instance_id for i in kept.instances] == ["octo__lib-0"]
 
 
 def test_duplicate_ids_are_rejected_naming_the_row():
     with pytest.raises(InvalidDatasetError, match=r"row 1 \('octo__lib-1'\): field instance_id: duplicate"):
-        Benchmark.from_rows("b", [row(), row()])
+        benchmark_from_rows("b", [row(), row()])
 
 
 def test_a_dataset_with_bad_rows_is_rejected_listing_every_one():
     rows = [row(), row(instance_id="octo__lib-2", patch="just some text"), row(instance_id="", repo="x")]
     with pytest.raises(InvalidDatasetError) as error:
-        Benchmark.from_rows("mine", rows)
+        benchmark_from_rows("mine", rows)
     message = str(error.value)
     assert "dataset 'mine': 2 invalid row(s)" in message
     assert "row 1 ('octo__lib-2'): field patch: not a unified diff" in message
@@ -84,7 +79,7 @@ def test_a_dataset_with_bad_rows_is_rejected_listing_every_one():
 
 def test_bad_rows_can_be_quarantined_instead():
     rows = [row(), row(instance_id="octo__lib-2", FAIL_TO_PASS="tests/x.py::t")]
-    benchmark = Benchmark.from_rows("mine", rows, on_invalid="quarantine")
+    benchmark = benchmark_from_rows("mine", rows, on_invalid="quarantine")
     assert [i.instance_id for i in benchmark.instances] == ["octo__lib-1"]
     assert [str(p) for p in benchmark.quarantined] == [
         "row 1 ('octo__lib-2'): field FAIL_TO_PASS: not a JSON list (Expecting value: line 1 column 1 (char 0))"
@@ -92,16 +87,16 @@ def test_bad_rows_can_be_quarantined_instead():
 
 
 def test_extra_fields_count_in_the_version_but_not_in_the_instance():
-    plain = Benchmark.from_rows("b", [row(difficulty="<15 min fix")])
-    relabelled = Benchmark.from_rows("b", [row(difficulty="1-4 hours")])
+    plain = benchmark_from_rows("b", [row(difficulty="<15 min fix")])
+    relabelled = benchmark_from_rows("b", [row(difficulty="1-4 hours")])
     assert plain.version != relabelled.version
     assert plain.instances[0].content_hash == relabelled.instances[0].content_hash
 
 
 def test_dataset_version_is_stable_and_changes_with_any_field():
-    first = Benchmark.from_rows("b", [row(), row(instance_id="octo__lib-2")])
-    again = Benchmark.from_rows("b", [row(instance_id="octo__lib-2"), row()])
-    changed = Benchmark.from_rows("b", [row(), row(instance_id="octo__lib-2", hints_text="try harder")])
+    first = benchmark_from_rows("b", [row(), row(instance_id="octo__lib-2")])
+    again = benchmark_from_rows("b", [row(instance_id="octo__lib-2"), row()])
+    changed = benchmark_from_rows("b", [row(), row(instance_id="octo__lib-2", hints_text="try harder")])
     assert first.version == again.version
     assert first.version != changed.version
 
@@ -120,7 +115,7 @@ def test_repo_source_prefers_a_mirror_over_the_url_template():
 
 def test_environment_spec_is_chosen_by_repo_and_version():
     special = EnvironmentSpec(packages=("numpy",))
-    benchmark = Benchmark.from_rows(
+    benchmark = benchmark_from_rows(
         "b", [row(), row(instance_id="octo__lib-2", version="2.0")], environments={"octo/lib@1.0": special}
     )
     assert benchmark.environment_for(benchmark.instance("octo__lib-1")) == special
@@ -132,11 +127,11 @@ def test_a_swebench_row_no_spec_covers_fails_at_load_naming_it():
     `on_invalid: quarantine` leaves it out, and the campaign's own `environments:` entry makes it loadable."""
     unknown = row(instance_id="psf__requests-1", repo="psf/requests", version="9.9")
     with pytest.raises(InvalidDatasetError, match=r"row 1 \('psf__requests-1'\): field version: .*'9.9' .*2\.0"):
-        Benchmark.from_rows("lite", [row(), unknown], swebench_specs=True)
-    quarantined = Benchmark.from_rows("lite", [row(), unknown], swebench_specs=True, on_invalid="quarantine")
+        benchmark_from_rows("lite", [row(), unknown], swebench_specs=True)
+    quarantined = benchmark_from_rows("lite", [row(), unknown], swebench_specs=True, on_invalid="quarantine")
     assert [i.instance_id for i in quarantined.instances] == ["octo__lib-1"]
     given = {"psf/requests@9.9": EnvironmentSpec(python="3.8")}
-    loaded = Benchmark.from_rows("lite", [row(), unknown], swebench_specs=True, environments=given)
+    loaded = benchmark_from_rows("lite", [row(), unknown], swebench_specs=True, environments=given)
     assert loaded.environment_for(loaded.instance("psf__requests-1")).python == "3.8"
 
 
@@ -144,7 +139,7 @@ def test_a_conda_environment_yml_spec_becomes_pip_requirements_resolved_with_its
     """xarray's specs are an environment.yml plus pinned pip packages: conda names become PyPI's, what PyPI lacks
     is left out, the `pip:` list is kept, and the pins come last and win over the same package unpinned."""
     conda = row(instance_id="pydata__xarray-1", repo="pydata/xarray", version="0.12")
-    benchmark = Benchmark.from_rows("verified", [conda], swebench_specs=True)
+    benchmark = benchmark_from_rows("verified", [conda], swebench_specs=True)
     spec = benchmark.environment_for(benchmark.instances[0])
     assert spec.requirements == ("ci/requirements/environment.yml", "environment.yml")
     assert "numpy==1.23.0" in spec.packages
@@ -174,7 +169,7 @@ def test_a_spec_whose_unbounded_dependency_dropped_an_import_gets_the_pin_sweben
         row(instance_id="sphinx-doc__sphinx-1", repo="sphinx-doc/sphinx", version="3.1"),
         row(instance_id="sphinx-doc__sphinx-2", repo="sphinx-doc/sphinx", version="5.1"),
     ]
-    benchmark = Benchmark.from_rows("verified", rows, swebench_specs=True)
+    benchmark = benchmark_from_rows("verified", rows, swebench_specs=True)
     old, new = (benchmark.environment_for(instance) for instance in benchmark.instances)
     assert "docutils<0.22" in old.packages and "pygments<2.19" in old.packages
     assert not any(package.startswith("docutils") for package in new.packages)

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from eval_pipeline.calibration import at_multiplier, calibration_rows, parse_multipliers, render_calibration
-from eval_pipeline.campaign import load_campaign
 from eval_pipeline.cli import main
-from eval_pipeline.report import build_report
-from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR
+from eval_pipeline.config.campaign import load_campaign
+from eval_pipeline.results.calibration import at_multiplier, calibration_rows, parse_multipliers, render_calibration
+from eval_pipeline.results.report import build_report
+from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR
 from eval_pipeline_tests.conftest import eval_pipeline_cli, trial
 
 CAMPAIGN = f"""

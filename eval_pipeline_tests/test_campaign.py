@@ -5,14 +5,14 @@ import sys
 import pytest
 import yaml
 
-from eval_pipeline.benchmark import Instance
-from eval_pipeline.campaign import BUILTIN_DIR, CampaignError, builtin_campaigns, load_campaign, parse_campaign
-from eval_pipeline.dataset_source_config import DemoSource
-from eval_pipeline.dataset_sources import DatasetSourceError, load_portfolio
-from eval_pipeline.generation import task_generation_key
+from eval_pipeline.common.settings import Paths
+from eval_pipeline.config.campaign import BUILTIN_DIR, CampaignError, builtin_campaigns, load_campaign, parse_campaign
+from eval_pipeline.datasets.config import DemoSource
+from eval_pipeline.datasets.sources import DatasetSourceError, load_portfolio
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
-from eval_pipeline.settings import Paths
-from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR
+from eval_pipeline.tasks.swebench.instance import Instance
+from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR
+from eval_pipeline.trial.generation import task_generation_key
 from eval_pipeline_tests.test_benchmark import row
 
 MINIMAL = {"name": "mine", "benchmark": {"kind": "demo"}, "variants": [{"name": "o", "agent": "oracle"}]}

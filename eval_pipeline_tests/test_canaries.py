@@ -13,10 +13,16 @@ from collections import Counter
 
 import pytest
 
-from eval_pipeline import grading
-from eval_pipeline.canaries import TWINS_PER_TEST, graded_name, passed_with_its_original, plant_twins, twin_statuses
-from eval_pipeline.grading import grade, reported_both_ways
-from eval_pipeline.outcomes import Outcome
+from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.tasks.swebench import grading
+from eval_pipeline.tasks.swebench.canaries import (
+    TWINS_PER_TEST,
+    graded_name,
+    passed_with_its_original,
+    plant_twins,
+    twin_statuses,
+)
+from eval_pipeline.tasks.swebench.grading import grade, reported_both_ways
 from eval_pipeline_tests.forgeries import TWIN_AWARE, appended_to_fixed
 
 PYTEST_FILE = """import pytest

@@ -25,11 +25,11 @@ import pytest
 import requests
 from dagster import AssetKey, DagsterInstance, RunsFilter
 
-from eval_pipeline.campaign import load_campaign
-from eval_pipeline.dataset_sources import load_portfolio
-from eval_pipeline.generation import generation_key
+from eval_pipeline.common.settings import Paths
+from eval_pipeline.config.campaign import load_campaign
+from eval_pipeline.datasets.sources import load_portfolio
 from eval_pipeline.orchestration.launchers import partition_tags
-from eval_pipeline.settings import Paths
+from eval_pipeline.trial.generation import generation_key
 from eval_pipeline_tests.conftest import eval_pipeline_cli
 
 pytestmark = pytest.mark.slow  # end to end: `pytest -m "not slow"` leaves it out

@@ -8,11 +8,11 @@ import pandas
 import pytest
 from dagster import AssetKey, instance_for_test
 
-from eval_pipeline.benchmark import InvalidDatasetError
-from eval_pipeline.campaign import load_campaign, parse_campaign
-from eval_pipeline.dataset_sources import DatasetSourceError, load_benchmark
+from eval_pipeline.common.settings import Paths
+from eval_pipeline.config.campaign import load_campaign, parse_campaign
+from eval_pipeline.datasets.sources import DatasetSourceError, load_benchmark
 from eval_pipeline.defs import build_definitions, stage_job_name
-from eval_pipeline.settings import Paths
+from eval_pipeline.tasks.dataset import InvalidDatasetError
 
 
 def swebench_rows(benchmark) -> list[dict]:

@@ -2,10 +2,10 @@
 
 import pytest
 
-from eval_pipeline.demo_benchmark import build_demo_benchmark
-from eval_pipeline.gitutil import git
-from eval_pipeline.grading import grade
-from eval_pipeline.outcomes import Outcome
+from eval_pipeline.common.git import git
+from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.tasks.demo import build_demo_benchmark
+from eval_pipeline.tasks.swebench.grading import grade
 
 
 def test_demo_has_at_least_8_instances_over_2_repositories(demo_benchmark):

@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from eval_pipeline.grading import grade
-from eval_pipeline.outcomes import Outcome
-from eval_pipeline.patches import workspace_diff
+from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
+from eval_pipeline.sandbox.patches import workspace_diff
+from eval_pipeline.tasks.swebench.grading import grade
 
 # Untracked build output, an egg-info a .gitignore would usually hide, and a tracked file edited in place.
 CONFIGURE = "# configured by the environment"

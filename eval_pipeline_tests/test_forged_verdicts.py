@@ -14,10 +14,10 @@ flagged by the patch audit.
 
 import pytest
 
-from eval_pipeline import swebench_specs
-from eval_pipeline.grading import REPORT_NAME, grade, parse_junit
-from eval_pipeline.outcomes import Outcome
-from eval_pipeline.patches import apply_patch
+from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.sandbox.patches import apply_patch
+from eval_pipeline.tasks.swebench import specs as swebench_specs
+from eval_pipeline.tasks.swebench.grading import REPORT_NAME, grade, parse_junit
 from eval_pipeline_tests.conftest import prepare_on
 from eval_pipeline_tests.forgeries import EVASIONS, FORGERIES, as_swebench_runs_it
 

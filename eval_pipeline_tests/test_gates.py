@@ -2,8 +2,9 @@
 
 import pytest
 
-from eval_pipeline.gates import GatePolicyError, evaluate_gate, load_policy, parse_policy
-from eval_pipeline.report import build_report
+from eval_pipeline.config.gates import GatePolicyError, load_policy, parse_policy
+from eval_pipeline.results.gates import evaluate_gate
+from eval_pipeline.results.report import build_report
 from eval_pipeline_tests.conftest import trial
 
 

@@ -6,16 +6,19 @@ from dataclasses import replace
 
 import pytest
 
-from eval_pipeline import grading
-from eval_pipeline.agents import Agent, AgentOutput, FlakyAgent, make_agent
-from eval_pipeline.artifacts import attempts_prefix
-from eval_pipeline.attempt_log import attempts
-from eval_pipeline.benchmark import EnvironmentSpec
-from eval_pipeline.evaluation import evaluate
-from eval_pipeline.generation import generate, generation_key
-from eval_pipeline.outcomes import Outcome, SandboxLost, StorageError
+from eval_pipeline.agents import make_agent
+from eval_pipeline.agents.base import Agent, AgentOutput
+from eval_pipeline.agents.builtin import FlakyAgent
+from eval_pipeline.common.outcomes import Outcome, SandboxLost, StorageError
+from eval_pipeline.grading import verdict
 from eval_pipeline.sandbox import ExecResult
 from eval_pipeline.sandbox.base import RunnerEnded
+from eval_pipeline.store.artifacts import attempts_prefix
+from eval_pipeline.store.attempts import attempts
+from eval_pipeline.tasks.environment import EnvironmentSpec
+from eval_pipeline.tasks.swebench import grading
+from eval_pipeline.trial.evaluation import evaluate
+from eval_pipeline.trial.generation import generate, generation_key
 
 
 class CrashingAgent(Agent):
@@ -248,6 +251,6 @@ def test_a_model_patch_that_meets_a_full_disk_is_not_scored_as_one_that_does_not
     instance, environment, shared_sandbox, demo_benchmark, monkeypatch
 ):
     full = ExecResult("git apply", 1, "", "error: unable to write file: No space left on device", 0.1)
-    monkeypatch.setattr(grading, "apply_patch", lambda workspace, patch, name: full)
+    monkeypatch.setattr(verdict, "apply_patch", lambda workspace, patch, name: full)
     with shared_sandbox.workspace(environment, "full") as workspace, pytest.raises(StorageError):
         grading.grade(instance, demo_benchmark.environment_for(instance), instance.patch, workspace, 60)

@@ -4,9 +4,10 @@ from dataclasses import replace
 
 import pytest
 
-from eval_pipeline.benchmark import EnvironmentSpec, Instance
-from eval_pipeline.grading import decide, grade, graded_tests, parse_junit
-from eval_pipeline.outcomes import Outcome
+from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.tasks.environment import EnvironmentSpec
+from eval_pipeline.tasks.swebench.grading import decide, grade, graded_tests, parse_junit
+from eval_pipeline.tasks.swebench.instance import Instance
 from eval_pipeline_tests.forgeries import fixed_module, new_files
 
 JUNIT = b"""<?xml version="1.0" encoding="utf-8"?>

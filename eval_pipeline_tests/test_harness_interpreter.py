@@ -13,19 +13,19 @@ from collections.abc import Mapping
 
 import pytest
 
-from eval_pipeline.outcomes import InfrastructureError
+from eval_pipeline.common.outcomes import InfrastructureError
 from eval_pipeline.sandbox.base import ResourceLimits, SandboxError, ToolChannel, parse_task_base_images
-from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec, claimed_slot
-from eval_pipeline.sandbox.images import (
+from eval_pipeline.sandbox.container.images import (
     SWEBENCH_SYSTEM_PACKAGES,
     PythonSource,
     base_layer,
     substitute_from,
     task_layers,
 )
-from eval_pipeline.sandbox.pod_manifest import environment_pod_manifest
+from eval_pipeline.sandbox.container.workspace import ExecWorkspace, PodExec, claimed_slot
+from eval_pipeline.sandbox.kubernetes.manifest import environment_pod_manifest
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, ToolRuntime
-from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR, load_terminal_tasks
+from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR, load_terminal_tasks
 
 INTERPRETER = f"{TOOLS_ROOT}/python/bin/python3"
 RESULT = {"command": "", "exit_code": 0, "stdout": "", "stderr": "", "duration_s": 0.1}

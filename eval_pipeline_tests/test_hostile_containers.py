@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from eval_pipeline.agents import make_agent
-from eval_pipeline.generation import generate
-from eval_pipeline.outcomes import Outcome
+from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.sandbox import ResourceLimits
+from eval_pipeline.trial.generation import generate
 from eval_pipeline_tests.conftest import prepare_on
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from eval_pipeline.agents import make_agent
-from eval_pipeline.evaluation import evaluate
-from eval_pipeline.generation import generate
-from eval_pipeline.gitutil import git
-from eval_pipeline.grading import grade
-from eval_pipeline.outcomes import Outcome
-from eval_pipeline.patches import MAX_PATCH_BYTES, MAX_PATCH_FILES, apply_patch
+from eval_pipeline.common.git import git
+from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.sandbox.patches import MAX_PATCH_BYTES, MAX_PATCH_FILES, apply_patch
+from eval_pipeline.tasks.swebench.grading import grade
+from eval_pipeline.trial.evaluation import evaluate
+from eval_pipeline.trial.generation import generate
 
 FORCE_PASS_CONFTEST = """import pytest
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from eval_pipeline.artifacts import LocalArtifactStore
 from eval_pipeline.cli import main
-from eval_pipeline.gates import parse_policy
-from eval_pipeline.html_report import LABEL, MARGIN, OUTCOME_COLOURS, WIDTH, render_html, write_html_report
-from eval_pipeline.outcomes import Outcome
-from eval_pipeline.report import build_report, write_report
-from eval_pipeline.results import MISSING, Warehouse, write_warehouse
-from eval_pipeline.trajectory_view import anchor, render_trajectories, trajectories_for
+from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.config.gates import parse_policy
+from eval_pipeline.results.html import LABEL, MARGIN, OUTCOME_COLOURS, WIDTH, render_html, write_html_report
+from eval_pipeline.results.report import build_report, write_report
+from eval_pipeline.results.trajectory import anchor, render_trajectories, trajectories_for
+from eval_pipeline.results.warehouse import MISSING, Warehouse, write_warehouse
+from eval_pipeline.store.artifacts import LocalArtifactStore
 from eval_pipeline_tests.conftest import trial
 from eval_pipeline_tests.test_gates import POLICY, RESULTS
 

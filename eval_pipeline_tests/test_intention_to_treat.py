@@ -13,14 +13,15 @@ from dataclasses import replace
 import pytest
 
 from eval_pipeline.agents import make_agent
-from eval_pipeline.evaluation import evaluate
-from eval_pipeline.generation import generate
-from eval_pipeline.grading import VerifierRun, score_verifier
-from eval_pipeline.limit_evidence import GradedUnder, reference_pass
-from eval_pipeline.outcomes import Outcome
+from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.grading.verdict import VerifierRun
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
-from eval_pipeline.terminal_tasks import load_terminal_tasks
+from eval_pipeline.tasks.terminal.task import load_terminal_tasks
+from eval_pipeline.tasks.terminal.verifier import score_verifier
+from eval_pipeline.trial.evaluation import evaluate
+from eval_pipeline.trial.generation import generate
+from eval_pipeline.trial.limits import GradedUnder, reference_pass
 from eval_pipeline_tests.conftest import prepare_on, write_terminal_task
 from eval_pipeline_tests.forgeries import fixed_module
 

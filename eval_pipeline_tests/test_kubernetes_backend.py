@@ -28,12 +28,12 @@ from kubernetes.stream import ws_client
 from mcp import Client
 from websockets.sync.server import serve
 
-from eval_pipeline.outcomes import SandboxLost
+from eval_pipeline.agents.tool_session import channel_transport
+from eval_pipeline.common.outcomes import SandboxLost
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxError, SandboxSettings, limited_exec
-from eval_pipeline.sandbox.exec_workspace import ExecWorkspace, PodExec, claimed_slot
-from eval_pipeline.sandbox.kubernetes import KubernetesExec, KubernetesSandbox, remove_pods
+from eval_pipeline.sandbox.container.workspace import ExecWorkspace, PodExec, claimed_slot
+from eval_pipeline.sandbox.kubernetes.sandbox import KubernetesExec, KubernetesSandbox, remove_pods
 from eval_pipeline.sandbox.local import TOOL_SERVER
-from eval_pipeline.tool_session import channel_transport
 from eval_pipeline_tests.conftest import eval_pipeline_cli
 
 NAMESPACE = "eval-environments"

@@ -15,11 +15,11 @@ import yaml
 from dagster_k8s.job import DagsterK8sJobConfig, construct_dagster_k8s_job, get_user_defined_k8s_config
 from kubernetes.client import ApiClient
 
-from eval_pipeline.campaign import load_campaign
+from eval_pipeline.config.campaign import load_campaign
 from eval_pipeline.defs import STAGE_TAG, build_definitions, stage_job_name
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
-from eval_pipeline.sandbox.kubernetes import KubernetesSandbox
-from eval_pipeline.sandbox.pod_manifest import MANAGED_BY, NETWORK_LABEL, NETWORK_OPTED_IN, label_value
+from eval_pipeline.sandbox.kubernetes.manifest import MANAGED_BY, NETWORK_LABEL, NETWORK_OPTED_IN, label_value
+from eval_pipeline.sandbox.kubernetes.sandbox import KubernetesSandbox
 
 K8S_DIR = Path(__file__).parents[1] / "k8s"
 KUBERNETES_VERSION = "1.31"

@@ -19,17 +19,17 @@ import kubernetes_validate
 import yaml
 
 from eval_pipeline.agents import make_agent
-from eval_pipeline.artifacts import LocalArtifactStore
-from eval_pipeline.evaluation import evaluate
-from eval_pipeline.generation import generate
-from eval_pipeline.outcomes import Outcome
+from eval_pipeline.agents.tool_session import open_tool_session
+from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxSettings
-from eval_pipeline.sandbox.container import EngineExec
-from eval_pipeline.sandbox.exec_workspace import PodExec, claimed_slot
-from eval_pipeline.sandbox.kubernetes import KubernetesSandbox
-from eval_pipeline.sandbox.pod_manifest import CONTAINER, TOOLS_VOLUME
+from eval_pipeline.sandbox.container.sandbox import EngineExec
+from eval_pipeline.sandbox.container.workspace import PodExec, claimed_slot
+from eval_pipeline.sandbox.kubernetes.manifest import CONTAINER, TOOLS_VOLUME
+from eval_pipeline.sandbox.kubernetes.sandbox import KubernetesSandbox
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, extract_runtime, runtime_identity
-from eval_pipeline.tool_session import open_tool_session
+from eval_pipeline.store.artifacts import LocalArtifactStore
+from eval_pipeline.trial.evaluation import evaluate
+from eval_pipeline.trial.generation import generate
 
 
 def with_tools_from_directory(manifest: dict[str, Any], directory: Path) -> dict[str, Any]:

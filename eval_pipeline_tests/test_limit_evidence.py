@@ -10,9 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from eval_pipeline.campaign import parse_campaign
-from eval_pipeline.grading import Verdict
-from eval_pipeline.limit_evidence import (
+from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.config.campaign import parse_campaign
+from eval_pipeline.datasets.portfolio import Portfolio
+from eval_pipeline.grading.verdict import Verdict
+from eval_pipeline.results.markdown import render_markdown
+from eval_pipeline.results.report import build_report
+from eval_pipeline.results.warehouse import collect_warehouse
+from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
+from eval_pipeline.sandbox.local import LocalSandbox
+from eval_pipeline.sandbox.patches import patch_paths
+from eval_pipeline.trial.batch import TrialResult, TrialSetup, TrialWork, run_with_retries
+from eval_pipeline.trial.limits import (
     CAMPAIGN,
     VALIDATION,
     GradedUnder,
@@ -20,16 +29,7 @@ from eval_pipeline.limit_evidence import (
     reference_pass,
     scored_at_limits,
 )
-from eval_pipeline.markdown_report import render_markdown
-from eval_pipeline.outcomes import Outcome
-from eval_pipeline.patches import patch_paths
-from eval_pipeline.portfolio import Portfolio
-from eval_pipeline.report import build_report
-from eval_pipeline.results import collect_warehouse
-from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
-from eval_pipeline.sandbox.local import LocalSandbox
-from eval_pipeline.trial_batch import TrialResult, TrialSetup, TrialWork, run_with_retries
-from eval_pipeline.validation import InstanceValidation, leave_limit_evidence, validate_task
+from eval_pipeline.trial.validation import InstanceValidation, leave_limit_evidence, validate_task
 from eval_pipeline_tests.conftest import trial
 
 CEILING_MB = 300

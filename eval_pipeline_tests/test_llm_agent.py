@@ -13,10 +13,10 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 
 from eval_pipeline.agents import make_agent
-from eval_pipeline.attempt_log import attempts
-from eval_pipeline.generation import generate, generation_key
-from eval_pipeline.outcomes import ModelAPIError, ModelAPIRefused, Outcome
-from eval_pipeline.scripted_model import ScriptedModelServer, solutions_from_tasks
+from eval_pipeline.common.outcomes import ModelAPIError, ModelAPIRefused, Outcome
+from eval_pipeline.store.attempts import attempts
+from eval_pipeline.testing.scripted_model import ScriptedModelServer, solutions_from_tasks
+from eval_pipeline.trial.generation import generate, generation_key
 from eval_pipeline_tests.conftest import eval_pipeline_cli, prepare_on, resolve_trial
 
 PRICE = {"input_per_mtok": 3.0, "output_per_mtok": 15.0}

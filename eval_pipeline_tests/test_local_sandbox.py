@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from eval_pipeline.benchmark import EnvironmentSpec
-from eval_pipeline.gitutil import git
-from eval_pipeline.outcomes import ImageBuildFailed
+from eval_pipeline.common.git import git
+from eval_pipeline.common.outcomes import ImageBuildFailed
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.interpreters import UPGRADE_PIP
 from eval_pipeline.sandbox.limited_exec import INODE_CHARGE, allocated_bytes, run_limited
 from eval_pipeline.sandbox.local import LocalSandbox, missing_system_packages
+from eval_pipeline.tasks.environment import EnvironmentSpec
 
 
 @pytest.fixture

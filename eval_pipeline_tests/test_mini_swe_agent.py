@@ -7,9 +7,9 @@ import sys
 import pytest
 
 from eval_pipeline.agents import make_agent
-from eval_pipeline.generation import generate
-from eval_pipeline.outcomes import ModelAPIError, ModelAPIRefused, Outcome
-from eval_pipeline.scripted_model import ScriptedModelServer, solutions_from_tasks
+from eval_pipeline.common.outcomes import ModelAPIError, ModelAPIRefused, Outcome
+from eval_pipeline.testing.scripted_model import ScriptedModelServer, solutions_from_tasks
+from eval_pipeline.trial.generation import generate
 from eval_pipeline_tests.conftest import resolve_trial
 
 needs_mini = pytest.mark.skipif(

@@ -5,7 +5,8 @@ import shutil
 import pytest
 from dagster import AssetKey, instance_for_test
 
-from eval_pipeline.campaign import parse_campaign
+from eval_pipeline.common.settings import Paths
+from eval_pipeline.config.campaign import parse_campaign
 from eval_pipeline.defs.assets import ENVIRONMENT_POOL
 from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, CampaignPartitions, TrialBatch
 from eval_pipeline.defs.progress import REQUEST_TAG, next_step
@@ -13,7 +14,6 @@ from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline.orchestration.campaign_run import create_pools, run_campaign
 from eval_pipeline.orchestration.driver import CycleFeed, new_cycle, run_one
 from eval_pipeline.orchestration.launchers import WorkerPoolLauncher
-from eval_pipeline.settings import Paths
 from eval_pipeline_tests.conftest import write_terminal_task
 
 KEPT = ["eval-pipeline-demo__calclib-1", "eval-pipeline-demo__textkit-1"]

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from eval_pipeline.patch_audit import audit_patch
+from eval_pipeline.grading.patch_audit import audit_patch
 from eval_pipeline_tests.forgeries import ENTRY_POINT_PLUGIN, FORCE_PASS, SHADOW_PYTEST, appended, new_files
 from eval_pipeline_tests.real_data import swebench_rows, verified_instance_ids
 

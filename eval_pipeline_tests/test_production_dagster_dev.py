@@ -8,8 +8,8 @@ import psycopg2
 import pytest
 from dagster import AssetKey, DagsterInstance
 
-from eval_pipeline.instance_config import ensure_instance_config
-from eval_pipeline.settings import Deployment
+from eval_pipeline.common.settings import Deployment
+from eval_pipeline.orchestration.instance_config import ensure_instance_config
 from eval_pipeline_tests.conftest import S3_CLIENT_ENV, TEST_BUCKET, s3_client
 from eval_pipeline_tests.test_dagster_dev import LAUNCH, running_dagster_dev
 

@@ -10,10 +10,10 @@ import pytest
 import yaml
 from dagster import DagsterInstance
 
-from eval_pipeline.campaign import BUILTIN_DIR
+from eval_pipeline.common.settings import Deployment, DeploymentError
+from eval_pipeline.config.campaign import BUILTIN_DIR
 from eval_pipeline.defs.resources import EvalPipelineResource
-from eval_pipeline.instance_config import GENERATED_HEADER, ensure_instance_config, instance_config
-from eval_pipeline.settings import Deployment, DeploymentError
+from eval_pipeline.orchestration.instance_config import GENERATED_HEADER, ensure_instance_config, instance_config
 from eval_pipeline_tests.conftest import S3_CLIENT_ENV, TEST_BUCKET, eval_pipeline_cli, s3_client
 
 REPOSITORY = Path(__file__).parents[1]

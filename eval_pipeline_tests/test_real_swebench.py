@@ -17,13 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from eval_pipeline.benchmark import Benchmark, Instance, RepoSource
-from eval_pipeline.grading import FAILED, LOG_NAME, MISSING, REPORT_NAME, Verdict, grade, parse_junit
-from eval_pipeline.outcomes import Outcome
-from eval_pipeline.patches import workspace_diff
+from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.grading.verdict import FAILED, MISSING, Verdict
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
-from eval_pipeline.swebench_specs import log_parser
+from eval_pipeline.sandbox.patches import workspace_diff
+from eval_pipeline.tasks.dataset import Benchmark
+from eval_pipeline.tasks.environment import RepoSource
+from eval_pipeline.tasks.swebench.grading import LOG_NAME, REPORT_NAME, grade, parse_junit
+from eval_pipeline.tasks.swebench.instance import Instance, benchmark_from_rows
+from eval_pipeline.tasks.swebench.specs import log_parser
 from eval_pipeline_tests.conftest import eval_pipeline_cli, prepare_on
 from eval_pipeline_tests.forgeries import appended_to_fixed
 from eval_pipeline_tests.real_data import (
@@ -59,7 +62,7 @@ def data_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def real_benchmark(real_rows):
     _, mirrors, rows = real_rows
-    return Benchmark.from_rows("verified", rows, source=RepoSource(mirror_dir=str(mirrors)), swebench_specs=True)
+    return benchmark_from_rows("verified", rows, source=RepoSource(mirror_dir=str(mirrors)), swebench_specs=True)
 
 
 def _new_line(patch: str, mirror: Path, commit: str) -> str:

@@ -2,13 +2,13 @@
 
 import pytest
 
-from eval_pipeline.agents import NullAgent, OracleAgent
-from eval_pipeline.evaluation import evaluate
-from eval_pipeline.generation import generate
-from eval_pipeline.outcomes import ImageBuildFailed, Outcome
+from eval_pipeline.agents.builtin import NullAgent, OracleAgent
+from eval_pipeline.common.outcomes import ImageBuildFailed, Outcome
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
-from eval_pipeline.terminal_tasks import load_terminal_tasks
+from eval_pipeline.tasks.terminal.task import load_terminal_tasks
+from eval_pipeline.trial.evaluation import evaluate
+from eval_pipeline.trial.generation import generate
 from eval_pipeline_tests.conftest import prepare_on
 from eval_pipeline_tests.real_data import task_base_images, terminal_bench_tasks
 

@@ -7,9 +7,9 @@ from threading import Barrier
 
 import pytest
 
-from eval_pipeline.artifacts import LocalArtifactStore
-from eval_pipeline.record_mac import KEY_FILE_NAME, RecordMac, ResultsKeyError, key_file, results_key
-from eval_pipeline.settings import RESULTS_KEY_VARIABLE, Deployment, DeploymentError
+from eval_pipeline.common.settings import RESULTS_KEY_VARIABLE, Deployment, DeploymentError
+from eval_pipeline.store.artifacts import LocalArtifactStore
+from eval_pipeline.store.mac import KEY_FILE_NAME, RecordMac, ResultsKeyError, key_file, results_key
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from eval_pipeline.gates import parse_policy
-from eval_pipeline.markdown_report import render_markdown, render_summary
-from eval_pipeline.report import build_report, write_report
-from eval_pipeline.report_model import ReportError, load_report
+from eval_pipeline.config.gates import parse_policy
+from eval_pipeline.results.markdown import render_markdown, render_summary
+from eval_pipeline.results.model import ReportError, load_report
+from eval_pipeline.results.report import build_report, write_report
 from eval_pipeline_tests.conftest import trial
 
 T_975_DOF_2 = 4.302652729749464

@@ -9,8 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from eval_pipeline.benchmark import Benchmark, Instance
-from eval_pipeline.scripted_model import (
+from eval_pipeline.tasks.dataset import Benchmark
+from eval_pipeline.tasks.swebench.instance import Instance
+from eval_pipeline.testing.scripted_model import (
     UNKNOWN_PROBLEM,
     PatchError,
     ScriptedModelServer,

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from eval_pipeline.statistics import (
+from eval_pipeline.results.statistics import (
     distribution,
     instance_means,
     paired_difference,

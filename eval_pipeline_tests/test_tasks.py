@@ -5,16 +5,17 @@ from typing import ClassVar
 
 import pytest
 
-from eval_pipeline.agents import agent_task
-from eval_pipeline.benchmark import EnvironmentSpec, Instance
-from eval_pipeline.campaign import parse_campaign
-from eval_pipeline.grading import Verdict, grade_task
-from eval_pipeline.outcomes import ImageBuildFailed, Outcome
+from eval_pipeline.agents.base import agent_task
+from eval_pipeline.common.outcomes import ImageBuildFailed, Outcome
+from eval_pipeline.config.campaign import parse_campaign
+from eval_pipeline.grading.verdict import Verdict, grade_task
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
-from eval_pipeline.sandbox.kubernetes import KubernetesSandbox
+from eval_pipeline.sandbox.kubernetes.sandbox import KubernetesSandbox
 from eval_pipeline.sandbox.local import LocalSandbox
-from eval_pipeline.tasks import Task
-from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR, load_terminal_tasks
+from eval_pipeline.tasks.environment import EnvironmentSpec
+from eval_pipeline.tasks.swebench.instance import Instance
+from eval_pipeline.tasks.task import Task
+from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR, load_terminal_tasks
 from eval_pipeline_tests.test_benchmark import row
 
 MEMBERS = sorted(name for name in vars(Task) if not name.startswith("_"))

@@ -5,16 +5,17 @@ from pathlib import Path
 
 import pytest
 
-from eval_pipeline.agents import agent_task, make_agent
-from eval_pipeline.benchmark import InvalidDatasetError
-from eval_pipeline.evaluation import evaluate
-from eval_pipeline.generation import generate
-from eval_pipeline.gitutil import git
-from eval_pipeline.outcomes import ImageBuildFailed, Outcome
+from eval_pipeline.agents import make_agent
+from eval_pipeline.agents.base import agent_task
+from eval_pipeline.common.git import git
+from eval_pipeline.common.outcomes import ImageBuildFailed, Outcome
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
-from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR, load_terminal_tasks
-from eval_pipeline.validation import Status, validate_task
+from eval_pipeline.tasks.dataset import InvalidDatasetError
+from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR, load_terminal_tasks
+from eval_pipeline.trial.evaluation import evaluate
+from eval_pipeline.trial.generation import generate
+from eval_pipeline.trial.validation import Status, validate_task
 from eval_pipeline_tests.real_data import task_base_images
 
 DETERMINISTIC = ("hello-file", "word-count", "fix-config", "csv-total", "sort-unique")

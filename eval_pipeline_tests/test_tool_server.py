@@ -8,8 +8,8 @@ workspace, whatever path an agent passes.
 import anyio
 import pytest
 
+from eval_pipeline.agents.tool_session import ToolServerEnded, ToolSession, open_tool_session
 from eval_pipeline.sandbox import ResourceLimits
-from eval_pipeline.tool_session import ToolServerEnded, ToolSession, open_tool_session
 from eval_pipeline_tests.conftest import prepare_on
 
 TOOLS = {"run_command", "read_file", "write_file", "edit_file", "list_directory", "workspace_diff"}

@@ -9,9 +9,9 @@ import math
 import anyio
 import pytest
 
+from eval_pipeline.agents.tool_session import ToolServerEnded, open_tool_session
 from eval_pipeline.sandbox.tool_server import WorkspaceTools
-from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR, load_terminal_tasks
-from eval_pipeline.tool_session import ToolServerEnded, open_tool_session
+from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR, load_terminal_tasks
 from eval_pipeline_tests.conftest import prepare_on
 from eval_pipeline_tests.real_data import task_base_images
 

@@ -3,7 +3,8 @@
 import threading
 from dataclasses import dataclass, field
 
-from eval_pipeline.campaign import RetrySettings, parse_campaign
+from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.config.campaign import RetrySettings, parse_campaign
 from eval_pipeline.defs.partitions import (
     RANGE_END_TAG,
     RANGE_START_TAG,
@@ -11,8 +12,7 @@ from eval_pipeline.defs.partitions import (
     TrialBatch,
     trial_batches,
 )
-from eval_pipeline.outcomes import Outcome
-from eval_pipeline.trial_batch import TrialResult, TrialWork, backoff_s, run_batch, run_with_retries
+from eval_pipeline.trial.batch import TrialResult, TrialWork, backoff_s, run_batch, run_with_retries
 
 ORDER = ("a-s0", "a-s1", "a-s2", "b-s0", "b-s1")
 

@@ -5,23 +5,24 @@ from dataclasses import replace
 
 import pytest
 
-from eval_pipeline.agents import agent_task, make_agent
-from eval_pipeline.artifacts import Rejection, attempts_prefix
-from eval_pipeline.attempt_log import AttemptLog, attempts, environment_artifact_key
-from eval_pipeline.campaign import parse_campaign
-from eval_pipeline.environments import environment_attempt
-from eval_pipeline.evaluation import SCORED, evaluate
-from eval_pipeline.generation import GENERATION_VERSION, generate
-from eval_pipeline.grading import GRADING_VERSION
-from eval_pipeline.hashing import stable_hash
-from eval_pipeline.markdown_report import render_markdown
-from eval_pipeline.outcomes import ImageBuildFailed
-from eval_pipeline.portfolio import Portfolio
-from eval_pipeline.report import build_report
-from eval_pipeline.results import collect_warehouse, read_rejected_table, write_warehouse
-from eval_pipeline.terminal_tasks import DEMO_TASKS_DIR, load_terminal_tasks
-from eval_pipeline.trial_folder import FILES, export_trials
-from eval_pipeline.trials import pending_trials, trial_identities, trial_identity
+from eval_pipeline.agents import make_agent
+from eval_pipeline.agents.base import agent_task
+from eval_pipeline.common.hashing import stable_hash
+from eval_pipeline.common.outcomes import ImageBuildFailed
+from eval_pipeline.config.campaign import parse_campaign
+from eval_pipeline.datasets.portfolio import Portfolio
+from eval_pipeline.grading.verdict import GRADING_VERSION
+from eval_pipeline.results.export import FILES, export_trials
+from eval_pipeline.results.markdown import render_markdown
+from eval_pipeline.results.report import build_report
+from eval_pipeline.results.warehouse import collect_warehouse, read_rejected_table, write_warehouse
+from eval_pipeline.store.artifacts import Rejection, attempts_prefix
+from eval_pipeline.store.attempts import AttemptLog, attempts, environment_artifact_key, environment_attempt
+from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR, load_terminal_tasks
+from eval_pipeline.trial.evaluation import SCORED, evaluate
+from eval_pipeline.trial.generation import GENERATION_VERSION, generate
+from eval_pipeline.trial.pending import pending_trials
+from eval_pipeline.trial.spec import trial_identities, trial_identity
 from eval_pipeline_tests.counting_store import CountingStore
 from eval_pipeline_tests.test_artifacts import overwrite, raw, rehashed
 

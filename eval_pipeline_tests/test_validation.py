@@ -9,12 +9,12 @@ import pytest
 import yaml
 from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
-from eval_pipeline.benchmark import Benchmark
-from eval_pipeline.campaign import load_campaign
 from eval_pipeline.cli import main
-from eval_pipeline.grading import Verdict
-from eval_pipeline.outcomes import Outcome
-from eval_pipeline.validation import GOLD, Status, _first_failure, classify
+from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.config.campaign import load_campaign
+from eval_pipeline.grading.verdict import Verdict
+from eval_pipeline.tasks.dataset import Benchmark
+from eval_pipeline.trial.validation import GOLD, Status, _first_failure, classify
 from eval_pipeline_tests.conftest import write_terminal_task
 
 R, U, F = Outcome.RESOLVED, Outcome.UNRESOLVED, Outcome.PATCH_APPLY_FAILED

@@ -4,7 +4,8 @@ from typing import Any
 
 from dagster import AssetKey, AssetSelection, Definitions, ExecutorDefinition, define_asset_job, in_process_executor
 
-from eval_pipeline.campaign import Campaign
+from eval_pipeline.common.settings import Deployment, Paths
+from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.assets import build_campaign_assets, kubernetes_step_tags
 from eval_pipeline.defs.automation import campaign_sensor, infrastructure_retry_sensor, nightly_schedule
 from eval_pipeline.defs.partitions import CampaignPartitions
@@ -19,7 +20,6 @@ from eval_pipeline.defs.stages import (
     stage_job_name,
 )
 from eval_pipeline.defs.validation import build_validation_definitions
-from eval_pipeline.settings import Deployment, Paths
 
 __all__ = [
     "RELEASE_STAGE",

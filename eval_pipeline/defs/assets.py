@@ -31,23 +31,22 @@ from dagster import (
 )
 
 from eval_pipeline import HARNESS_VERSION
-from eval_pipeline.artifacts import ArtifactStore
-from eval_pipeline.campaign import Campaign
-from eval_pipeline.dataset_sources import load_portfolio, write_snapshot
+from eval_pipeline.common.hashing import stable_hash
+from eval_pipeline.common.outcomes import InfrastructureError
+from eval_pipeline.config.campaign import Campaign
+from eval_pipeline.config.quarantine import read_validation
+from eval_pipeline.datasets.portfolio import Portfolio
+from eval_pipeline.datasets.sources import load_portfolio, write_snapshot
 from eval_pipeline.defs.failures import describe_outcome, outcome_failure
 from eval_pipeline.defs.partitions import INSTANCE, CampaignPartitions, sync_partitions
 from eval_pipeline.defs.resources import EvalPipelineResource
-from eval_pipeline.environments import environment_attempt
-from eval_pipeline.generation import GENERATION_VERSION, Generation
-from eval_pipeline.grading import GRADING_VERSION
-from eval_pipeline.hashing import stable_hash
-from eval_pipeline.html_report import write_html_report
-from eval_pipeline.markdown_report import render_markdown
-from eval_pipeline.outcomes import InfrastructureError
-from eval_pipeline.portfolio import Portfolio
-from eval_pipeline.report import build_report, write_report
-from eval_pipeline.report_model import REPORT_SCHEMA_VERSION, Report
-from eval_pipeline.results import (
+from eval_pipeline.grading.verdict import GRADING_VERSION
+from eval_pipeline.results.html import write_html_report
+from eval_pipeline.results.markdown import render_markdown
+from eval_pipeline.results.model import REPORT_SCHEMA_VERSION, Report
+from eval_pipeline.results.report import build_report, write_report
+from eval_pipeline.results.trajectory import trajectories_for
+from eval_pipeline.results.warehouse import (
     collect_warehouse,
     read_rejected_table,
     read_results_table,
@@ -55,12 +54,14 @@ from eval_pipeline.results import (
     write_warehouse,
 )
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
+from eval_pipeline.sandbox.kubernetes.manifest import pod_resources
 from eval_pipeline.sandbox.local import ENVIRONMENT_LAYOUT_VERSION
-from eval_pipeline.sandbox.pod_manifest import pod_resources
-from eval_pipeline.tasks import Task
-from eval_pipeline.trajectory_view import trajectories_for
-from eval_pipeline.trial_batch import TrialResult, TrialSetup, TrialWork, run_batch
-from eval_pipeline.validation import VALIDATION_FILE, read_validation
+from eval_pipeline.store.artifacts import ArtifactStore
+from eval_pipeline.store.attempts import environment_attempt
+from eval_pipeline.tasks.task import Task
+from eval_pipeline.trial.batch import TrialResult, TrialSetup, TrialWork, run_batch
+from eval_pipeline.trial.generation import GENERATION_VERSION, Generation
+from eval_pipeline.trial.validation import VALIDATION_FILE
 
 # Code versions of the assets whose logic has no version of its own in the core.
 SNAPSHOT_CODE_VERSION = "1"

@@ -36,7 +36,7 @@ from dagster import (
     sensor,
 )
 
-from eval_pipeline.campaign import Campaign
+from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.failures import failure_outcomes
 from eval_pipeline.defs.progress import Cycle, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, TRIGGER_TAG

@@ -12,7 +12,7 @@ from typing import Any
 
 from dagster import DagsterEvent, Failure, MetadataValue
 
-from eval_pipeline.outcomes import Outcome
+from eval_pipeline.common.outcomes import Outcome
 
 
 def outcome_failure(description: str, outcomes: Mapping[str, Outcome], metadata: Mapping[str, Any]) -> Failure:

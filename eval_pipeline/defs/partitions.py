@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from dagster import AssetExecutionContext, DynamicPartitionsDefinition, MultiPartitionKey, MultiPartitionsDefinition
 
-from eval_pipeline.campaign import Campaign
+from eval_pipeline.config.campaign import Campaign
 
 INSTANCE, TRIAL = "instance", "trial"
 

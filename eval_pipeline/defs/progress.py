@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, RunsFilter
 
-from eval_pipeline.campaign import Campaign
+from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.partitions import CampaignPartitions, TrialBatch, trial_batches, trial_run_key
 from eval_pipeline.defs.stages import CYCLE_TAG, RELEASE_STAGE, TRIGGER_TAG, stage_job_name
 

@@ -30,11 +30,11 @@ from dagster import (
     asset_check,
 )
 
-from eval_pipeline.campaign import Campaign
+from eval_pipeline.config.campaign import Campaign
+from eval_pipeline.config.gates import GatePolicy
 from eval_pipeline.defs.resources import EvalPipelineResource
-from eval_pipeline.gates import GatePolicy
-from eval_pipeline.report import write_json
-from eval_pipeline.report_model import GateDecision, Report
+from eval_pipeline.results.model import GateDecision, Report
+from eval_pipeline.results.report import write_json
 
 RELEASE_CODE_VERSION = "3"
 

@@ -4,11 +4,11 @@ from pathlib import Path
 
 from dagster import ConfigurableResource
 
-from eval_pipeline.artifacts import ArtifactStore, S3ArtifactStore, open_artifact_store
-from eval_pipeline.campaign import Campaign
+from eval_pipeline.common.settings import Deployment, Paths
+from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.sandbox import SandboxBackend, make_sandbox
-from eval_pipeline.settings import Deployment, Paths
-from eval_pipeline.tasks import Task
+from eval_pipeline.store.artifacts import ArtifactStore, S3ArtifactStore, open_artifact_store
+from eval_pipeline.tasks.task import Task
 
 
 class EvalPipelineResource(ConfigurableResource):

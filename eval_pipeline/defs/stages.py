@@ -4,7 +4,7 @@ Kept apart from the definitions so that what only needs the names (the instance
 settings, the run drivers) does not import the asset graph.
 """
 
-from eval_pipeline.campaign import Campaign
+from eval_pipeline.config.campaign import Campaign
 
 # Each stage is a job of the campaign's assets, run in this order.
 STAGES = {

@@ -39,17 +39,17 @@ from dagster import (
     asset_check,
 )
 
-from eval_pipeline.campaign import Campaign
+from eval_pipeline.common.hashing import stable_hash
+from eval_pipeline.config.campaign import Campaign
+from eval_pipeline.datasets.portfolio import Portfolio
 from eval_pipeline.defs.assets import lineage_metadata, prepare_environment
 from eval_pipeline.defs.partitions import CampaignPartitions
 from eval_pipeline.defs.resources import EvalPipelineResource
-from eval_pipeline.grading import GRADING_VERSION
-from eval_pipeline.hashing import stable_hash
-from eval_pipeline.limit_evidence import GradedUnder
-from eval_pipeline.markdown_report import render_validation
-from eval_pipeline.portfolio import Portfolio
-from eval_pipeline.report import write_json
-from eval_pipeline.validation import (
+from eval_pipeline.grading.verdict import GRADING_VERSION
+from eval_pipeline.results.markdown import render_validation
+from eval_pipeline.results.report import write_json
+from eval_pipeline.trial.limits import GradedUnder
+from eval_pipeline.trial.validation import (
     DEFAULT_REPEATS,
     VALIDATION_FILE,
     VALIDATION_VERSION,

@@ -12,8 +12,9 @@ from typing import Any
 
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 
-from eval_pipeline.campaign import Campaign
-from eval_pipeline.dataset_sources import load_portfolio
+from eval_pipeline.common.settings import Deployment, Paths, dagster_home
+from eval_pipeline.config.campaign import Campaign
+from eval_pipeline.datasets.sources import load_portfolio
 from eval_pipeline.defs.assets import ENVIRONMENT_POOL, MODEL_API_POOL
 from eval_pipeline.defs.partitions import trial_run_key
 from eval_pipeline.defs.progress import REQUEST_TAG, CampaignProgress, Cycle
@@ -27,9 +28,9 @@ from eval_pipeline.orchestration.driver import (
     run_one,
 )
 from eval_pipeline.orchestration.launchers import Launcher, free_abandoned_slots
-from eval_pipeline.report_model import Report, load_report
-from eval_pipeline.settings import Deployment, Paths, dagster_home
-from eval_pipeline.trials import pending_trials, trial_identities
+from eval_pipeline.results.model import Report, load_report
+from eval_pipeline.trial.pending import pending_trials
+from eval_pipeline.trial.spec import trial_identities
 
 
 @dataclass

@@ -30,10 +30,10 @@ from typing import Any, Protocol
 import requests
 from dagster import BetaWarning, DagsterInstance, Definitions, RunRequest, RunsFilter
 
-from eval_pipeline.campaign import Campaign
+from eval_pipeline.common.settings import Paths
+from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs import build_definitions
 from eval_pipeline.defs.progress import FINISHED, REQUEST_TAG
-from eval_pipeline.settings import Paths
 
 # In-process runs log to the instance (the UI shows everything); the console shows only what breaks Dagster itself.
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}

@@ -5,14 +5,15 @@ from typing import Any
 
 from dagster import DagsterInstance, DagsterRunStatus
 
-from eval_pipeline.campaign import Campaign
+from eval_pipeline.common.settings import Deployment, Paths
+from eval_pipeline.config.campaign import Campaign
+from eval_pipeline.config.quarantine import read_validation
 from eval_pipeline.defs.progress import CampaignProgress, Cycle
 from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.defs.stages import VALIDATION_REPORT_STAGE, VALIDATION_STAGE
 from eval_pipeline.orchestration.driver import CampaignRunError, FinishedRun, failure_message, run_all, run_one
 from eval_pipeline.orchestration.launchers import Launcher
-from eval_pipeline.settings import Deployment, Paths
-from eval_pipeline.validation import VALIDATION_FILE, read_validation
+from eval_pipeline.trial.validation import VALIDATION_FILE
 
 
 class DatasetNotLoaded(CampaignRunError):

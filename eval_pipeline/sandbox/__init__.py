@@ -31,8 +31,8 @@ __all__ = [
 # which every run worker of an embedded-default campaign would otherwise pay.
 BACKENDS = {
     "local": "eval_pipeline.sandbox.local:LocalSandbox",
-    "container": "eval_pipeline.sandbox.container:ContainerSandbox",
-    "kubernetes": "eval_pipeline.sandbox.kubernetes:KubernetesSandbox",
+    "container": "eval_pipeline.sandbox.container.sandbox:ContainerSandbox",
+    "kubernetes": "eval_pipeline.sandbox.kubernetes.sandbox:KubernetesSandbox",
 }
 
 

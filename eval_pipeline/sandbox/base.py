@@ -17,11 +17,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, ConfigDict, StrictBool, StrictStr, TypeAdapter
 
-from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
-from eval_pipeline.config_validation import Count, Number, PositiveCount
-from eval_pipeline.gitutil import HARNESS_GIT_ENV
-from eval_pipeline.outcomes import InfrastructureError
-from eval_pipeline.tasks import Task
+from eval_pipeline.common.fields import Count, Number, PositiveCount
+from eval_pipeline.common.git import HARNESS_GIT_ENV
+from eval_pipeline.common.outcomes import InfrastructureError
+from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
+from eval_pipeline.tasks.task import Task
 
 
 def parse_multiplier(value: Any) -> float | None:

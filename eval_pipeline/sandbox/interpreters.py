@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from eval_pipeline.benchmark import EnvironmentSpec
-from eval_pipeline.outcomes import ImageBuildFailed
+from eval_pipeline.common.outcomes import ImageBuildFailed
+from eval_pipeline.tasks.environment import EnvironmentSpec
 
 _VERSION = re.compile(r"^\d+\.\d+$")
 # Before an environment installs anything, its Python gets the pip and wheel SWE-bench's conda environments had:

@@ -42,10 +42,9 @@ from typing import Any
 
 from packaging.requirements import Requirement
 
-from eval_pipeline.benchmark import EnvironmentSpec, RepoSource
-from eval_pipeline.gitutil import COMMIT_BASELINE, STRIP_HISTORY, clone_at, git
-from eval_pipeline.hashing import stable_hash
-from eval_pipeline.outcomes import ImageBuildFailed, InfrastructureError, SandboxLost
+from eval_pipeline.common.git import COMMIT_BASELINE, STRIP_HISTORY, clone_at, git
+from eval_pipeline.common.hashing import stable_hash
+from eval_pipeline.common.outcomes import ImageBuildFailed, InfrastructureError, SandboxLost
 from eval_pipeline.sandbox.base import (
     OUTPUT_DIR,
     EnvironmentHandle,
@@ -64,8 +63,8 @@ from eval_pipeline.sandbox.interpreters import (
     installs_with_pip,
 )
 from eval_pipeline.sandbox.limited_exec import ViewUnavailable, allocated_bytes, run_limited
-from eval_pipeline.swebench_specs import requirements_text
-from eval_pipeline.tasks import Task
+from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
+from eval_pipeline.tasks.task import Task
 
 # Bump when the layout of a prepared environment changes, so old ones are not reused.
 ENVIRONMENT_LAYOUT_VERSION = "5"
@@ -414,9 +413,7 @@ class LocalSandbox(SandboxBackend):
         if installs_with_pip(spec):
             commands.append(UPGRADE_PIP)
         if spec.requirements:
-            text = requirements_text(
-                directory / "repo", instance.environment_setup_commit, spec.requirements, spec.packages
-            )
+            text = instance.requirements(spec, directory / "repo")
             (directory / "requirements.txt").write_text(text)
             commands.append(f"python -m pip install -r {shlex.quote(str(directory / 'requirements.txt'))}")
         if spec.packages:

@@ -32,9 +32,9 @@ from pathlib import Path
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-from eval_pipeline.hashing import stable_hash
+from eval_pipeline.common.hashing import stable_hash
 from eval_pipeline.sandbox import limited_exec
-from eval_pipeline.sandbox.images import ImageLayer
+from eval_pipeline.sandbox.container.images import ImageLayer
 
 TOOLS_ROOT = "/opt/eval/tools"
 SERVER_DISTRIBUTION = "mcp"

@@ -1,0 +1,138 @@
+"""Where a campaign's benchmark comes from: loading what a slice's source (dataset_source_config.py) names.
+
+A campaign names its sources per slice (`slices: {name: source}`), or one
+source as `benchmark:` (a single slice named `default`).
+
+kind: demo      the built-in demo benchmark (no other fields).
+kind: terminal  Terminal-Bench / Harbor task directories (terminal_tasks.py):
+                  path: a task directory, or a directory of them
+                  mirror_dir: where their working trees are committed (default: the data directory's)
+                  on_invalid: reject (default) or quarantine
+kind: swebench  rows in SWE-bench's schema (Lite and Verified load as they are), read with
+                the `datasets` library from
+                  path: a .json, .jsonl or .parquet file, or a folder saved with save_to_disk
+                  or hf_name + revision: a Hugging Face dataset pinned to an exact revision
+                split: the split to read (default test; ignored for single files)
+                mirror_dir or url_template: where the repositories are cloned from
+                environments: {"owner/repo@version": {python, packages, install, test_cmd, ...}}: overrides
+                  SWE-bench's own specification of that repository and version (tasks/swebench/specs.py)
+                include_hints: give the agent the rows' hints_text (default false, as SWE-bench's rules say)
+                on_invalid: reject (default) or quarantine
+"""
+
+import os
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas
+
+from eval_pipeline.common.settings import Paths
+from eval_pipeline.datasets.config import DatasetSource, SweBenchSource, TerminalSource, parse_source
+from eval_pipeline.datasets.portfolio import DuplicateInstanceError, Portfolio
+from eval_pipeline.tasks.dataset import Benchmark
+from eval_pipeline.tasks.demo import build_demo_benchmark
+from eval_pipeline.tasks.environment import RepoSource
+from eval_pipeline.tasks.swebench.instance import benchmark_from_rows
+from eval_pipeline.tasks.terminal.task import load_terminal_tasks
+
+_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+
+
+class DatasetSourceError(ValueError):
+    """A `benchmark:` section that cannot be loaded; the message names the field."""
+
+
+def _as_text(value: Any) -> Any:
+    """Timestamps as SWE-bench writes them (ISO 8601, UTC as Z).
+
+    The JSON reader under `datasets` turns such strings into datetimes; without
+    this, the same row would hash differently as JSON and as parquet.
+    """
+    if isinstance(value, datetime):
+        return value.isoformat() + "Z" if value.tzinfo is None else value.isoformat().replace("+00:00", "Z")
+    return value
+
+
+def _read_rows(source: SweBenchSource, cache_dir: Path) -> list[dict[str, Any]]:
+    import datasets  # imported here: it is slow to import and only this source needs it
+
+    if source.hf_name:
+        dataset = datasets.load_dataset(
+            source.hf_name, split=source.split, revision=source.revision, cache_dir=str(cache_dir)
+        )
+    else:
+        path = Path(source.path or "")
+        if not path.exists():
+            raise DatasetSourceError(f"benchmark.path: {str(path)!r} does not exist")
+        if path.is_dir():
+            dataset = datasets.load_from_disk(str(path))
+            if isinstance(dataset, datasets.DatasetDict):
+                if source.split not in dataset:
+                    raise DatasetSourceError(f"benchmark.split: {source.split!r} not in {path} (has {sorted(dataset)})")
+                dataset = dataset[source.split]
+        elif path.suffix in _FILE_BUILDERS:
+            dataset = datasets.load_dataset(
+                _FILE_BUILDERS[path.suffix], data_files=str(path), split="train", cache_dir=str(cache_dir)
+            )
+        else:
+            raise DatasetSourceError(f"benchmark.path: {path} is not .json, .jsonl, .parquet or a saved dataset")
+    return [{name: _as_text(value) for name, value in row.items()} for row in dataset]
+
+
+def load_swebench(source: SweBenchSource, paths: Paths) -> Benchmark:
+    return benchmark_from_rows(
+        source.hf_name or Path(source.path or "").name,
+        _read_rows(source, paths.data_dir / "datasets_cache"),
+        on_invalid=source.on_invalid,
+        include_hints=source.include_hints,
+        swebench_specs=True,
+        source=RepoSource(url_template=source.url_template, mirror_dir=source.mirror_dir),
+        environments=source.environments,
+    )
+
+
+def write_snapshot(benchmark: Benchmark, directory: Path) -> Path:
+    """The evaluated rows as `<version>.parquet`, written once and atomically: what a run pinned."""
+    path = directory / f"{benchmark.version}.parquet"
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        pandas.DataFrame([instance.to_row() for instance in benchmark.instances]).to_parquet(scratch, index=False)
+        os.replace(scratch, path)
+    return path
+
+
+def load_terminal(source: TerminalSource, paths: Paths) -> Benchmark:
+    path = Path(source.path)
+    if not path.is_dir():
+        raise DatasetSourceError(f"benchmark.path: {str(path)!r} is not a directory of terminal tasks")
+    return load_terminal_tasks(path, Path(source.mirror_dir or paths.mirrors), on_invalid=source.on_invalid)
+
+
+def load_benchmark(source: DatasetSource | Mapping[str, Any], paths: Paths) -> Benchmark:
+    """The benchmark a source names (a campaign's model, or a mapping checked here); `kind` selects the loader."""
+    try:
+        source = parse_source(source)
+    except ValueError as error:
+        raise DatasetSourceError(str(error)) from None
+    if isinstance(source, SweBenchSource):
+        return load_swebench(source, paths)
+    if isinstance(source, TerminalSource):
+        return load_terminal(source, paths)
+    return build_demo_benchmark(paths.mirrors)
+
+
+def load_portfolio(slices: Mapping[str, DatasetSource | Mapping[str, Any]], paths: Paths) -> Portfolio:
+    """Every slice's benchmark; an error names the slice it comes from."""
+    loaded = {}
+    for name, source in slices.items():
+        try:
+            loaded[name] = load_benchmark(source, paths)
+        except DatasetSourceError as error:
+            raise DatasetSourceError(f"slice {name!r}: {error}") from None
+    try:
+        return Portfolio(loaded)
+    except DuplicateInstanceError as error:
+        raise DatasetSourceError(str(error)) from None

@@ -1,0 +1,107 @@
+"""What grading decides, for a task of any kind: the verdict, a terminal verifier's run, and the two steps
+every kind of grading shares (applying the model's patch, telling a run a limit stopped).
+
+Each kind of task owns its grading (`Task.grade`, tasks/task.py): a code task's is
+tasks/swebench/grading.py, a terminal task's tasks/terminal/verifier.py.
+"""
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from eval_pipeline.common.outcomes import NO_SPACE_TEXT, Outcome, StorageError
+from eval_pipeline.grading.patch_audit import AuditFlag, audit_patch
+from eval_pipeline.sandbox import Workspace
+from eval_pipeline.sandbox.patches import apply_patch, patch_problem
+
+if TYPE_CHECKING:
+    from eval_pipeline.tasks.environment import EnvironmentSpec
+    from eval_pipeline.tasks.task import Task
+
+__all__ = [
+    "ERROR",
+    "FAILED",
+    "GRADING_VERSION",
+    "MISSING",
+    "PASSED",
+    "SKIPPED",
+    "XFAIL",
+    "Verdict",
+    "VerifierRun",
+    "apply_model_patch",
+    "grade_task",
+    "stopped_by_a_limit",
+]
+
+# Bump when grading logic changes: evaluation artifacts are keyed by it and assets show as stale.
+GRADING_VERSION = "5"
+
+
+# SWE-bench's statuses (swebench.harness.constants.TestStatus), and ours for a graded test with no result.
+PASSED, FAILED, SKIPPED, ERROR, XFAIL, MISSING = "PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", "MISSING"
+
+
+@dataclass
+class Verdict:
+    outcome: Outcome
+    tests: dict[str, str] = field(default_factory=dict)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    detail: str = ""
+    audit: list[AuditFlag] = field(default_factory=list)
+
+
+def apply_model_patch(verdict: Verdict, model_patch: str, workspace: Workspace) -> bool:
+    """Apply the model's patch (an empty one trivially); False, with the verdict set, when it does not apply."""
+    if not model_patch.strip():
+        return True
+    verdict.audit = audit_patch(model_patch)
+    if problem := patch_problem(model_patch):
+        verdict.outcome, verdict.detail = Outcome.PATCH_APPLY_FAILED, f"the model patch was not applied: {problem}"
+        return False
+    applied = apply_patch(workspace, model_patch, "model.patch")
+    verdict.steps.append({"step": "apply_model_patch", **applied.summary()})
+    if not applied.ok and NO_SPACE_TEXT in applied.stderr:  # the disk, not the patch: never scored against it
+        raise StorageError(f"applying the model patch: the machine's disk is full: {applied.stderr[-500:]}")
+    if not applied.ok:
+        verdict.outcome, verdict.detail = Outcome.PATCH_APPLY_FAILED, "the model patch does not apply"
+    return applied.ok
+
+
+def stopped_by_a_limit(verdict: Verdict, run: Mapping[str, Any], test_timeout_s: float) -> bool:
+    """A test run cut off by a limit is no verdict on the patch: the outcome says which limit. Past the disk
+    quota it is a grading error, abnormal, so that the reference graded at once tells the patch's fault
+    (evaluation.py)."""
+    if run["timed_out"]:
+        verdict.outcome, verdict.detail = Outcome.TEST_TIMEOUT, f"the tests ran over {test_timeout_s:g}s"
+    elif run["oom_killed"]:
+        verdict.outcome, verdict.detail = Outcome.OOM_KILLED, "the tests were OOM-killed at the memory ceiling"
+    elif run.get("storage_exceeded"):
+        verdict.outcome, verdict.detail = Outcome.GRADING_ERROR, "the test run filled more disk than the trial's quota"
+    return bool(run["timed_out"] or run["oom_killed"] or run.get("storage_exceeded"))
+
+
+@dataclass(frozen=True)
+class VerifierRun:
+    """What a terminal task's verifier did, as read the moment it ended: test.sh's run (`ExecResult.summary`),
+    the reward files it left (None for a file it did not write) and the time limit it ran under. Kept with the
+    generation when the verifier ran in the agent's own container, and scored by `score_verifier`."""
+
+    run: dict[str, Any]
+    reward_txt: str | None
+    reward_json: str | None
+    test_timeout_s: float
+    in_place: bool = False  # in the agent's own container, its processes still running
+
+    def as_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> "VerifierRun":
+        return cls(**record)
+
+
+def grade_task(
+    task: "Task", spec: "EnvironmentSpec", model_patch: str, workspace: Workspace, test_timeout_s: float
+) -> Verdict:
+    """Grade a task of any kind, as its kind grades (`Task.grade`: `grade` or `grade_terminal` here)."""
+    return task.grade(spec, model_patch, workspace, test_timeout_s)

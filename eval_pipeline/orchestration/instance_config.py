@@ -1,0 +1,80 @@
+"""The Dagster instance's settings (dagster.yaml) for the embedded default or a production deployment.
+
+One function renders both, so the repository's dagster.yaml (the embedded
+default, checked against this module by a test) and a production DAGSTER_HOME
+share their policies: run retries, run monitoring, and a run queue with tag
+concurrency limits. Production adds PostgreSQL storage and compute logs on S3.
+On Kubernetes the Dagster Helm chart writes dagster.yaml; k8s/values.yaml sets
+the same policies there.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from eval_pipeline.common.settings import Deployment
+from eval_pipeline.defs.stages import STAGE_TAG
+from eval_pipeline.results.report import write_text_atomically
+
+GENERATED_HEADER = "# Written by eval-pipeline from its environment variables (eval_pipeline/instance_config.py)."
+
+
+def instance_config(deployment: Deployment) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "telemetry": {"enabled": False},
+        # Runs wait in a queue; the daemon starts them within the limits under `concurrency`.
+        "run_coordinator": {"module": "dagster.core.run_coordinator", "class": "QueuedRunCoordinator"},
+        # A run whose worker crashed (SIGKILL, OOM-killed worker, lost node) is launched again. A run
+        # whose steps failed is not: a step's retry policy already retried its infrastructure outcomes,
+        # and agent outcomes must never be retried.
+        "run_retries": {"enabled": True, "max_retries": 2, "retry_on_asset_or_op_failure": False},
+        # Fails runs whose worker died or never started, so that run_retries can launch them again.
+        "run_monitoring": {"enabled": True, "start_timeout_seconds": 180, "poll_interval_seconds": 30},
+        "concurrency": {
+            "runs": {
+                "max_concurrent_runs": deployment.max_concurrent_runs,
+                # Environment builds are heavy: at most two environment-stage runs at once.
+                "tag_concurrency_limits": [{"key": STAGE_TAG, "value": "environments", "limit": 2}],
+            },
+            # Every pool unless set otherwise (`dagster instance concurrency set <pool> <limit>`):
+            # eval_pipeline_environments (builds and pods started at once) and eval_pipeline_model_api
+            # (agents running at once, each calling a model API).
+            "pools": {"default_limit": 4, "granularity": "op"},
+        },
+    }
+    if deployment.postgres_url:
+        # A reference, not the URL: the password stays in the environment, out of the file.
+        config["storage"] = {"postgres": {"postgres_url": {"env": "EVAL_PIPELINE_POSTGRES_URL"}}}
+    if deployment.s3_bucket:
+        config["compute_logs"] = {
+            "module": "dagster_aws.s3.compute_log_manager",
+            "class": "S3ComputeLogManager",
+            "config": {
+                "bucket": deployment.s3_bucket,
+                "prefix": deployment.s3_prefix("compute-logs"),
+                # An empty log is not worth a request, and SeaweedFS stalls 60 s (a read timeout) on
+                # the empty uploads Dagster's run workers make at the end of every run.
+                "skip_empty_files": True,
+            },
+        }
+    return config
+
+
+def instance_yaml(deployment: Deployment) -> str:
+    return f"{GENERATED_HEADER}\n" + yaml.safe_dump(instance_config(deployment), sort_keys=False)
+
+
+def ensure_instance_config(home: Path, deployment: Deployment) -> bool:
+    """Write `home`/dagster.yaml for `deployment` unless the user keeps a dagster.yaml of their own there.
+
+    Returns whether it wrote the file. A file this function wrote before is rewritten, so a changed
+    variable (say, EVAL_PIPELINE_POSTGRES_URL set for the first time) takes effect on the next run.
+    """
+    path = home / "dagster.yaml"
+    if path.exists() and not path.read_text().startswith(GENERATED_HEADER):
+        return False
+    text = instance_yaml(deployment)
+    if not path.exists() or path.read_text() != text:
+        write_text_atomically(path, text)
+    return True

@@ -1,0 +1,280 @@
+"""The campaign report as markdown: report.md, the CLI's summary of a run, and the validation report.
+
+Rates' and differences' intervals are shown clipped to the range their
+quantity can take; report.json keeps the bounds as computed.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+from eval_pipeline.results.model import Report, ReportRow, VariantSummary
+from eval_pipeline.trial.validation import Status
+
+
+def format_number(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def format_interval(low: float | None, high: float | None) -> str:
+    return f"[{format_number(low)}, {format_number(high)}]"
+
+
+def clip(value: float | None, low: float, high: float) -> float | None:
+    """A bound shown within the range its quantity can take: the t-interval of a rate near 0 or 1 reaches
+    past it, which says nothing a reader can use. report.json keeps the unclipped bounds."""
+    return None if value is None else max(low, min(high, value))
+
+
+def format_rate_interval(low: float | None, high: float | None) -> str:
+    """A rate's interval as shown: clipped to [0, 1]."""
+    return format_interval(clip(low, 0.0, 1.0), clip(high, 0.0, 1.0))
+
+
+def format_difference_interval(low: float | None, high: float | None) -> str:
+    """A difference of rates' interval as shown: clipped to [-1, 1]."""
+    return format_interval(clip(low, -1.0, 1.0), clip(high, -1.0, 1.0))
+
+
+def format_limits(summary: VariantSummary) -> str:
+    """Test runs stopped by a limit: how many were scored as failures (the reference passes within it), how
+    many stayed infrastructure."""
+    return f"{summary.limits_scored} scored, {summary.limits_unscored} infra"
+
+
+def row_label(row: ReportRow) -> str:
+    """The slice column of a markdown table: the portfolio's rows in bold."""
+    return f"**{row.slice}**" if row.portfolio else row.slice
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    return [f"| {' | '.join(headers)} |", f"|{'---|' * len(headers)}", *(f"| {' | '.join(row)} |" for row in rows)]
+
+
+def _rate_cells(row: ReportRow) -> list[str]:
+    v = row.summary
+    return [
+        row_label(row),
+        row.variant,
+        format_number(v.resolved_rate),
+        format_rate_interval(v.ci_low, v.ci_high),
+        format_rate_interval(v.ci_repo_low, v.ci_repo_high),
+        str(v.n),
+        f"{v.resolved}/{v.planned}",
+        f"{v.scored}/{v.planned}",
+        format_number(v.infrastructure_error_rate),
+        format_limits(v),
+        ", ".join(f"{outcome} {count}" for outcome, count in v.outcomes.items()),
+        ", ".join(f"{kind} {count}" for kind, count in v.audit_flags.items()) or "none",
+    ]
+
+
+def _rates(report: Report) -> list[str]:
+    headers = ["slice", "variant", "resolved rate", "95% CI (by instance)", "95% CI (by repo)", "instances"]
+    headers += ["resolved/planned", "scored/planned", "infra error rate", "test limits hit", "outcomes"]
+    headers += ["patch audit flags"]
+    return markdown_table(headers, [_rate_cells(row) for row in report.rows()])
+
+
+def _comparisons(report: Report) -> list[str]:
+    headers = ["slice", "variant", "difference", "95% CI", "p-value", "correlation", "MDE", "paired instances"]
+    rows = [
+        [
+            row_label(row),
+            row.variant,
+            format_number(d.diff),
+            format_difference_interval(d.ci_low, d.ci_high),
+            format_number(d.p_value, 4),
+            format_number(d.correlation),
+            format_number(d.mde),
+            str(d.n),
+        ]
+        for row in report.rows()
+        if (d := row.summary.vs_baseline)
+    ]
+    return markdown_table(headers, rows) if rows else ["No other variant to compare."]
+
+
+def format_cost(value: float | None) -> str:
+    """An amount in US dollars as the reports show it."""
+    return format_number(value, 4)
+
+
+# The columns of a variant's time and cost, shared by the markdown and HTML reports.
+TIME_COST_HEADERS = ["median s", "p95 s", "tokens / resolved", "cost / resolved"]
+
+
+def time_cost_cells(summary: VariantSummary) -> list[str]:
+    """A variant's TIME_COST_HEADERS: its scored trials' median and p95 durations, tokens and cost per resolved
+    trial (n/a where undefined: docs/STATISTICS.md)."""
+    return [
+        format_number(summary.duration_s.median, 1),
+        format_number(summary.duration_s.p95, 1),
+        format_number(summary.tokens_per_resolved, 0),
+        format_cost(summary.cost_per_resolved),
+    ]
+
+
+def _costs(report: Report) -> list[str]:
+    headers = ["slice", "variant", *TIME_COST_HEADERS, "seed rates", "seed sd", "pass@k"]
+    rows = []
+    for row in report.rows():
+        v, spread = row.summary, row.summary.seed_spread
+        rows.append(
+            [
+                row_label(row),
+                row.variant,
+                *time_cost_cells(v),
+                format_interval(spread.min, spread.max) if spread else "n/a",
+                format_number(spread.sd) if spread else "n/a",
+                ", ".join(f"@{k} {format_number(value)}" for k, value in v.pass_at_k.items()) or "n/a",
+            ]
+        )
+    return markdown_table(headers, rows)
+
+
+def _runs(resolved: int, runs: int) -> str:
+    """`resolved/runs`, or n/a for a patch never graded (its environment could not be prepared)."""
+    return f"{resolved}/{runs}" if runs else "n/a"
+
+
+def _one_line(text: str, limit: int) -> str:
+    """The start of a detail (a message, or a traceback) on one line, fit for a table cell or a list item."""
+    return " ".join(text.split())[:limit].replace("|", "\\|")
+
+
+def _status_counts(statuses: Mapping[str, int]) -> str:
+    return ", ".join(f"{status} {count}" for status, count in statuses.items())
+
+
+def _validation(report: Report) -> list[str]:
+    validation = report.validation
+    if validation is None:
+        return [
+            f"Not validated: `eval-pipeline validate --campaign {report.campaign}` checks that each instance's"
+            " reference solution resolves it and the unchanged repository does not."
+        ]
+    unvalidated = validation.unvalidated
+    lines = [
+        f"{validation.validated} instances validated: {_status_counts(validation.statuses)}. "
+        + (
+            f"Evaluated without a validation of their current content: {', '.join(unvalidated)}."
+            if unvalidated
+            else "Every instance evaluated here has a current validation."
+        )
+    ]
+    if validation.not_valid:
+        headers = ["instance", "slice", "status", "gold resolved", "empty resolved", "evaluated here", "detail"]
+        rows = [
+            [
+                row.instance_id,
+                row.slice,
+                row.status,
+                _runs(row.gold_resolved, row.gold_runs),
+                _runs(row.empty_resolved, row.empty_runs),
+                "yes" if row.evaluated else "no",
+                _one_line(row.detail, 200),
+            ]
+            for row in validation.not_valid
+        ]
+        lines += ["", *markdown_table(headers, rows)]
+    return lines
+
+
+def _rejected(report: Report) -> list[str]:
+    """The stored records refused as forged, unauthenticated, altered or damaged: none of them is counted."""
+    if not report.rejected_records:
+        return ["None: every stored record read passed its checksum and its MAC."]
+    rows = [[f"`{r.instance_id}`", f"`{r.trial}`", r.reason, f"`{r.key}`"] for r in report.rejected_records]
+    return [
+        f"{len(report.rejected_records)} stored record(s) failed their checks and were not counted; they are kept"
+        " under `quarantine/` and their trials run again.",
+        "",
+        *markdown_table(["instance", "trial", "reason", "record"], rows),
+    ]
+
+
+def _gates(report: Report) -> list[str]:
+    """Each release gate's verdict on one line, and under a failed one each rule it broke on one line."""
+    if not report.gates:
+        return ["This campaign has no release gates."]
+    lines = []
+    for environment, decision in report.gates.items():
+        verdict = "passed" if decision.passed else "FAILED"
+        lines.append(f"- `{environment}`: {verdict} (candidate `{decision.candidate}`)")
+        lines += [f"  - {violation.rule}: {violation.message}" for violation in decision.violations]
+    return lines
+
+
+def render_validation(validation: Mapping[str, Any]) -> str:
+    """A validation report (validation.py) as markdown: every instance's status and runs, then why those
+    that are not valid are not."""
+    records = validation["instances"]
+    rows = [
+        [
+            r["instance_id"],
+            r["slice"],
+            r["status"],
+            _runs(r["gold_resolved"], r["gold_runs"]),
+            _runs(r["empty_resolved"], r["empty_runs"]),
+        ]
+        for r in records
+    ]
+    lines = [
+        *markdown_table(["instance", "slice", "status", "gold resolved", "empty resolved"], rows),
+        "",
+        f"{len(records)} instances validated: {_status_counts(validation['statuses'])}."
+        f" Quarantine: {len(validation['quarantine'])} instance(s)"
+        + (f", {len(validation['excluded'])} of them excluded by the campaign." if validation["excluded"] else "."),
+    ]
+    lines += [
+        f"- {r['instance_id']} ({r['status']}): {_one_line(r['detail'], 300)}"
+        for r in records
+        if r["status"] != Status.VALID
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(report: Report) -> str:
+    lines = [
+        f"# Campaign `{report.campaign}`",
+        "",
+        f"Dataset `{report.dataset_version[:12]}`, plan `{report.plan_version[:12]}`, "
+        f"harness {report.harness_version}. Coverage: {report.scored}/{report.planned} trials scored."
+        f" Invalid dataset rows quarantined: {report.quarantined_rows}.",
+        "",
+        *_rates(report),
+        "",
+        f"## Against the baseline `{report.baseline}` (paired by instance)",
+        "",
+        *_comparisons(report),
+        "",
+        "## Time, cost and seeds",
+        "",
+        *_costs(report),
+        "",
+        "## Release gates",
+        "",
+        *_gates(report),
+        "",
+        "## Instance validation",
+        "",
+        *_validation(report),
+        "",
+        "## Rejected records",
+        "",
+        *_rejected(report),
+        "",
+        "Rates average seeds within each instance first; trials that ended in an infrastructure outcome are not"
+        " scored. A test run stopped by a limit is scored as a failure only where the instance's reference passed"
+        " within the same limits. Intervals are shown within the range of their quantity."
+        " Definitions: docs/STATISTICS.md.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_summary(report: Report) -> str:
+    """What `eval-pipeline run` prints: the markdown report (rates, comparisons, gates), then its files,
+    the HTML report first: it is the one to open."""
+    paths = report.paths()
+    files = (("html", "HTML report"), ("markdown", "Markdown report"), ("json", "JSON report"))
+    return render_markdown(report) + "".join(f"{label}: {paths[form]}\n" for form, label in files if form in paths)

@@ -1,0 +1,443 @@
+"""A trial's workspace inside a long-lived environment pod, reached only by exec.
+
+The container and Kubernetes backends share this: a workspace is a copy of
+/testbed under /workspaces, and every command runs through limited_exec.py in
+the pod, as root dropping to the workspace's uid, which enforces the timeout and
+output cap and reads the cgroup's OOM counter there. Each command runs in its
+own mount namespace where the workspace is mounted at /testbed, so the
+environment's editable installs import the trial's code and concurrent trials in
+one pod each see only their own files there.
+
+Nothing of one trial reaches another or the harness (`create`): each workspace
+gets a uid no other workspace of the pod holds while it lives (claimed in the
+pod, `TRIAL_UIDS`), every process of that uid ends with each command and with
+the workspace, and its files in world-writable places go with it. The uid owns
+its repository, home and temporary directory and the harness's `out/` (what its
+commands write for the harness: test reports, logs); the workspace root and
+every other harness file are root's, readable by the uid's group only, so it
+can neither rewrite what the harness later applies nor rename the workspace
+away, and other uids cannot read any of it. Requests and harness files travel
+on an exec's private input (`PodExec.run`), never in a command line.
+
+Only the way an exec reaches the pod differs (`PodExec`): the Docker Engine
+API, or the Kubernetes API's exec subresource.
+"""
+
+import base64
+import json
+import logging
+import shlex
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from eval_pipeline.common.outcomes import InfrastructureError
+from eval_pipeline.sandbox.base import (
+    OUTPUT_DIR,
+    ExecResult,
+    ResourceLimits,
+    RunnerEnded,
+    SandboxError,
+    ToolChannel,
+    Workspace,
+)
+from eval_pipeline.sandbox.container.images import ENV_VENV, PATH, TASK_GIT_DIR, TESTBED, WORKSPACES
+from eval_pipeline.sandbox.tool_runtime import ToolRuntime
+
+# Every harness process in a pod runs on the runtime's own interpreter, never on the environment's `python3`
+# (first on PATH, and possibly Python 3.6, or a trial's own): tool_runtime.py.
+HARNESS = ToolRuntime()
+# The uids trials get: clear of the image's own users, under 65534 (nobody) and so within the 65536 ids a
+# rootless engine maps into a container.
+TRIAL_UIDS = range(20000, 65534)
+UID_CLAIMS = f"{WORKSPACES}/.uids"
+# World-writable directories every trial in a pod would share: each trial sees its own tmp there (limited_exec).
+SHARED_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
+# Harness files travel base64-encoded on an exec's private input, in chunks that keep each exec's line short.
+FILE_CHUNK_BYTES = 48 * 1024
+_APPEND_BASE64 = (
+    "import base64, os, sys\n"
+    "data = sys.stdin.readline()\n"
+    "path, mode = sys.argv[1], sys.argv[2]\n"
+    "os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+    "with open(path, mode) as f: f.write(base64.b64decode(data))\n"
+)
+# A link (planted by the uid in `out/`) is never followed: it could name another trial's file. No process of
+# the uid runs between the check and the read (each command ends them all).
+_PRINT_BASE64 = (
+    "import base64, os, sys\n"
+    "path = sys.argv[1]\n"
+    "try: data = open(path, 'rb').read() if os.path.realpath(path) == path else sys.exit(3)\n"
+    "except FileNotFoundError: sys.exit(3)\n"
+    "sys.stdout.write(base64.b64encode(data).decode())\n"
+)
+# Claims the next free uid of the pod (mkdir is atomic), round-robin from where the last claim stopped, so a
+# uid is reused as late as possible; prints it, or exits BUSY_EXIT when all are held. A claim left by a
+# crashed run is never broken: its uid is simply not used again in this pod.
+_CLAIM_UID = """
+import fcntl, os, sys
+claims, first, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+os.makedirs(claims, mode=0o700, exist_ok=True)
+with open(os.path.join(claims, "next"), "a+") as counter:
+    fcntl.flock(counter, fcntl.LOCK_EX)
+    counter.seek(0)
+    start = int(counter.read() or 0)
+    for step in range(count):
+        uid = first + (start + step) % count
+        try:
+            os.mkdir(os.path.join(claims, str(uid)))
+        except FileExistsError:
+            continue
+        counter.seek(0)
+        counter.truncate()
+        counter.write(str((start + step + 1) % count))
+        print(uid)
+        sys.exit(0)
+sys.exit(75)
+"""
+MISSING_FILE_EXIT = 3
+# How long a harness command (a workspace copy, a file transfer) may take before its exec counts as hung.
+HARNESS_COMMAND_TIMEOUT_S = 1800.0
+# A command's exec may outlast its own timeout by this much (the runner kills it, then reports) before
+# the transport counts it as hung.
+EXEC_MARGIN_S = 120.0
+
+logger = logging.getLogger(__name__)
+
+
+class PodExec(ABC):
+    """Runs a command as root in one pod and returns (exit code, stdout, stderr)."""
+
+    name: str
+
+    @abstractmethod
+    def run(
+        self, argv: list[str], timeout_s: float = HARNESS_COMMAND_TIMEOUT_S, private: str | None = None
+    ) -> tuple[int, bytes, bytes]:
+        """Run `argv`; a failure to reach the pod, or no answer within `timeout_s`, raises a typed
+        InfrastructureError. Commands time themselves out in the pod; `timeout_s` catches a lost connection.
+
+        `private` (one line: a request, a file's chunk) reaches `argv`'s root process and no other uid, as a
+        line on its stdin (limited_exec.read_request), of any length.
+        """
+
+    @abstractmethod
+    def failure(self, message: str) -> InfrastructureError:
+        """Why a command failed for reasons other than itself: SandboxLost when the pod is gone, else SandboxError."""
+
+    @abstractmethod
+    def open_channel(self, argv: list[str], env: Mapping[str, str], first_line: str) -> ToolChannel:
+        """Start `argv` as root in the pod with `env`, its stdin and stdout a channel; `first_line` is its
+        first line of input (private, like `run`'s)."""
+
+
+@dataclass(frozen=True)
+class TaskLayout:
+    """A terminal task's container as Harbor lays it out: the agent and verifier work as root in `workdir`,
+    with the image's own environment; tests, solution and the verifier's logs live at Harbor's paths; the
+    working tree's git directory (the harness's, for patches) is kept out of the working tree."""
+
+    workdir: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    base_commit: str = ""
+
+    HARBOR_DIRS = {"tests": "/tests", "solution": "/solution", "verifier": "/logs/verifier"}
+    # What the agent's commands never see (each covered by an empty mount of their own, limited_exec.py): the
+    # verifier's tests and reward, which the harness puts in place only when the verifier runs. Whole top-level
+    # directories: a mount deeper down could be moved aside by renaming its parent, which the agent may do.
+    VERIFIER_DIRS = ("/tests", "/logs")
+
+    def path(self, name: str) -> str | None:
+        """Where a harness file lives at Harbor's paths (tests/…, solution/…, verifier/…), else None."""
+        top, _, rest = name.partition("/")
+        return f"{self.HARBOR_DIRS[top]}/{rest}".rstrip("/") if top in self.HARBOR_DIRS else None
+
+
+class ExecWorkspace(Workspace):
+    """A workspace in a pod: a copy of /testbed under a uid of its own, seen at /testbed by its commands; or,
+    with a `task` layout, a terminal task's own container, where the WORKDIR itself is the workspace.
+
+    `cut_network` gives each command a network namespace of its own with only loopback: for a trial that
+    did not opt into network in a pod that has one (shared with a variant that did; a Kubernetes pod always
+    has one). Where the container itself has no network, that would cost each command a namespace (about
+    10 ms) for nothing.
+    """
+
+    def __init__(
+        self,
+        pod: PodExec,
+        root: str,
+        extra_env: Mapping[str, str],
+        limits: ResourceLimits,
+        task: TaskLayout | None = None,
+        cut_network: bool = True,
+    ) -> None:
+        self.pod = pod
+        self.root = root
+        self.repo = task.workdir if task else f"{root}/repo"
+        self.uid: int | None = None  # claimed by `create`; a task works as root
+        self.task = task
+        self.cut_network = cut_network
+        self._extra_env = extra_env
+        self._output_bytes = limits.output_bytes
+        self._storage_mb = limits.storage_mb
+        if task:
+            self.git_env = {"GIT_DIR": TASK_GIT_DIR, "GIT_WORK_TREE": task.workdir}
+            self.base_revision = task.base_commit
+
+    def _as_root(self, argv: list[str], private: str | None = None) -> bytes:
+        exit_code, stdout, stderr = self.pod.run(argv, private=private)
+        if exit_code != 0:
+            raise self.pod.failure(f"{shlex.join(argv)[:200]} failed (exit {exit_code}): {stderr[-2000:]!r}")
+        return stdout
+
+    def create(self) -> None:
+        """Claim a uid, copy /testbed for it, and lay out who owns what (the module's docstring says why)."""
+        root = self.root
+        if self.task:  # the verifier's directories exist, empty, as mount points for the agent's hiding mounts
+            self._as_root(["mkdir", "-p", "-m", "700", f"{root}/harness/{OUTPUT_DIR}"])
+            self._as_root(["mkdir", "-p", *self.task.VERIFIER_DIRS])
+            return
+        made = " ".join(f"{root}/{name}" for name in ("home", "tmp", f"harness/{OUTPUT_DIR}"))
+        owned = f"{root}/repo {made}"
+        claim = shlex.join(HARNESS.python("-c", _CLAIM_UID, UID_CLAIMS, str(TRIAL_UIDS.start), str(len(TRIAL_UIDS))))
+        script = (
+            # Nothing is printed before a line arrives on stdin: output the engine sends with its answer to
+            # the exec's start can be lost (docker-py reads that answer through a buffer), and an answer lost
+            # here leaves a uid claimed for nothing.
+            "read _ && "
+            f"uid=$({claim}) && rm -rf {root} && mkdir -p {made} && cp -a {TESTBED} {root}/repo"
+            f' && chown -R "$uid:$uid" {owned} && chmod 700 {owned}'
+            f' && chown "0:$uid" {root} {root}/harness && chmod 750 {root} {root}/harness'
+            # The environment's commit after its install steps (gitutil.COMMIT_BASELINE), read from the
+            # pristine /testbed, which no trial can write: every patch is taken against it.
+            f" && baseline=$(git -C {TESTBED} rev-parse HEAD)"
+            # What the copy takes on disk: the trial's quota counts from there.
+            f" && copied=$({shlex.join(HARNESS.runner('--usage', root))})"
+            ' && echo "$uid $baseline $copied"'
+        )
+        claimed = self._as_root(["sh", "-c", script], private="claim")
+        try:
+            uid, baseline, copied = claimed.split()
+            self.uid = int(uid)
+            self.storage_limit_bytes = int(copied) + self._storage_mb * 2**20
+        except ValueError:  # the engine lost the exec's output (seen under load): the uid stays claimed, unused
+            raise self.pod.failure(f"claiming a uid for {root} answered {claimed[-200:]!r}, not a uid") from None
+        self.base_revision = baseline.decode()
+
+    def destroy(self) -> None:
+        """End every process of the uid and remove its files, then the workspace; only then free the uid
+        (a sweep that failed keeps it claimed, so no later trial inherits what it missed)."""
+        if self.uid is None:
+            self._as_root(["rm", "-rf", self.root])
+            return
+        sweep = shlex.join(HARNESS.runner("--sweep", str(self.uid)))
+        self._as_root(["sh", "-c", f"{sweep} && rm -rf {self.root} && rmdir {UID_CLAIMS}/{self.uid}"])
+
+    @contextmanager
+    def created(self) -> Iterator["ExecWorkspace"]:
+        """This workspace, made for the duration of the block and removed after it."""
+        self.create()
+        try:
+            yield self
+        finally:
+            try:
+                self.destroy()
+            except InfrastructureError as error:  # the next workspace in this slot starts by removing it
+                logger.warning("could not remove workspace %s: %s", self.root, error)
+
+    def command_placement(self) -> dict[str, Any]:
+        """Where and as whom a command runs: a task as root in its WORKDIR with its image's variables, the
+        verifier's directories hidden (`verify` runs without that view); a pod trial as its own uid,
+        seeing its workspace at /testbed and its own tmp at every world-writable directory, with the
+        environment's venv first on PATH."""
+        if self.task:
+            hidden = {"hide": list(self.task.VERIFIER_DIRS), "network": True}  # the container's own network
+            return {**self._task_placement(self.task), "view": hidden}
+        shared = {directory: f"{self.root}/tmp" for directory in SHARED_WRITABLE_DIRS}
+        return {
+            "cwd": TESTBED,
+            "view": {"source": self.repo, "target": TESTBED, "network": not self.cut_network, "private": shared},
+            "uid": self.uid,
+            "env": {
+                "PATH": PATH,
+                "VIRTUAL_ENV": ENV_VENV,
+                "HOME": f"{self.root}/home",
+                "TMPDIR": f"{self.root}/tmp",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                **self._extra_env,
+            },
+            "output_bytes": self._output_bytes,
+            "watch_cgroup_oom": True,
+            "storage": {
+                "paths": [self.root],
+                "limit_bytes": self.storage_limit_bytes,
+                "state": f"{self.root}/harness/quota.json",  # root's, in root's directory
+            },
+        }
+
+    def _task_placement(self, task: TaskLayout) -> dict[str, Any]:
+        """Root in a terminal task's WORKDIR with its image's variables, in the container's own namespaces,
+        the processes a command leaves running kept (limited_exec.run_limited's `keep_background`)."""
+        return {
+            "cwd": task.workdir,
+            "env": {**task.env, **self._extra_env},
+            "output_bytes": self._output_bytes,
+            "watch_cgroup_oom": True,
+            "keep_background": True,
+        }
+
+    def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
+        return self._run_placed(self.command_placement(), command, timeout_s, env)
+
+    def verify(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
+        """A terminal task's verifier runs as Harbor runs it, where the directories the agent never saw are."""
+        placement = self._task_placement(self.task) if self.task else self.command_placement()
+        return self._run_placed(placement, command, timeout_s, env)
+
+    def _run_placed(
+        self, placement: Mapping[str, Any], command: str, timeout_s: float, env: Mapping[str, str] | None
+    ) -> ExecResult:
+        request = {**placement, "command": command, "env": {**placement["env"], **(env or {})}, "timeout_s": timeout_s}
+        exit_code, stdout, stderr = self.pod.run(
+            HARNESS.runner(), timeout_s=timeout_s + EXEC_MARGIN_S, private=json.dumps(request)
+        )
+        if exit_code != 0 or not stdout:
+            failure = self.pod.failure(f"the command runner failed (exit {exit_code}): {stderr[-2000:]!r}")
+            if exit_code is not None and type(failure) is SandboxError:  # the engine reported the runner's own end
+                raise RunnerEnded(str(failure)) from None
+            raise failure
+        try:
+            return ExecResult(**json.loads(stdout))
+        except (ValueError, TypeError):  # the answer was cut off on its way: the transport's failure, retried
+            raise self.pod.failure(f"the command runner's answer was cut off: {stdout[-200:]!r}") from None
+
+    def tool_server_command(self) -> tuple[list[str], dict[str, str]]:
+        """The runtime mounted in every container (tool_runtime.py)."""
+        return HARNESS.argv, HARNESS.env
+
+    def open_tool_channel(self, session: Mapping[str, Any]) -> ToolChannel:
+        """The tool server runs as root in the pod; it drops to the workspace's uid and view for every call, as
+        `run` does."""
+        argv, env = self.tool_server_command()
+        return self.pod.open_channel(argv, env, json.dumps(session))
+
+    def harness_path(self, name: str) -> str:
+        return (self.task and self.task.path(name)) or f"{self.root}/harness/{name}"
+
+    def write_harness_file(self, name: str, content: str | bytes) -> str:
+        path = self._writable_harness_path(name)
+        data = content.encode() if isinstance(content, str) else content
+        for start in range(0, max(len(data), 1), FILE_CHUNK_BYTES):
+            chunk = base64.b64encode(data[start : start + FILE_CHUNK_BYTES]).decode()
+            self._as_root(HARNESS.python("-c", _APPEND_BASE64, path, "ab" if start else "wb"), private=chunk)
+        return path
+
+    def _writable_harness_path(self, name: str) -> str:
+        """Where the harness writes `name`, as root: never under `out/`, which the workspace's uid controls."""
+        if not self.task and (name == OUTPUT_DIR or name.startswith(f"{OUTPUT_DIR}/")):
+            raise ValueError(f"{name}: {OUTPUT_DIR}/ is for the workspace's commands to write, not the harness")
+        return self.harness_path(name)
+
+    def read_harness_file(self, name: str) -> bytes | None:
+        exit_code, stdout, stderr = self.pod.run(HARNESS.python("-c", _PRINT_BASE64, self.harness_path(name)))
+        if exit_code == MISSING_FILE_EXIT:
+            return None
+        if exit_code != 0:
+            raise self.pod.failure(f"reading {name} failed (exit {exit_code}): {stderr[-2000:]!r}")
+        return base64.b64decode(stdout)
+
+
+# Claims a free slot in the pod: mkdir is atomic there, whichever machine the claimant runs on.
+# A claim whose holder stopped refreshing it (a crashed run) is broken by renaming it away first,
+# which exactly one breaker wins. Prints the slot, or exits BUSY_EXIT when every slot is held.
+_CLAIM_SLOT = """
+import os, shutil, sys, time
+claims, slots, owner, stale_after = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+os.makedirs(claims, exist_ok=True)
+for slot in range(slots):
+    path = os.path.join(claims, f"slot{slot}")
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        try:
+            if time.time() - os.stat(path).st_mtime < stale_after:
+                continue
+            os.rename(path, f"{path}.stale-{owner}")
+        except FileNotFoundError:
+            continue
+        shutil.rmtree(f"{path}.stale-{owner}")
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            continue
+    with open(os.path.join(path, "owner"), "w") as f:
+        f.write(owner)
+    print(slot)
+    sys.exit(0)
+sys.exit(75)
+"""
+_RELEASE_SLOT = """
+import shutil, sys
+path, owner = sys.argv[1], sys.argv[2]
+try:
+    mine = open(path + "/owner").read() == owner
+except OSError:
+    mine = False
+if mine:
+    shutil.rmtree(path)
+"""
+CLAIMS = f"{WORKSPACES}/.claims"
+BUSY_EXIT = 75
+
+
+@contextmanager
+def claimed_slot(
+    pod: PodExec, slots: int, *, poll_s: float = 2.0, heartbeat_s: float = 30.0, stale_after_s: float = 300.0
+) -> Iterator[int]:
+    """One of the pod's `slots` trial slots, held for the block by a claim in the pod itself.
+
+    Run pods on different machines share no file system, only the environment pod, so the pod is
+    where they agree who uses which slot (and so which workspace and uid). The claim is refreshed
+    every `heartbeat_s` while held; one not refreshed for `stale_after_s` was left by a crashed run.
+    """
+    owner = uuid.uuid4().hex
+    while True:
+        exit_code, stdout, stderr = pod.run(
+            HARNESS.python("-c", _CLAIM_SLOT, CLAIMS, str(slots), owner, str(stale_after_s))
+        )
+        if exit_code == 0:
+            break
+        if exit_code != BUSY_EXIT:
+            raise pod.failure(f"claiming a slot failed (exit {exit_code}): {stderr[-2000:]!r}")
+        time.sleep(poll_s)
+    try:
+        slot = int(stdout)
+    except ValueError:  # the engine lost the exec's output (as for a uid claim): the claim goes stale, unused
+        raise pod.failure(f"claiming a slot answered {stdout[-200:]!r}, not a slot") from None
+    claim = f"{CLAIMS}/slot{slot}"
+    held = threading.Event()
+
+    def refresh() -> None:
+        while not held.wait(heartbeat_s):
+            try:
+                pod.run(["touch", claim])
+            except InfrastructureError as error:  # the trial itself will meet the same failure
+                logger.warning("could not refresh %s: %s", claim, error)
+
+    heartbeat = threading.Thread(target=refresh, daemon=True)
+    heartbeat.start()
+    try:
+        yield slot
+    finally:
+        held.set()
+        heartbeat.join()
+        try:
+            pod.run(HARNESS.python("-c", _RELEASE_SLOT, claim, owner))
+        except InfrastructureError as error:  # unrefreshed, the claim goes stale and is broken later
+            logger.warning("could not release %s: %s", claim, error)

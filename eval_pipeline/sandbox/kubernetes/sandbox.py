@@ -1,0 +1,405 @@
+"""The Kubernetes backend: one environment pod per instance, through the official `kubernetes` client.
+
+Images are the container backend's three layers (same tags, so the same
+environment keys and artifacts), built on a Docker Engine API and pushed to
+`image_registry` (EVAL_PIPELINE_IMAGE_REGISTRY) for the cluster to pull; with
+no registry, pods name the local tag (a node that has the image, or `podman
+kube play`). Each instance gets one long-lived pod in the environments
+namespace (EVAL_PIPELINE_K8S_NAMESPACE), created idempotently, waited on
+until ready, labelled so that the janitor can find leaked pods; its requests
+are the task's floors and its limits the ceilings, times `pod_parallelism`.
+Trials run in workspaces inside it, as in the container backend, through the
+API's exec subresource (a command's request on its stdin, never in its
+command line); the pod gets no service account token, and
+k8s/networkpolicy.yaml denies it egress. A campaign with a variant that opted
+into network labels its pods (NETWORK_LABEL) for a policy of the operator's
+that allows what it needs; trials that did not opt in still get no network,
+each command in a network namespace of its own (limited_exec.py).
+"""
+
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import stream
+from kubernetes.stream.ws_client import ERROR_CHANNEL
+from urllib3.exceptions import HTTPError as Urllib3Error
+from websocket import WebSocketException
+
+from eval_pipeline.common.outcomes import ImageBuildFailed, InfrastructureError, SandboxLost
+from eval_pipeline.sandbox.base import EnvironmentHandle, SandboxBackend, SandboxError, ToolChannel
+from eval_pipeline.sandbox.container.images import WORKSPACES, ImageBuilder
+from eval_pipeline.sandbox.container.sandbox import ContainerSandbox, engine_errors
+from eval_pipeline.sandbox.container.workspace import HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec, claimed_slot
+from eval_pipeline.sandbox.kubernetes.manifest import (
+    CAMPAIGN_LABEL,
+    CONTAINER,
+    MANAGED_BY,
+    environment_pod_manifest,
+    label_value,
+    pod_name,
+    pod_resources,
+)
+from eval_pipeline.sandbox.tool_runtime import extract_runtime, runtime_identity, tools_layer
+from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
+from eval_pipeline.tasks.task import Task
+
+# Waiting reasons that will not resolve by waiting longer: the pod cannot start.
+STUCK_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"}
+_API_FAILURES = (ApiException, Urllib3Error, WebSocketException, OSError)
+API_TIMEOUT_S = 60  # one API request; a hung API server is an infrastructure error, not a hung trial
+
+
+def exit_code_of(status: str, failure: Callable[[str], InfrastructureError]) -> int:
+    """The exit code in an exec's final status message (its error channel); none means the exec was cut off."""
+    try:
+        message = json.loads(status)
+        if message["status"] == "Success":
+            return 0
+        return int(message["details"]["causes"][0]["message"])
+    except (ValueError, KeyError, IndexError, TypeError) as error:
+        raise failure(f"the exec ended without an exit status ({status[:200]!r})") from error
+
+
+class KubernetesChannel(ToolChannel):
+    """A tool server's stdin and stdout over a Kubernetes exec stream (a websocket)."""
+
+    def __init__(self, session: Any, pod: "KubernetesExec") -> None:
+        self.session, self.pod, self.name = session, pod, pod.name
+        self.stderr = ""  # the server's last words, for a broken session's message
+
+    def send(self, data: bytes) -> None:
+        if not self.session.is_open():
+            raise SandboxLost(f"the tool server in pod {self.name} is gone")
+        self.session.write_stdin(data.decode())
+
+    def receive(self) -> bytes:
+        try:
+            while self.session.is_open():
+                self.session.update(timeout=1)
+                # Taken here, by the stream's one reader: websocket-client's reads are not thread-safe.
+                self.stderr = (self.stderr + self.session.read_stderr(timeout=0))[-self.DIAGNOSTICS_CHARS :]
+                if self.session.peek_stdout():
+                    return self.session.read_stdout().encode()
+        except (WebSocketException, OSError):  # closed under the read: the session ended
+            return b""
+        except TypeError:
+            # `close` from the client's thread sets the socket to None between the read's poll and its
+            # unregister, which websocket-client turns into a TypeError: an ended session, not a failure.
+            if self.session.is_open():
+                raise
+            return b""
+        return self.session.read_stdout().encode() if self.session.peek_stdout() else b""
+
+    def close(self) -> None:
+        self.session.close()
+
+    def diagnostics(self) -> str:
+        return self.stderr
+
+    def failure(self, message: str) -> InfrastructureError:
+        return self.pod.failure(message)
+
+
+class KubernetesExec(PodExec):
+    """Exec into a pod's environment container through the Kubernetes API (the `exec` subresource)."""
+
+    def __init__(self, core: k8s.CoreV1Api, namespace: str, name: str) -> None:
+        self.core, self.namespace, self.name = core, namespace, name
+
+    def run(
+        self, argv: list[str], timeout_s: float = HARNESS_COMMAND_TIMEOUT_S, private: str | None = None
+    ) -> tuple[int, bytes, bytes]:
+        """An exec has no environment of its own to give: `private` goes as one line on the command's stdin."""
+        try:
+            session = stream(
+                self.core.connect_get_namespaced_pod_exec,
+                self.name,
+                self.namespace,
+                container=CONTAINER,
+                command=argv,
+                stdin=private is not None,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+            )
+            if private is not None:
+                session.write_stdin(private + "\n")
+            session.run_forever(timeout=timeout_s)
+            if session.is_open():
+                session.close()
+                raise self.failure(f"no answer within {timeout_s:.0f} s: the connection to the pod was lost")
+            stdout, stderr = session.read_stdout(), session.read_stderr()
+            status = session.read_channel(ERROR_CHANNEL)
+            session.close()
+        except _API_FAILURES as error:
+            raise self.failure(f"exec failed: {error}") from error
+        return exit_code_of(status, self.failure), stdout.encode(), stderr.encode()
+
+    def open_channel(self, argv: list[str], env: Mapping[str, str], first_line: str) -> ToolChannel:
+        """An exec stream; the exec subresource takes no environment, so `env` is set by `/usr/bin/env` in argv
+        (by path: the environment's venv comes first on PATH)."""
+        try:
+            session = stream(
+                self.core.connect_get_namespaced_pod_exec,
+                self.name,
+                self.namespace,
+                container=CONTAINER,
+                command=["/usr/bin/env", *(f"{key}={value}" for key, value in env.items()), *argv],
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+            )
+        except _API_FAILURES as error:
+            raise self.failure(f"starting the tool server failed: {error}") from error
+        channel = KubernetesChannel(session, self)
+        channel.send(first_line.encode() + b"\n")
+        return channel
+
+    def failure(self, message: str) -> InfrastructureError:
+        try:
+            pod = self.core.read_namespaced_pod(self.name, self.namespace, _request_timeout=API_TIMEOUT_S)
+        except ApiException as error:
+            if error.status == 404:
+                return SandboxLost(f"pod {self.name} is gone: {message}")
+            return SandboxError(f"pod {self.name}: {message} (and reading it failed: {error.reason})")
+        except _API_FAILURES as error:
+            return SandboxError(f"pod {self.name}: {message} (the API is unreachable: {error})")
+        if pod.status.phase != "Running" or pod.metadata.deletion_timestamp:
+            return SandboxLost(f"pod {self.name} is {pod.status.phase}: {message}")
+        return SandboxError(f"pod {self.name}: {message}")
+
+
+def _ready(pod: k8s.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+class KubernetesSandbox(SandboxBackend):
+    name = "kubernetes"
+    ready_timeout_s = 600.0
+    poll_interval_s = 1.0
+
+    @property
+    def core(self) -> k8s.CoreV1Api:
+        """The API, configured in-cluster or from KUBECONFIG; tests and callers may set their own."""
+        if not hasattr(self, "_core"):
+            from kubernetes import config
+
+            try:
+                config.load_config()
+            except config.ConfigException as error:
+                raise SandboxError(f"no Kubernetes configuration (in-cluster or KUBECONFIG): {error}") from error
+            self._core = k8s.CoreV1Api()
+        return self._core
+
+    @core.setter
+    def core(self, api: k8s.CoreV1Api) -> None:
+        self._core = api
+
+    @property
+    def images(self) -> ContainerSandbox:
+        """Builds the environment images on a Docker Engine API, exactly as the container backend does."""
+        if not hasattr(self, "_images"):
+            self._images = ContainerSandbox(self.root, self.limits, self.settings, self.campaign)
+        return self._images
+
+    def environment_key(self, instance: Task, spec: EnvironmentSpec) -> str:
+        return self.images.environment_key(instance, spec)
+
+    def enforced_limits(self) -> dict[str, bool]:
+        capped = self.limits.multiplier is not None
+        return {
+            "memory_floor_mb": True,  # the pod's request: the scheduler reserves it on a node
+            "memory_ceiling_mb": capped,
+            "cpu_floor": True,  # the pod's CPU request is reserved too
+            "cpu_ceiling": capped,
+            "pids": False,  # a node-wide kubelet setting (podPidsLimit), not a pod field
+            "output_bytes": True,
+        }
+
+    def image_reference(self, tag: str) -> str:
+        registry = self.settings.image_registry
+        return f"{registry.rstrip('/')}/{tag.removeprefix('localhost/')}" if registry else tag
+
+    def _pushed(self, local_tag: str, what: str) -> str:
+        """The reference pods pull `local_tag` by: pushed to the registry first, when there is one."""
+        reference = self.image_reference(local_tag)
+        if reference != local_tag:
+            repository, _, tag = reference.rpartition(":")
+            image = self.images.client.images.get(local_tag)
+            image.tag(repository, tag)
+            for line in self.images.client.images.push(repository, tag, stream=True, decode=True):
+                if "error" in line:
+                    raise SandboxError(f"pushing {reference} for {what}: {line['error']}")
+        return reference
+
+    def tools_image(self) -> str:
+        """The tool server's runtime as an image (tool_runtime.py), built and pushed once."""
+        layer = tools_layer(self.root / "tool-runtime" / runtime_identity())
+        builder = ImageBuilder(self.images.client, self.root)
+        with engine_errors("building the tool server's image"):
+            builder.ensure(layer, prepare_context=lambda step: extract_runtime(step.directory[1]))
+        return self._pushed(layer.tag, "the tool server")
+
+    def build(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
+        record = self.images.build(instance, spec, source)
+        return {**record, "image": self._pushed(record["tag"], instance.instance_id), "tools_image": self.tools_image()}
+
+    def pod_manifest(self, instance_id: str, image: str, tools_image: str) -> dict[str, Any]:
+        resources = pod_resources(self.limits, self.settings.pod_parallelism)
+        identity = f"{self.campaign}|{instance_id}|{image}|{tools_image}|{resources}" + (
+            "|network" if self.network else ""
+        )
+        name = pod_name(self.campaign, instance_id, identity)
+        return environment_pod_manifest(
+            name, self.settings.namespace, image, tools_image, self.campaign, instance_id, resources, self.network
+        )
+
+    def prepare(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
+        if instance.own_image is not None:
+            raise ImageBuildFailed(
+                f"{instance.instance_id}: terminal tasks run as their authors wrote them (as root, a container per "
+                "workspace) on the container backend; the Kubernetes backend runs code tasks only"
+            )
+        record = self.build(instance, spec, source)
+        manifest = self.pod_manifest(instance.instance_id, record["image"], record["tools_image"])
+        handle = EnvironmentHandle(
+            backend=self.name,
+            instance_id=instance.instance_id,
+            key=record["environment_key"],
+            location=manifest["metadata"]["name"],
+            details={
+                "image": record["image"],
+                "image_id": record["image_id"],
+                "tools_image": record["tools_image"],
+                "namespace": self.settings.namespace,
+            },
+        )
+        self.ensure_pod(manifest)
+        return handle
+
+    def _read_pod(self, name: str) -> k8s.V1Pod | None:
+        try:
+            return self.core.read_namespaced_pod(name, self.settings.namespace, _request_timeout=API_TIMEOUT_S)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    @contextmanager
+    def _api(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except ApiException as error:
+            raise SandboxError(f"{what}: {error.status} {error.reason}: {error.body}") from error
+        except _API_FAILURES as error:
+            raise SandboxError(f"{what}: the Kubernetes API is unreachable: {error}") from error
+
+    def ensure_pod(self, manifest: dict[str, Any]) -> None:
+        """Create the pod unless it exists (a finished or deleted one is replaced), then wait until it is ready."""
+        name, namespace = manifest["metadata"]["name"], self.settings.namespace
+        with self._api(f"creating pod {name}"):
+            pod = self._read_pod(name)
+            if pod is not None and (pod.status.phase in ("Failed", "Succeeded") or pod.metadata.deletion_timestamp):
+                self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _request_timeout=API_TIMEOUT_S)
+                self._wait(name, until_gone=True)
+                pod = None
+            if pod is not None and _ready(pod):
+                return
+            if pod is None:
+                try:
+                    self.core.create_namespaced_pod(namespace, manifest, _request_timeout=API_TIMEOUT_S)
+                except ApiException as error:
+                    if error.status != 409:  # 409: another process created it first
+                        raise
+            self._wait(name)
+
+    def _wait(self, name: str, *, until_gone: bool = False) -> None:
+        deadline = time.monotonic() + self.ready_timeout_s
+        while True:
+            pod = self._read_pod(name)
+            if until_gone and pod is None:
+                return
+            if not until_gone:
+                if pod is None:
+                    raise SandboxLost(f"pod {name} was deleted while starting")
+                if pod.status.phase in ("Failed", "Succeeded"):
+                    raise SandboxLost(f"pod {name} ended ({pod.status.phase}) while starting")
+                if _ready(pod):
+                    return
+                for status in pod.status.container_statuses or []:
+                    waiting = status.state.waiting if status.state else None
+                    if waiting and waiting.reason in STUCK_REASONS:
+                        raise SandboxError(f"pod {name} cannot start: {waiting.reason}: {waiting.message}")
+            if time.monotonic() > deadline:
+                raise SandboxError(
+                    f"pod {name} not {'gone' if until_gone else 'ready'} after {self.ready_timeout_s:.0f} s"
+                )
+            time.sleep(self.poll_interval_s)
+
+    def pod_exec(self, environment: EnvironmentHandle) -> PodExec:
+        return KubernetesExec(self.core, self.settings.namespace, environment.location)
+
+    @contextmanager
+    def workspace(self, environment: EnvironmentHandle, label: str, network: bool = False) -> Iterator[ExecWorkspace]:
+        """A workspace in the instance's pod (recreated if it was lost), in one of its `pod_parallelism` slots,
+        claimed in the pod itself: the run pods that share an environment pod share nothing else."""
+        self.check_network(network)
+        tools_image = environment.details.get("tools_image") or self.tools_image()  # handles from before it
+        manifest = self.pod_manifest(environment.instance_id, environment.details["image"], tools_image)
+        if manifest["metadata"]["name"] != environment.location:
+            raise SandboxError(
+                f"{environment.instance_id}: its pod {environment.location} was prepared for other resources"
+                f" or another image than this sandbox's ({manifest['metadata']['name']})"
+            )
+        self.ensure_pod(manifest)
+        pod = self.pod_exec(environment)
+        with claimed_slot(pod, self.settings.pod_parallelism, poll_s=self.poll_interval_s) as slot:
+            workspace = ExecWorkspace(
+                pod,
+                f"{WORKSPACES}/slot{slot}",
+                self.images.extra_env(),
+                self.limits,
+                cut_network=not network,  # the pod has a network, whatever the policy lets through
+            )
+            with workspace.created():
+                yield workspace
+
+    def release(self) -> None:
+        with self._api(f"releasing campaign {self.campaign}'s pods"):
+            remove_pods(self.core, self.settings.namespace, campaign=self.campaign)
+
+
+def remove_pods(
+    core: k8s.CoreV1Api, namespace: str, campaign: str | None = None, older_than: timedelta | None = None
+) -> list[str]:
+    """Delete eval_pipeline's environment pods (of one campaign, or all; only those older than `older_than`,
+    or finished ones, when it is given); return their names. This is the janitor for pods leaked by crashed runs."""
+    selector = ",".join(
+        f"{key}={value}"
+        for key, value in {**MANAGED_BY, **({CAMPAIGN_LABEL: label_value(campaign)} if campaign else {})}.items()
+    )
+    cutoff = datetime.now(UTC) - older_than if older_than is not None else None
+    removed = []
+    for pod in core.list_namespaced_pod(namespace, label_selector=selector, _request_timeout=API_TIMEOUT_S).items:
+        finished = pod.status is not None and pod.status.phase in ("Failed", "Succeeded")
+        if cutoff is not None and not finished and pod.metadata.creation_timestamp >= cutoff:
+            continue
+        try:
+            core.delete_namespaced_pod(
+                pod.metadata.name, namespace, grace_period_seconds=0, _request_timeout=API_TIMEOUT_S
+            )
+        except ApiException as error:
+            if error.status != 404:  # 404: deleted meanwhile by the run that owned it
+                raise
+            continue
+        removed.append(pod.metadata.name)
+    return removed

@@ -1,0 +1,406 @@
+"""Grading a patch: apply it to a pristine workspace, run the tests, decide.
+
+Grading never reuses the agent's workspace: it forks a fresh one from the
+environment and applies the model patch, after checking it (no paths outside
+the repository, not over the size limit). A code task (SWE-bench) then
+restores the test infrastructure to the base commit: the files the test patch
+touches, and whatever the model patch changed among test files, conftest.py,
+every file pytest reads as configuration (pytest.ini, .pytest.ini,
+pytest.toml, .pytest.toml, tox.ini, setup.cfg, pyproject.toml, in any
+directory), sitecustomize and .pth files, so a patch cannot make the tests
+pass by rewriting or configuring them. It applies the test patch and runs the
+environment's test command on the test patch's files, as SWE-bench does, with
+its output written to the harness directory's `out/`.
+
+Where that command starts pytest itself, pytest_launcher.py starts it instead
+(pytest_run.py): pytest is imported from the environment before the
+repository is on sys.path, and a canary test that always fails is added. Code
+under test runs in the test process and can always lie to the runner; a lie
+that turns failures into passes turns the canary too, and the outcome is
+`report_forged`, scored as not resolved. The patch audit (patch_audit.py)
+records what the patch reached for on the runner's side, whatever the verdict.
+
+Test statuses come in SWE-bench's vocabulary and ids, so the dataset's lists
+match them exactly. Under pytest they come from its JUnit report, each test id
+passed through the repository's SWE-bench log parser (which cuts ids at their
+first space, as the lists were made), so nothing the tests print can forge a
+status; other runners (django's, sympy's) are read by their parser from the
+log. FAIL_TO_PASS must pass (an xfail counts), PASS_TO_PASS must not fail (a
+skip is no regression); a graded test absent from the results makes the
+outcome `tests_missing`, and a run that reports no test at all is a grading
+error, never a silent `unresolved`.
+
+A terminal task's verifier is tasks/terminal/verifier.py; what both share
+(the verdict, applying the model patch, telling a run a limit stopped) is
+grading/verdict.py.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import secrets
+import shlex
+import xml.etree.ElementTree as ElementTree
+from fnmatch import fnmatch
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.grading.patch_audit import audit_patch
+from eval_pipeline.grading.verdict import (
+    ERROR,
+    FAILED,
+    MISSING,
+    PASSED,
+    SKIPPED,
+    XFAIL,
+    Verdict,
+    apply_model_patch,
+    stopped_by_a_limit,
+)
+from eval_pipeline.sandbox import Workspace
+from eval_pipeline.sandbox.patches import apply_patch, compiled_extensions, patch_paths
+from eval_pipeline.tasks.environment import EnvironmentSpec
+from eval_pipeline.tasks.swebench.canaries import (
+    MAX_TWINS,
+    TWINS_PER_TEST,
+    graded_name,
+    passed_with_its_original,
+    plant_twins,
+    twin_statuses,
+)
+from eval_pipeline.tasks.swebench.pytest_launcher import XFAIL_CALLED
+from eval_pipeline.tasks.swebench.pytest_run import LAUNCHER_NAME, LAUNCHER_SOURCE, Canary, launched_command
+from eval_pipeline.tasks.swebench.specs import log_parser, test_directives
+
+if TYPE_CHECKING:
+    from eval_pipeline.tasks.swebench.instance import Instance
+
+# Files that decide how tests run rather than what the code does: a model patch's changes to them are undone.
+TEST_INFRASTRUCTURE = (
+    "conftest.py",
+    "pytest.ini",
+    ".pytest.ini",
+    "pytest.toml",
+    ".pytest.toml",
+    "tox.ini",
+    "setup.cfg",
+    "pyproject.toml",
+    "sitecustomize.py",
+    "usercustomize.py",
+    "*.pth",
+    "test_*.py",
+    "*_test.py",
+)
+# Directories whose files configure the run, matched in any case as importlib.metadata matches them: package
+# metadata (a `pytest11` entry point is a plugin pytest loads on its own) and pytest's cache (which `--lf` and
+# `--sw` read to choose the tests).
+TEST_INFRASTRUCTURE_DIRS = ("*.dist-info", "*.egg-info", ".pytest_cache")
+# Written by the tests' command, run as the workspace's uid: under the harness's `out/`, the one place it may write.
+REPORT_NAME = "out/junit.xml"
+LOG_NAME = "out/tests.log"
+TEST_PATCH_NAME = "test.patch"
+RESTORED_PER_COMMAND = 200  # files put back per command: well under the 128 KiB a command may take
+TWIN_SOURCE = "out/twin_source.py"  # a test file on its way to canaries.plant_twins; removed before the run
+TWIN_PLANTED = "twin_planted.py"  # and on its way back, with its twins; emptied before the run
+
+_SEVERITY = {PASSED: 0, XFAIL: 1, SKIPPED: 2, FAILED: 3, ERROR: 4}
+
+
+def _node_id(testcase: ElementTree.Element) -> str:
+    """Rebuild pytest's node id from an xunit1 testcase (`file`, `classname`, `name`)."""
+    name = testcase.get("name", "")
+    classname = testcase.get("classname", "")
+    path = testcase.get("file")
+    if not path:  # not xunit1: guess the module path from the dotted class name
+        return "::".join([classname.replace(".", "/") + ".py", name])
+    module = path.removesuffix(".py").replace("/", ".")
+    classes = classname[len(module) + 1 :].split(".") if classname.startswith(module + ".") else []
+    return "::".join([path, *classes, name])
+
+
+def _junit_status(testcase: ElementTree.Element) -> str:
+    """A test's status; an expected failure declared by a call (pytest_launcher.py labels it), which code under
+    test can make, is a skip: no regression, and no pass either."""
+    children = {child.tag: child for child in testcase}
+    if "error" in children:
+        return ERROR
+    if "failure" in children:
+        return FAILED
+    if "skipped" in children:
+        called = testcase.find(f"properties/property[@name='{XFAIL_CALLED[0]}'][@value='{XFAIL_CALLED[1]}']")
+        return XFAIL if children["skipped"].get("type") == "pytest.xfail" and called is None else SKIPPED
+    return PASSED
+
+
+def _worst(statuses: dict[str, str], test_id: str, status: str) -> None:
+    """Record `status` for `test_id`; a test reported twice keeps its worst status."""
+    statuses[test_id] = max(statuses.get(test_id, PASSED), status, key=_SEVERITY.__getitem__)
+
+
+def parse_junit(report: bytes, parser_name: str = "") -> dict[str, str]:
+    """Test id -> status from pytest's JUnit report.
+
+    With a SWE-bench parser, each node id is also recorded as that parser reads
+    it from a `-rA` summary line (`PASSED <node id>`), which is how the
+    dataset's test lists spell it.
+    """
+    parse = log_parser(parser_name) if parser_name else None
+    statuses: dict[str, str] = {}
+    for testcase in ElementTree.fromstring(report).iter("testcase"):
+        node_id, status = _node_id(testcase), _junit_status(testcase)
+        _worst(statuses, node_id, status)
+        for test_id in parse(f"{PASSED} {node_id}") if parse else ():
+            _worst(statuses, test_id, status)
+    return statuses
+
+
+def _lookup(statuses: dict[str, str], test_id: str) -> str:
+    """A graded test's status; an id the dataset stored cut short (`test_x[a b` of `test_x[a b c]`) matches
+    every test it is the start of."""
+    if test_id in statuses:
+        return statuses[test_id]
+    if "[" in test_id and not test_id.endswith("]"):
+        matches = [status for name, status in statuses.items() if name.startswith(test_id)]
+        if matches:
+            return max(matches, key=_SEVERITY.__getitem__)
+    return MISSING
+
+
+# pytest's progress counter: SWE-bench's log parser took it for a test id where a test's own output left
+# `PASSED [100%]` on a line of its own (two Verified rows of pytest 4.5 and 6.0 list it). No test has that name.
+_PROGRESS_COUNTER = re.compile(r"\[\s*\d+%\]")
+
+
+def graded_tests(instance: Instance, statuses: dict[str, str]) -> dict[str, str]:
+    """The status of every FAIL_TO_PASS and PASS_TO_PASS test; absent ones are MISSING. An entry that is
+    pytest's progress counter names no test and grades nothing (the row itself keeps it, as published)."""
+    listed = instance.FAIL_TO_PASS + instance.PASS_TO_PASS
+    return {test_id: _lookup(statuses, test_id) for test_id in listed if not _PROGRESS_COUNTER.fullmatch(test_id)}
+
+
+def decide(instance: Instance, tests: dict[str, str]) -> Outcome:
+    """SWE-bench's rule: every FAIL_TO_PASS test passes (or xfails) and no PASS_TO_PASS test fails or is
+    missing (a skip is no regression). A graded test missing from the results is `tests_missing`. `tests` is
+    `graded_tests`' view: a listed entry it leaves out grades nothing, and a row needs one graded FAIL_TO_PASS."""
+    fail_to_pass = [tests[test_id] for test_id in instance.FAIL_TO_PASS if test_id in tests]
+    pass_to_pass = [tests[test_id] for test_id in instance.PASS_TO_PASS if test_id in tests]
+    fail_to_pass_ok = all(status in (PASSED, XFAIL) for status in fail_to_pass)
+    pass_to_pass_ok = all(status in (PASSED, XFAIL, SKIPPED) for status in pass_to_pass)
+    if fail_to_pass and fail_to_pass_ok and pass_to_pass_ok:
+        return Outcome.RESOLVED
+    return Outcome.TESTS_MISSING if MISSING in tests.values() else Outcome.UNRESOLVED
+
+
+def _is_test_infrastructure(path: PurePosixPath) -> bool:
+    return any(fnmatch(path.name, pattern) for pattern in TEST_INFRASTRUCTURE) or any(
+        fnmatch(part.lower(), pattern) for part in path.parts[:-1] for pattern in TEST_INFRASTRUCTURE_DIRS
+    )
+
+
+def protected_files(instance: Instance, model_patch: str) -> tuple[list[str], list[str]]:
+    """The files restored before the tests run: the test patch's, and the model patch's test infrastructure
+    and new modules named as the runner's (which a sys.path entry ahead of the environment's would import).
+
+    Returns (all files to restore, those among them that the model patch changed).
+    """
+    touched = [path for path in patch_paths(model_patch) if _is_test_infrastructure(PurePosixPath(path))]
+    touched += [flag.path for flag in audit_patch(model_patch) if flag.kind == "shadows_runner"]
+    touched = list(dict.fromkeys(touched))
+    return list(dict.fromkeys(patch_paths(instance.test_patch) + touched)), touched
+
+
+def _restore_test_files(instance: Instance, files: list[str], workspace: Workspace) -> dict[str, Any]:
+    """Put each file back to its state in the environment (or remove it, if the environment has none), a part
+    of the files per command: a container's command travels in one environment variable, which Linux caps at
+    128 KiB, and a patch may touch thousands of test files. The summary is the last part's, or the first that
+    failed."""
+    base = shlex.quote(workspace.base_revision or instance.base_commit)
+    result = None
+    for start in range(0, max(len(files), 1), RESTORED_PER_COMMAND):
+        script = "; ".join(
+            f"if git cat-file -e {base}:{shlex.quote(path)} 2>/dev/null; "
+            f"then git checkout -q {base} -- {shlex.quote(path)}; else rm -f {shlex.quote(path)}; fi"
+            for path in files[start : start + RESTORED_PER_COMMAND]
+        )
+        result = workspace.run(script or "true", timeout_s=120, env=workspace.harness_git_env)
+        if not result.ok:
+            break
+    return result.summary()
+
+
+def _test_statuses(spec: EnvironmentSpec, workspace: Workspace) -> dict[str, str]:
+    """The run's statuses: pytest's JUnit report where the runner is pytest, else the log through its parser."""
+    report = workspace.read_harness_file(REPORT_NAME) if spec.uses_pytest else None
+    if report is not None:
+        return parse_junit(report, spec.log_parser)
+    if spec.log_parser and not spec.uses_pytest:
+        log = workspace.read_harness_file(LOG_NAME) or b""
+        return log_parser(spec.log_parser)(log.decode("utf-8", errors="replace"))
+    return {}
+
+
+def reported_both_ways(parser_name: str, log: str, tests: set[str]) -> list[str]:
+    """Which of `tests` (function names) a log-read runner's log reports both passed and failed, line by line:
+    a runner reports a test once, so the second report was printed by the code under test. SWE-bench's parsers
+    keep the last status they read, which such code can print after the runner's own."""
+    parse = log_parser(parser_name)
+    seen: dict[str, set[str]] = {}
+    for line in log.splitlines():
+        for test_id, status in parse(line).items():
+            if graded_name(test_id) in tests:
+                seen.setdefault(test_id, set()).add(status)
+    return sorted(test_id for test_id, found in seen.items() if PASSED in found and found & {FAILED, ERROR})
+
+
+def _test_command(spec: EnvironmentSpec, directives: list[str], workspace: Workspace, canary: Canary | None) -> str:
+    """The spec's test command on the test directives, its output to the harness's log, as SWE-bench runs it;
+    under pytest, started by the harness's launcher where it can be, with the canary's file written and run."""
+    out = shlex.quote(workspace.harness_path("out"))
+    log = shlex.quote(workspace.harness_path(LOG_NAME))
+    if not spec.uses_pytest:
+        return f"mkdir -p {out} && {spec.test_cmd} {shlex.join(directives)} > {log} 2>&1"
+    runner = launched_command(spec.test_cmd, workspace.write_harness_file(LAUNCHER_NAME, LAUNCHER_SOURCE))
+    junit = f"--junitxml={shlex.quote(workspace.harness_path(REPORT_NAME))} -o junit_family=xunit1"
+    prepare = f"mkdir -p {out}" + (f" && {canary.write_command()}" if canary else "")
+    tests = shlex.join([*directives, *([canary.file] if canary else [])])
+    return f"{prepare} && {runner} {junit} {tests} > {log} 2>&1"
+
+
+def _canary_for(spec: EnvironmentSpec, directives: list[str]) -> Canary | None:
+    """A canary for a pytest run given test files; None otherwise."""
+    files = [directive for directive in directives if directive.endswith(".py")]
+    return Canary.beside(files[0]) if files and spec.uses_pytest else None
+
+
+def _forged(canary: Canary | None, statuses: dict[str, str], outcome: Outcome) -> str:
+    """Why the report cannot be believed ('' when it can): the canary, which fails in every honest run,
+    reported as anything but failed, or missing from a report that would resolve the instance."""
+    if canary is None:
+        return ""
+    status = statuses.pop(canary.node_id, MISSING)
+    if status in (FAILED, ERROR) or (status == MISSING and not outcome.is_resolved):
+        return ""
+    return f"the harness's canary test {canary.node_id} was reported {status}, not FAILED: the test process forged its report"
+
+
+def _plant_twins(instance: Instance, workspace: Workspace) -> dict[str, str]:
+    """Plant mutated twins of the graded tests (canaries.py) in the test patch's files, once the patch is
+    applied, and remove the test patch from the harness directory, where code under test could read which tests
+    are real. A random number of twins (TWINS_PER_TEST to MAX_TWINS) a run; each name with its original's.
+
+    A file goes out through the harness's `out/` (which the workspace's commands write) and comes back through
+    a harness file (which they read); both are emptied before the tests run."""
+    out = shlex.quote(workspace.harness_path("out"))
+    workspace.run(f"rm -f {shlex.quote(workspace.harness_path(TEST_PATCH_NAME))} && mkdir -p {out}", timeout_s=30)
+    rng = random.Random(secrets.randbits(64))
+    graded = [graded_name(test_id) for test_id in instance.FAIL_TO_PASS + instance.PASS_TO_PASS]
+    budget = rng.randint(TWINS_PER_TEST, MAX_TWINS)
+    planted: dict[str, str] = {}
+    original = shlex.quote(workspace.harness_path(TWIN_SOURCE))
+    for path in [path for path in patch_paths(instance.test_patch) if path.endswith(".py")]:
+        if len(planted) >= budget:
+            break
+        copied = workspace.run(f"cat -- {shlex.quote(path)} > {original}", timeout_s=30)
+        text = workspace.read_harness_file(TWIN_SOURCE) if copied.ok else None
+        if text is None:
+            continue
+        result = plant_twins(text.decode("utf-8", errors="surrogateescape"), graded, rng, budget - len(planted))
+        if result.twins:
+            written = workspace.write_harness_file(TWIN_PLANTED, result.text.encode("utf-8", errors="surrogateescape"))
+            workspace.run(f"cat -- {shlex.quote(written)} > {shlex.quote(path)}", timeout_s=30)
+            planted |= result.twins
+    workspace.run(f"rm -f {original}", timeout_s=30)
+    if planted:
+        workspace.write_harness_file(TWIN_PLANTED, "")
+    return planted
+
+
+def _twins_forged(twins: dict[str, str], statuses: dict[str, str], outcome: Outcome) -> str:
+    """Why the run's results cannot be believed ('' when they can): a twin reported passed beside its original
+    (canaries.py), or no twin reported at all by a run that would resolve the instance. Removes the twins'
+    results from `statuses`."""
+    reported = twin_statuses(statuses, twins)
+    if twin := passed_with_its_original(statuses, reported, twins):
+        return f"a mutated twin of a graded test was reported passed beside its original ({twin}): forged results"
+    if twins and not reported and outcome.is_resolved:
+        return "no mutated twin of a graded test was reported by a run that resolves the instance: forged results"
+    return ""
+
+
+def _forgery(
+    instance: Instance,
+    spec: EnvironmentSpec,
+    log: str,
+    statuses: dict[str, str],
+    canary: Canary | None,
+    twins: dict[str, str],
+    outcome: Outcome,
+) -> str:
+    """Why the run's results cannot be believed ('' when they can): a log that reports a test both ways, the
+    canary, or a twin (each removed from `statuses`)."""
+    if spec.log_parser and not spec.uses_pytest:
+        graded = {graded_name(test_id) for test_id in instance.FAIL_TO_PASS + instance.PASS_TO_PASS} | set(twins)
+        if twice := reported_both_ways(spec.log_parser, log, graded):
+            return f"the log reports {twice[0]} both passed and failed: the run's results were forged"
+    return _twins_forged(twins, statuses, outcome) or _forged(canary, statuses, outcome)
+
+
+def grade(
+    instance: Instance, spec: EnvironmentSpec, model_patch: str, workspace: Workspace, test_timeout_s: float
+) -> Verdict:
+    """Judge `model_patch` on a pristine workspace of the code task."""
+    verdict = Verdict(outcome=Outcome.GRADING_ERROR)
+    if compiled := compiled_extensions(model_patch):
+        verdict.outcome = Outcome.PATCH_APPLY_FAILED
+        verdict.detail = f"the model patch was not applied: it writes compiled extension modules: {compiled[0]}"
+        return verdict
+    if not apply_model_patch(verdict, model_patch, workspace):
+        return verdict
+    restored, undone = protected_files(instance, model_patch)
+    verdict.steps.append(
+        {"step": "restore_test_files", "undone": undone, **_restore_test_files(instance, restored, workspace)}
+    )
+    applied = apply_patch(workspace, instance.test_patch, TEST_PATCH_NAME)
+    verdict.steps.append({"step": "apply_test_patch", **applied.summary()})
+    if not applied.ok:
+        verdict.detail = f"the test patch of {instance.instance_id} does not apply"
+        return verdict
+    twins = _plant_twins(instance, workspace)
+
+    directives = test_directives(instance, spec)
+    canary = _canary_for(spec, directives)
+    command = _test_command(spec, directives, workspace, canary)
+    tests = workspace.run(command, timeout_s=test_timeout_s, env=spec.test_env)
+    log = (workspace.read_harness_file(LOG_NAME) or b"").decode("utf-8", errors="replace")
+    verdict.steps.append(
+        {
+            "step": "run_tests",
+            **tests.summary(),
+            "log_tail": log[-4000:],
+            "canary": canary and canary.node_id,
+            "twins": sorted(twins),
+        }
+    )
+    if stopped_by_a_limit(verdict, tests.summary(), test_timeout_s):
+        return verdict
+    try:
+        statuses = _test_statuses(spec, workspace)
+    except ElementTree.ParseError as error:
+        verdict.detail = f"the test report is not valid XML: {error}"
+        return verdict
+    if not statuses:
+        verdict.detail = f"the test run reported no test (exit {tests.exit_code}): {log[-1000:]}"
+        return verdict
+    verdict.tests = graded_tests(instance, statuses)
+    verdict.outcome = decide(instance, verdict.tests)
+    if forged := _forgery(instance, spec, log, statuses, canary, twins, verdict.outcome):
+        verdict.outcome, verdict.detail = Outcome.REPORT_FORGED, forged
+        return verdict
+    missing = [test_id for test_id, status in verdict.tests.items() if status == MISSING]
+    notes = [f"{len(missing)} graded test(s) missing from the results: {', '.join(missing[:5])}"] if missing else []
+    if undone:
+        notes.append(f"graded with the model patch's changes to test infrastructure undone: {', '.join(undone)}")
+    verdict.detail = "; ".join(notes)
+    return verdict

@@ -1,0 +1,217 @@
+"""A SWE-bench instance (a task in SWE-bench's row schema) and a dataset of such rows."""
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from eval_pipeline.common.hashing import stable_hash
+from eval_pipeline.sandbox.patches import apply_patch
+from eval_pipeline.tasks.dataset import Benchmark, InvalidDatasetError, InvalidInstanceError, RowProblem
+from eval_pipeline.tasks.environment import EnvironmentSpec
+from eval_pipeline.tasks.swebench.grading import grade
+from eval_pipeline.tasks.swebench.requirements import requirements_text
+from eval_pipeline.tasks.swebench.specs import UnsupportedSpecError, builtin_spec, specified_versions
+from eval_pipeline.tasks.task import TaskImage
+
+if TYPE_CHECKING:
+    from eval_pipeline.grading.verdict import Verdict
+    from eval_pipeline.sandbox import ExecResult, Workspace
+
+__all__ = ["Instance", "benchmark_from_rows"]
+
+_DIFF_START = re.compile(r"^(diff --git |--- )", re.MULTILINE)
+
+
+def _test_ids(row: Mapping[str, Any], *, index: int, instance_id: str, name: str) -> tuple[str, ...]:
+    """A row's list of test ids. SWE-bench stores test lists as JSON strings in its parquet files; accept both
+    forms. A missing list is refused, not read as empty: a row without FAIL_TO_PASS could never resolve, and
+    its gold patch would then fail for no reason the row shows."""
+    if name not in row or row[name] is None:
+        raise InvalidInstanceError(RowProblem(index, instance_id, name, "missing"))
+    value = row[name]
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise InvalidInstanceError(RowProblem(index, instance_id, name, f"not a JSON list ({error})")) from None
+    if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
+        raise InvalidInstanceError(RowProblem(index, instance_id, name, "expected a list of test ids"))
+    if name == "FAIL_TO_PASS" and not value:
+        raise InvalidInstanceError(RowProblem(index, instance_id, name, "empty: no test could show the fix"))
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One task in SWE-bench's schema: fix `repo` at `base_commit` so that the tests pass.
+
+    A `Task` (tasks.py) whose environment the harness builds from its spec, on any backend, with the
+    campaign's resources and timeouts: it brings none of its own (class constants, not fields, so that rows
+    and content hashes stay SWE-bench's).
+    """
+
+    instance_id: str
+    repo: str
+    base_commit: str
+    problem_statement: str
+    patch: str
+    test_patch: str
+    FAIL_TO_PASS: tuple[str, ...]
+    PASS_TO_PASS: tuple[str, ...]
+    version: str = ""
+    environment_setup_commit: str = ""
+    created_at: str = ""
+    hints_text: str = ""
+    include_hints: bool = False
+
+    REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch")
+    own_image: ClassVar[TaskImage | None] = None
+    local_problem: ClassVar[str] = ""
+    memory_mb: ClassVar[int | None] = None
+    cpus: ClassVar[float | None] = None
+    agent_timeout_s: ClassVar[float | None] = None
+    verifier_timeout_s: ClassVar[float | None] = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], *, index: int = 0, include_hints: bool = False) -> "Instance":
+        instance_id = str(row.get("instance_id") or "")
+        for name in cls.REQUIRED:
+            if not isinstance(row.get(name), str) or not row[name].strip():
+                raise InvalidInstanceError(RowProblem(index, instance_id, name, "missing or empty"))
+        for name in ("patch", "test_patch"):
+            if not _DIFF_START.search(row[name]):
+                raise InvalidInstanceError(RowProblem(index, instance_id, name, "not a unified diff"))
+        return cls(
+            instance_id=instance_id,
+            repo=row["repo"],
+            base_commit=row["base_commit"],
+            problem_statement=row["problem_statement"],
+            patch=row["patch"],
+            test_patch=row["test_patch"],
+            FAIL_TO_PASS=_test_ids(row, index=index, instance_id=instance_id, name="FAIL_TO_PASS"),
+            PASS_TO_PASS=_test_ids(row, index=index, instance_id=instance_id, name="PASS_TO_PASS"),
+            version=str(row.get("version") or ""),
+            environment_setup_commit=str(row.get("environment_setup_commit") or row["base_commit"]),
+            created_at=str(row.get("created_at") or ""),
+            hints_text=str(row.get("hints_text") or ""),
+            include_hints=include_hints,
+        )
+
+    def to_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row["FAIL_TO_PASS"] = list(self.FAIL_TO_PASS)
+        row["PASS_TO_PASS"] = list(self.PASS_TO_PASS)
+        return row
+
+    @property
+    def content_hash(self) -> str:
+        return stable_hash(self.to_row())
+
+    @property
+    def instruction(self) -> str:
+        """What the agent is told: the issue; the hints only where the campaign asks for them.
+
+        SWE-bench's rules keep hints from the agent (they can hold the fix verbatim), so they are off by default.
+        """
+        hints = f"\n\nHints:\n{self.hints_text}" if self.include_hints and self.hints_text else ""
+        return f"{self.problem_statement}{hints}\n"
+
+    @property
+    def test_files(self) -> tuple[str, ...]:
+        """The test files that hold the graded tests, in first-seen order."""
+        files = (test_id.split("::", 1)[0] for test_id in self.FAIL_TO_PASS + self.PASS_TO_PASS)
+        return tuple(dict.fromkeys(files))
+
+    @property
+    def reference_patch(self) -> str:
+        return self.patch
+
+    def apply_reference(self, workspace: "Workspace", timeout_s: float | None) -> "ExecResult":
+        """Apply the gold patch (no time limit of its own: applying a patch is the harness's work)."""
+        return apply_patch(workspace, self.patch, "reference.patch")
+
+    def grade(
+        self, spec: "EnvironmentSpec", model_patch: str, workspace: "Workspace", test_timeout_s: float
+    ) -> "Verdict":
+        """SWE-bench's grading: the test patch's tests, FAIL_TO_PASS and PASS_TO_PASS (grading.grade)."""
+        return grade(self, spec, model_patch, workspace, test_timeout_s)
+
+    def requirements(self, spec: EnvironmentSpec, repo_dir: Path) -> str:
+        """The requirements file SWE-bench installs for the spec, read at the environment setup commit."""
+        return requirements_text(repo_dir, self.environment_setup_commit, spec.requirements, spec.packages)
+
+    def verify_in_place(self, workspace: "Workspace", test_timeout_s: float) -> None:
+        """None: a SWE-bench row's product is its patch, graded on a fresh workspace (`grade`), never in place."""
+        return None
+
+
+def _unsupported_spec(instance: Instance, environments: Mapping[str, EnvironmentSpec]) -> str:
+    """Why SWE-bench's own spec of the instance's environment cannot be installed ('' when it can, or when the
+    campaign gives the environment itself). A version SWE-bench does not specify for a repository it knows is
+    refused: the default environment would not be that repository's, and every trial would fail at its build
+    or its tests for a reason the row never shows. A repository SWE-bench does not know takes the default."""
+    if f"{instance.repo}@{instance.version}" in environments:
+        return ""
+    versions = specified_versions(instance.repo)
+    if versions and instance.version not in versions:
+        return (
+            f"SWE-bench specifies no environment for {instance.repo} at version {instance.version!r} (it does for "
+            f"{', '.join(sorted(versions)[:12])}{', ...' if len(versions) > 12 else ''}); give "
+            f'`environments: {{"{instance.repo}@{instance.version}": {{python, packages, install, test_cmd}}}}`'
+        )
+    try:
+        builtin_spec(instance.repo, instance.version)
+    except UnsupportedSpecError as error:
+        return str(error)
+    return ""
+
+
+def benchmark_from_rows(
+    name: str,
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    on_invalid: str = "reject",
+    include_hints: bool = False,
+    swebench_specs: bool = False,
+    **kwargs: Any,
+) -> Benchmark:
+    """A Benchmark of SWE-bench rows. Every row is validated; invalid ones reject the whole dataset, or are
+    quarantined, per `on_invalid`.
+
+    With `swebench_specs`, a row whose environment SWE-bench specifies in a form this harness cannot
+    install (and the campaign does not give) is invalid too, so it fails here, named, not at its build.
+    """
+    if on_invalid not in Benchmark.ON_INVALID:
+        raise ValueError(f"on_invalid must be one of {Benchmark.ON_INVALID}, got {on_invalid!r}")
+    rows = list(rows)
+    instances: list[Instance] = []
+    problems: list[RowProblem] = []
+    seen: set[str] = set()
+    for index, row in enumerate(rows):
+        try:
+            instance = Instance.from_row(row, index=index, include_hints=include_hints)
+        except InvalidInstanceError as error:
+            problems.append(error.problem)
+            continue
+        if instance.instance_id in seen:
+            problems.append(RowProblem(index, instance.instance_id, "instance_id", "duplicate id"))
+            continue
+        if swebench_specs and (problem := _unsupported_spec(instance, kwargs.get("environments", {}))):
+            problems.append(RowProblem(index, instance.instance_id, "version", problem))
+            continue
+        seen.add(instance.instance_id)
+        instances.append(instance)
+    if problems and on_invalid == "reject":
+        raise InvalidDatasetError(name, problems)
+    version = stable_hash(sorted(stable_hash(dict(row)) for row in rows))
+    return Benchmark(
+        name=name,
+        instances=tuple(instances),
+        version=version,
+        quarantined=tuple(problems),
+        builtin_environment=builtin_spec if swebench_specs else None,
+        **kwargs,
+    )

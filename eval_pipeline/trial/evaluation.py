@@ -1,0 +1,317 @@
+"""Evaluation: grade a stored generation (afresh, or by its verifier's run in place) and keep every attempt.
+
+A scored verdict (resolved, unresolved, patch_apply_failed, and the agent's
+own agent_error and agent_timeout) is final: it is stored under a key derived
+from the generation, environment, grading version and resources, and reused
+from then on. A verdict that could not score the patch (an infrastructure
+outcome, a grading error) is kept in the attempt log but never stored as
+final, so a retry or the next run of the same trial grades it again. Every
+attempt, final or not, is kept; a retry adds one and deletes none. A test run
+stopped by a limit within which the instance's reference is known to pass is
+the patch's doing, scored and final (limit_evidence.py); an oracle's resolved
+evaluation is that knowledge.
+
+Every planned trial counts unless the harness shows the fault is its own (intention to treat): a grading that
+ended abnormally while the patch's grading ran (no report, a crash of the runner, the OOM killer, the time limit,
+the engine refusing a command, a verifier killed by a signal) is followed at once by the instance's reference,
+graded in the same environment under the same limits. If the reference resolves, the patch broke the run: the
+trial is scored not resolved (`patch_broke_test_run`, or the limit's scored twin) and the reference's pass is
+kept as evidence. Only if the reference fails too is the fault the harness's, retried and never scored. A
+patch that ends its test process before any report, or makes the tests allocate until they are killed, so
+loses the trial instead of leaving the denominator.
+
+How a generation is graded is its `grading_mode`, recorded with the evaluation: a task whose product is a
+patch (a SWE-bench row; a terminal task on the local backend) by `patch_replay` in a fresh workspace; a task
+judged in its container by its verifier's run `in_container`, right after the agent (stored with the
+generation), scored here; and where that run does not answer this evaluation (it ran under another test time
+limit or other resources, as a calibration's multipliers give), by a re-grade from the generation's `snapshot`:
+the verifier in a fresh container of the agent's files, without its processes.
+
+A final evaluation's key holds its patch's hash, known only once the
+generation exists. So that a campaign can tell its finished trials from one
+listing, each final evaluation also leaves a marker under `scored/`, named by
+what is known before anything runs (`scored_id`) and by the evaluation, and
+sealed with the results key (record_mac.py) so that a scan can believe it.
+"""
+
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from eval_pipeline import HARNESS_VERSION
+from eval_pipeline.agents.builtin import OracleAgent
+from eval_pipeline.common.hashing import stable_hash
+from eval_pipeline.common.outcomes import InfrastructureError, Outcome, no_space_left
+from eval_pipeline.grading.verdict import GRADING_VERSION, Verdict, VerifierRun, grade_task
+from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
+from eval_pipeline.store.artifacts import ArtifactStore, StoredRecord
+from eval_pipeline.store.attempts import Attempt, Stage, keep, now
+from eval_pipeline.store.mac import matches
+from eval_pipeline.tasks.environment import EnvironmentSpec
+from eval_pipeline.tasks.task import Task
+from eval_pipeline.tasks.terminal.verifier import score_verifier
+from eval_pipeline.trial.generation import COMPLETED, Generation
+from eval_pipeline.trial.limits import (
+    CAMPAIGN,
+    GradedUnder,
+    ReferencePass,
+    record_reference_pass,
+    scored_at_limits,
+    scored_twin,
+)
+from eval_pipeline.trial.reference import judged, reference_verdict
+
+SCORED = "scored"
+# Gradings that judged nothing: the machinery's fault or the patch's, which the reference graded at once tells.
+ABNORMAL = frozenset(
+    {Outcome.GRADING_ERROR, Outcome.TEST_TIMEOUT, Outcome.OOM_KILLED, Outcome.ENGINE_ERROR, Outcome.SANDBOX_LOST}
+)
+PATCH_REPLAY, IN_CONTAINER, SNAPSHOT = "patch_replay", "in_container", "snapshot"
+
+
+class Evaluation(StoredRecord):
+    record_version: int = 3
+    key: str
+    attempt_id: str
+    generation_key: str
+    instance_id: str
+    seed: int
+    agent_config_hash: str
+    patch_sha256: str
+    outcome: str
+    detail: str
+    tests: dict[str, str]
+    steps: list[dict[str, Any]]
+    # What the patch reached for on the runner's side (patch_audit.py), whatever the verdict.
+    audit: list[dict[str, str]] = []
+    environment_key: str
+    environment: dict[str, Any]
+    resources: dict[str, Any]
+    test_timeout_s: float
+    started_at: str
+    duration_s: float
+    harness_version: str
+    grading_version: str
+    # The reference's pass (limit_evidence.ReferencePass) that scored a test run stopped by a limit; else None.
+    limit_evidence: dict[str, Any] | None = None
+    # How the generation was graded (`grading_mode`): patch_replay, in_container or snapshot.
+    grading_mode: str = PATCH_REPLAY
+
+    @property
+    def outcome_type(self) -> Outcome:
+        return Outcome(self.outcome)
+
+
+def _evaluation_identity(
+    generation_key: str, environment_key: str, resources: dict[str, Any], test_timeout_s: float
+) -> dict[str, Any]:
+    """What determines a trial's evaluation, less its patch: all known before anything runs."""
+    return {
+        "version": GRADING_VERSION,
+        "generation": generation_key,
+        "environment": environment_key,
+        "resources": resources,
+        "test_timeout_s": test_timeout_s,
+    }
+
+
+def final_evaluation_key(
+    generation_key: str, patch_sha256: str, environment_key: str, resources: dict[str, Any], test_timeout_s: float
+) -> str:
+    """Where the final evaluation of this generation's patch, graded so, is stored."""
+    identity = _evaluation_identity(generation_key, environment_key, resources, test_timeout_s)
+    return f"evaluation/{stable_hash({**identity, 'patch': patch_sha256})}.json"
+
+
+def scored_id(generation_key: str, environment_key: str, resources: dict[str, Any], test_timeout_s: float) -> str:
+    """The hash that names a trial's scored marker: computable before the trial runs."""
+    return stable_hash(_evaluation_identity(generation_key, environment_key, resources, test_timeout_s))
+
+
+def scored_marker_key(
+    store: ArtifactStore, trial_scored_id: str, evaluation_key: str, evaluation_fingerprint: str
+) -> str:
+    """The marker that names the trial, its final evaluation, the fingerprint of that evaluation's stored bytes
+    and a MAC of the three, so that one listing of `scored/` and one of `evaluation/` tell which trials are done,
+    intact, and a marker written without the results key is not believed."""
+    seal = store.mac.of_marker(trial_scored_id, evaluation_key, evaluation_fingerprint)
+    name = evaluation_key.removeprefix("evaluation/")
+    return f"{SCORED}/{trial_scored_id}-{name}~{evaluation_fingerprint}~{seal}"
+
+
+def authentic_marker(store: ArtifactStore, marker_key: str) -> tuple[str, str, str] | None:
+    """A marker's (scored id, evaluation key, fingerprint) when its MAC is right, else None: a forged marker, or
+    one left before markers carried a MAC, which a scan passes over (it then reads the trial's records, checked
+    one by one, and leaves a marker of its own)."""
+    trial_scored_id, _, rest = marker_key.removeprefix(f"{SCORED}/").partition("-")
+    evaluation_name, _, sealed = rest.partition("~")
+    evaluation_fingerprint, _, seal = sealed.partition("~")
+    evaluation_key = f"evaluation/{evaluation_name}"
+    if not matches(store.mac.of_marker(trial_scored_id, evaluation_key, evaluation_fingerprint), seal):
+        return None
+    return trial_scored_id, evaluation_key, evaluation_fingerprint
+
+
+def evaluation_key(generation: Generation, environment_key: str, sandbox: SandboxBackend, test_timeout_s: float) -> str:
+    return final_evaluation_key(
+        generation.key, generation.patch_sha256, environment_key, sandbox.resources_record(), test_timeout_s
+    )
+
+
+def mark_scored(store: ArtifactStore, trial_scored_id: str, evaluation_key: str, stored: dict[str, Any]) -> None:
+    """Leave the marker of a stored final evaluation (`stored`: its payload as stored). Best effort: without
+    it, a scan reads the trial's generation to find its evaluation, and leaves the marker then."""
+    marker = scored_marker_key(store, trial_scored_id, evaluation_key, store.fingerprint(evaluation_key, stored))
+    with suppress(InfrastructureError):
+        store.put(marker, {"evaluation_key": evaluation_key})
+
+
+def grading_mode(generation: Generation, test_timeout_s: float, resources: dict[str, Any]) -> str:
+    """How `generation` is graded under `test_timeout_s` and `resources` (the sandbox's record): by its
+    in-container run only if that ran under both (the module's docstring says why)."""
+    verification = generation.verification
+    if verification and (verification["test_timeout_s"], generation.verified_resources) == (test_timeout_s, resources):
+        return IN_CONTAINER
+    return SNAPSHOT if generation.snapshot is not None else PATCH_REPLAY
+
+
+def _judge(
+    instance: Task,
+    spec: EnvironmentSpec,
+    generation: Generation,
+    environment: EnvironmentHandle,
+    sandbox: SandboxBackend,
+    test_timeout_s: float,
+) -> Verdict:
+    """The verdict, whatever happens: the agent's own failure, the grading's, or the infrastructure's. A failure
+    raised while the patch's grading ran (its commands in the workspace) leaves a `grading_interrupted` step,
+    which tells it from the machinery failing before (a snapshot, a workspace that cannot be made)."""
+    if generation.status != COMPLETED:  # the agent crashed or ran out of time: its failure, already final
+        return Verdict(Outcome(generation.status), detail=generation.error[-2000:])
+    mode = grading_mode(generation, test_timeout_s, sandbox.resources_record())
+    if mode == IN_CONTAINER:
+        return score_verifier(VerifierRun.from_record(generation.verification or {}))
+    try:
+        if mode == SNAPSHOT:  # the agent's files are in the snapshot: nothing to apply
+            environment = sandbox.snapshot_environment(environment, generation.snapshot or {})
+        patch = "" if mode == SNAPSHOT else generation.patch
+        with sandbox.workspace(environment, label=f"eval-{generation.seed}") as workspace:
+            try:
+                return grade_task(instance, spec, patch, workspace, test_timeout_s)
+            except InfrastructureError as error:
+                interrupted = {"step": "grading_interrupted", "outcome": error.outcome.value}
+                return Verdict(error.outcome, steps=[interrupted], detail=f"{error}\n{traceback.format_exc(limit=20)}")
+    except InfrastructureError as error:
+        return Verdict(error.outcome, detail=f"{error}\n{traceback.format_exc(limit=20)}")
+    except Exception as error:  # noqa: BLE001 - a harness bug is an outcome, not a crash, and no verdict on the agent
+        outcome = Outcome.STORAGE_ERROR if no_space_left(error) else Outcome.GRADING_ERROR  # a full disk is retried
+        return Verdict(outcome, detail=traceback.format_exc(limit=20))
+
+
+def _by_intention_to_treat(
+    verdict: Verdict,
+    generation: Generation,
+    reference: Callable[[], Verdict],
+    store: ArtifactStore,
+    under: GradedUnder,
+) -> tuple[Verdict, ReferencePass | None]:
+    """A grading that ended abnormally while the patch's grading ran, judged by `reference` (the instance's
+    reference graded at once in the same environment under the same limits; module docstring): resolved, the
+    patch broke the run and the trial is scored; not resolved, the fault is the harness's, left unscored."""
+    is_reference = generation.agent_config.get("agent") == OracleAgent.name  # a re-run would be a retry
+    if verdict.outcome not in ABNORMAL or not verdict.steps or is_reference:
+        return verdict, None
+    graded = judged(reference)
+    if not graded.outcome.is_resolved:
+        detail = f"{verdict.detail}\nthe reference, graded at once under the same limits, ended {graded.outcome}"
+        return replace(verdict, detail=detail + " too: the harness's fault, not the patch's"), None
+    evidence = record_reference_pass(store, under, CAMPAIGN, f"graded at once after {generation.key}")
+    detail = f"{verdict.detail}\nscored: the reference, graded at once in this environment under these limits, resolved"
+    return replace(verdict, outcome=scored_twin(verdict.outcome), detail=detail), evidence
+
+
+def _kept_as_evidence(
+    evaluation: Evaluation, generation: Generation, store: ArtifactStore, under: GradedUnder
+) -> Evaluation:
+    """The evaluation, kept first as evidence that the instance passes within its limits if it is the oracle's
+    and resolved (the oracle's patch is the reference solution)."""
+    if evaluation.outcome_type.is_resolved and generation.agent_config.get("agent") == OracleAgent.name:
+        record_reference_pass(store, under, CAMPAIGN, evaluation.key)
+    return evaluation
+
+
+def evaluate(
+    instance: Task,
+    spec: EnvironmentSpec,
+    generation: Generation,
+    environment: EnvironmentHandle,
+    sandbox: SandboxBackend,
+    store: ArtifactStore,
+    test_timeout_s: float,
+) -> Evaluation:
+    """The final evaluation of a generation, grading it only when none is stored. An oracle's resolved
+    evaluation, stored or new, is kept as evidence that the instance passes within these limits."""
+    key = evaluation_key(generation, environment.key, sandbox, test_timeout_s)
+    under = GradedUnder.of(instance, environment.key, sandbox, test_timeout_s)
+    if (stored := store.get(key)) is not None:
+        return _kept_as_evidence(Evaluation.from_payload(stored, key=key, reused=True), generation, store, under)
+
+    started_at = now()
+    clock = time.monotonic()
+    verdict, evidence = scored_at_limits(
+        _judge(instance, spec, generation, environment, sandbox, test_timeout_s), store, under
+    )
+    if evidence is None:
+        reference = partial(reference_verdict, instance, spec, environment, sandbox, test_timeout_s)
+        verdict, evidence = _by_intention_to_treat(verdict, generation, reference, store, under)
+    evaluation = Evaluation(
+        key=key,
+        attempt_id=uuid.uuid4().hex,
+        generation_key=generation.key,
+        instance_id=instance.instance_id,
+        seed=generation.seed,
+        agent_config_hash=generation.agent_config_hash,
+        patch_sha256=generation.patch_sha256,
+        outcome=verdict.outcome.value,
+        detail=verdict.detail,
+        tests=verdict.tests,
+        steps=verdict.steps,
+        audit=[flag.as_record() for flag in verdict.audit],
+        environment_key=environment.key,
+        environment=dict(environment.details),
+        resources=under.resources,
+        test_timeout_s=test_timeout_s,
+        started_at=started_at,
+        duration_s=round(time.monotonic() - clock, 3),
+        harness_version=HARNESS_VERSION,
+        grading_version=GRADING_VERSION,
+        limit_evidence=evidence.payload() if evidence else None,
+        grading_mode=grading_mode(generation, test_timeout_s, under.resources),
+    )
+    attempt = Attempt(
+        stage=Stage.EVALUATION,
+        outcome=evaluation.outcome,
+        started_at=started_at,
+        duration_s=evaluation.duration_s,
+        detail=evaluation.detail,
+        keys={"artifact": key, "generation": generation.key, "attempt_id": evaluation.attempt_id},
+        record=evaluation.payload(),
+    )
+    try:
+        keep(store, key, attempt)
+    except InfrastructureError as error:  # the verdict is lost with the store: an infrastructure outcome
+        detail = f"{error}\nthe verdict was {verdict.outcome}"
+        return evaluation.model_copy(update={"outcome": error.outcome.value, "detail": detail})
+    if not verdict.outcome.is_scored:
+        return evaluation
+    stored = evaluation.payload()
+    if not store.put(key, stored):  # a concurrent run stored it first: theirs is the record
+        stored = store.get(key) or stored
+        evaluation = Evaluation.from_payload(stored, key=key, reused=True)
+    mark_scored(store, scored_id(generation.key, environment.key, evaluation.resources, test_timeout_s), key, stored)
+    return _kept_as_evidence(evaluation, generation, store, under)
