@@ -47,7 +47,7 @@ from eval_pipeline.tasks.swebench.instance import Instance
 from eval_pipeline.trial.evaluation import Evaluation, mark_scored
 from eval_pipeline.trial.generation import Generation
 from eval_pipeline.trial.pending import pending_trials
-from eval_pipeline.trial.spec import TrialIdentity, trial_identities
+from eval_pipeline.trial.spec import TrialSpec, trial_specs
 from eval_pipeline_tests.counting_store import CountingStore
 
 SEEDS = 32
@@ -70,7 +70,7 @@ def synthetic_campaign(trials: int) -> tuple[Campaign, Portfolio]:
     return campaign, Portfolio({"synthetic": Benchmark("synthetic", instances, "v1")})
 
 
-def _generation(identity: TrialIdentity, status: str) -> Generation:
+def _generation(identity: TrialSpec, status: str) -> Generation:
     return Generation(
         key=identity.generation_key,
         instance_id=identity.instance_id,
@@ -92,7 +92,7 @@ def _generation(identity: TrialIdentity, status: str) -> Generation:
     )
 
 
-def _evaluation(identity: TrialIdentity, generation: Generation) -> Evaluation:
+def _evaluation(identity: TrialSpec, generation: Generation) -> Evaluation:
     return Evaluation(
         key=identity.evaluation_key(generation.patch_sha256),
         attempt_id=f"{identity.instance_id}-{identity.trial}",
@@ -116,7 +116,7 @@ def _evaluation(identity: TrialIdentity, generation: Generation) -> Evaluation:
     )
 
 
-def populate(store: LocalArtifactStore, identities: list[TrialIdentity]) -> None:
+def populate(store: LocalArtifactStore, identities: list[TrialSpec]) -> None:
     """Write every trial's records as a finished campaign leaves them (fsync skipped: setup, not measured)."""
     with mock.patch("os.fsync"):
         for number, identity in enumerate(identities):
@@ -146,7 +146,7 @@ def _read_all(store: LocalArtifactStore, prefix: str) -> list[dict]:
     return [payload for key in store.keys(prefix) if (payload := store.get(key))]
 
 
-def old_scan(identities: list[TrialIdentity], store: LocalArtifactStore) -> list[TrialIdentity]:
+def old_scan(identities: list[TrialSpec], store: LocalArtifactStore) -> list[TrialSpec]:
     """The scan's requests as the runner made them before trial identities: every kept record, per trial."""
     pending = []
     for identity in identities:
@@ -164,7 +164,7 @@ def old_scan(identities: list[TrialIdentity], store: LocalArtifactStore) -> list
     return pending
 
 
-def measure(scan, identities: list[TrialIdentity], store: CountingStore, repeats: int) -> dict:
+def measure(scan, identities: list[TrialSpec], store: CountingStore, repeats: int) -> dict:
     timings = []
     for _ in range(repeats):
         fresh = [replace(identity) for identity in identities]  # no hash cached by an earlier repeat
@@ -185,7 +185,7 @@ def run(trials: int, repeats: int, root: Path) -> dict:
     campaign, portfolio = synthetic_campaign(trials)
     sandbox = LocalSandbox(root / "sandbox", ResourceLimits(), SandboxSettings(), campaign.name)
     started = time.perf_counter()
-    identities = trial_identities(campaign, portfolio, lambda task: sandbox)
+    identities = trial_specs(campaign, portfolio, lambda task: sandbox)
     identities_s = time.perf_counter() - started
     store = CountingStore(root / "artifacts")
     populate(store, identities)

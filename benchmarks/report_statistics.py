@@ -22,17 +22,17 @@ from eval_pipeline.config.gates import parse_policy
 from eval_pipeline.results.gates import evaluate_gate
 from eval_pipeline.results.html import render_html
 from eval_pipeline.results.report import build_report
-from eval_pipeline.results.warehouse import TrialResult, Warehouse, read_results_table, write_warehouse
+from eval_pipeline.results.warehouse import ResultRow, Warehouse, read_results_table, write_warehouse
 
-TEMPLATE = TrialResult(
-    **{name: None for name in TrialResult.__dataclass_fields__}
+TEMPLATE = ResultRow(
+    **{name: None for name in ResultRow.__dataclass_fields__}
     | {"campaign": "bench", "attempts": 1, "input_tokens": 1000, "output_tokens": 200, "cost_usd": 0.05}
     | {"test_infrastructure_changes": 0, "oom_killed": False, "seed": 0, "memory_floor_mb": 256}
     | {"memory_ceiling_mb": 2048, "cpu_floor": 0.5, "cpu_ceiling": 1.0, "pids_limit": 256, "enforced_limits": "{}"}
 )
 
 
-def synthetic_results(instances: int, variants: int, seeds: int, slices: int) -> list[TrialResult]:
+def synthetic_results(instances: int, variants: int, seeds: int, slices: int) -> list[ResultRow]:
     rng = random.Random(0)
     rows = []
     for i in range(instances):

@@ -5,11 +5,11 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from eval_pipeline.common.settings import Deployment, DeploymentError, Paths, dagster_home
 
@@ -143,18 +143,16 @@ def _calibrate(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     """Write each trial's folder (instruction, patch, test output, outcome, lineage, attempts) from the store."""
     from eval_pipeline.datasets.sources import load_portfolio
-    from eval_pipeline.defs.resources import EvalPipelineResource
     from eval_pipeline.results.export import export_trials
+    from eval_pipeline.trial.harness import Harness
 
     campaign = _load(args.campaign)
-    resource = EvalPipelineResource.for_deployment(Paths.from_env(), Deployment.from_env())
-    portfolio = load_portfolio(campaign.slices, resource.paths).excluding(campaign.exclude)
+    harness = Harness.from_env()
+    portfolio = load_portfolio(campaign.slices, harness.paths).excluding(campaign.exclude)
     if args.instance and args.instance not in {task.instance_id for task in portfolio.instances}:
         raise UsageError(f"--instance {args.instance!r} is not an instance of campaign {campaign.name}")
-    store = resource.artifact_store().reading_only()
-    folders = export_trials(
-        campaign, portfolio, lambda task: resource.sandbox(campaign, task), store, Path(args.to), args.instance
-    )
+    store = harness.store.reading_only()
+    folders = export_trials(campaign, portfolio, harness.sandbox_for(campaign), store, Path(args.to), args.instance)
     if suspicion := store.wrong_key_suspected():
         raise UsageError(suspicion)
     print(f"{len(folders)} trial folder(s) under {args.to}")
@@ -165,22 +163,22 @@ def _report(args: argparse.Namespace) -> int:
     """Write a campaign's report.html again from its stored report and results, with the trajectories of the
     trials chosen by --trial (default: the failed ones), at most --limit of them."""
     from eval_pipeline.config.campaign import load_campaign
-    from eval_pipeline.defs.resources import EvalPipelineResource
     from eval_pipeline.results.html import write_html_report
     from eval_pipeline.results.model import REPORT_FILES, ReportError, load_report
     from eval_pipeline.results.trajectory import trajectories_for, trial_id
     from eval_pipeline.results.warehouse import read_results_table
+    from eval_pipeline.trial.harness import Harness
 
     if args.limit < 0:
         raise UsageError(f"--limit must be at least 0, got {args.limit}")
     campaign = load_campaign(args.campaign)
-    resource = EvalPipelineResource.for_deployment(Paths.from_env(), Deployment.from_env())
-    directory = resource.paths.reports / campaign.name
-    results_path = resource.fetch(resource.paths.results / f"{campaign.name}.duckdb")
+    harness = Harness.from_env()
+    directory = harness.paths.reports / campaign.name
+    results_path = harness.fetch(harness.paths.results / f"{campaign.name}.duckdb")
     if not results_path.exists():
         raise UsageError(f"campaign {campaign.name} has no results yet: eval-pipeline run --campaign {args.campaign}")
     try:
-        report = load_report(resource.fetch(directory / REPORT_FILES["json"]))
+        report = load_report(harness.fetch(directory / REPORT_FILES["json"]))
     except ReportError as error:
         raise UsageError(str(error)) from None
     rows = read_results_table(results_path)
@@ -190,13 +188,13 @@ def _report(args: argparse.Namespace) -> int:
             f"campaign {campaign.name} has no trial {', '.join(map(repr, unknown))}"
             " (a trial is named <instance id>|<variant>-s<seed>)"
         )
-    store = resource.artifact_store().reading_only()
+    store = harness.store.reading_only()
     trajectories = trajectories_for(rows, store, chosen, args.limit)
     if suspicion := store.wrong_key_suspected():
         raise UsageError(suspicion)
     path = write_html_report(report.model_copy(update={"directory": str(directory)}), rows, trajectories)
     shown = f"{len(trajectories)} trajector{'y' if len(trajectories) == 1 else 'ies'}"
-    print(f"HTML report: {resource.publish(path)} ({shown})")
+    print(f"HTML report: {harness.publish(path)} ({shown})")
     return 0
 
 
@@ -266,52 +264,66 @@ def _instance_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="eval-pipeline", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="run or resume a campaign in process")
-    run.add_argument("--campaign", default="demo", help="a built-in campaign name or a campaign YAML path")
+CAMPAIGN_HELP = "a built-in campaign name or a campaign YAML path"
+
+
+def _command(commands: Any, name: str, help: str, handler: Callable[[argparse.Namespace], int]) -> Any:
+    """A subcommand of a campaign (`--campaign`, default `demo`)."""
+    command = commands.add_parser(name, help=help)
+    command.add_argument("--campaign", default="demo", help=CAMPAIGN_HELP)
+    command.set_defaults(handler=handler)
+    return command
+
+
+def _workers(command: Any, help: str = "as for run") -> None:
+    command.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help=help)
+
+
+def _add_campaign_commands(commands: Any) -> None:
+    """run, validate and calibrate: the commands that run trials through Dagster."""
+    run = _command(commands, "run", "run or resume a campaign in process", _run)
     run.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
-    run.add_argument(
-        "--workers",
-        type=int,
-        default=min(4, os.cpu_count() or 1),
-        help="trial runs in parallel processes (default: cores, at most 4)",
-    )
-    run.set_defaults(handler=_run)
-    validate = commands.add_parser(
+    _workers(run, "trial runs in parallel processes (default: cores, at most 4)")
+    validate = _command(
+        commands,
         "validate",
-        help="check that each instance's reference solution resolves it and the unchanged repository does not;"
+        "check that each instance's reference solution resolves it and the unchanged repository does not;"
         " exit 1 when some instance is not valid",
+        _validate,
     )
-    validate.add_argument("--campaign", default="demo", help="a built-in campaign name or a campaign YAML path")
     validate.add_argument(
         "--repeats", type=int, default=3, help="how many times each patch is graded, in fresh workspaces (default 3)"
     )
     validate.add_argument("--json", action="store_true", help="print the validation report as JSON")
-    validate.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="as for run")
-    validate.set_defaults(handler=_validate)
-    calibrate = commands.add_parser(
-        "calibrate", help="run a campaign at several resource multipliers and compare rates and infra errors"
+    _workers(validate)
+    calibrate = _command(
+        commands,
+        "calibrate",
+        "run a campaign at several resource multipliers and compare rates and infra errors",
+        _calibrate,
     )
-    calibrate.add_argument("--campaign", default="demo", help="a built-in campaign name or a campaign YAML path")
     calibrate.add_argument("--multipliers", default="1,3,uncapped", help="comma-separated: numbers or 'uncapped'")
     calibrate.add_argument("--json", action="store_true", help="print the calibration as JSON")
-    calibrate.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="as for run")
-    calibrate.set_defaults(handler=_calibrate)
-    export = commands.add_parser(
-        "export", help="write a folder per trial (instruction, patch, test output, outcome, lineage, attempts)"
+    _workers(calibrate)
+
+
+def _add_reading_commands(commands: Any) -> None:
+    """export and report: the commands that read what a campaign stored."""
+    export = _command(
+        commands,
+        "export",
+        "write a folder per trial (instruction, patch, test output, outcome, lineage, attempts)",
+        _export,
     )
-    export.add_argument("--campaign", default="demo", help="a built-in campaign name or a campaign YAML path")
     export.add_argument("--to", required=True, help="the directory to write the folders under")
     export.add_argument("--instance", help="only this instance's trials")
-    export.set_defaults(handler=_export)
-    report = commands.add_parser(
+    report = _command(
+        commands,
         "report",
-        help="write a campaign's HTML report again from its stored results, with the trajectories of its failed"
+        "write a campaign's HTML report again from its stored results, with the trajectories of its failed"
         " trials or of the trials chosen",
+        _report,
     )
-    report.add_argument("--campaign", default="demo", help="a built-in campaign name or a campaign YAML path")
     report.add_argument(
         "--trial",
         action="append",
@@ -320,7 +332,10 @@ def main(argv: list[str] | None = None) -> int:
         " (default: the failed trials, scored and not resolved)",
     )
     report.add_argument("--limit", type=int, default=20, help="at most this many trajectories (default 20)")
-    report.set_defaults(handler=_report)
+
+
+def _add_operations_commands(commands: Any) -> None:
+    """janitor, gate and instance-config: operating a deployment."""
     janitor = commands.add_parser(
         "janitor", help="remove leaked containers (and old images) from the container engine, or leaked pods"
     )
@@ -349,8 +364,15 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser(
         "instance-config", help="print the dagster.yaml that the deployment's environment variables choose"
     ).set_defaults(handler=_instance_config)
-    args = parser.parse_args(argv)
-    return _handle(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="eval-pipeline", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_campaign_commands(commands)
+    _add_reading_commands(commands)
+    _add_operations_commands(commands)
+    return _handle(parser.parse_args(argv))
 
 
 def _handle(args: argparse.Namespace) -> int:

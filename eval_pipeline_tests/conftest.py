@@ -14,7 +14,7 @@ import pytest
 
 from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.common.settings import RESULTS_KEY_VARIABLE
-from eval_pipeline.results.warehouse import TrialResult
+from eval_pipeline.results.warehouse import ResultRow
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxSettings, make_sandbox
 from eval_pipeline.sandbox.container.images import MANAGED_LABEL
 from eval_pipeline.sandbox.local import LocalSandbox
@@ -233,7 +233,7 @@ def prepare_on(sandbox, benchmark, instance):
     return sandbox.prepare(instance, benchmark.environment_for(instance), benchmark.source)
 
 
-def trial(instance_id: str, variant: str, seed: int, outcome: str, **fields) -> TrialResult:
+def trial(instance_id: str, variant: str, seed: int, outcome: str, **fields) -> ResultRow:
     """One results row; only what the report reads is given, the rest is lineage it passes over."""
     kind = Outcome(outcome).kind.value
     row = {
@@ -280,7 +280,7 @@ def trial(instance_id: str, variant: str, seed: int, outcome: str, **fields) -> 
         "enforced_limits": "{}",
         "limit_evidence": None,
     }
-    return TrialResult(**{**row, **fields})
+    return ResultRow(**{**row, **fields})
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from eval_pipeline.config.campaign import parse_campaign
 from eval_pipeline.defs import build_definitions, stage_job_name
 from eval_pipeline.defs.partitions import trial_run_key
 from eval_pipeline.grading.verdict import GRADING_VERSION
-from eval_pipeline.trial.generation import GENERATION_VERSION
+from eval_pipeline.trial.spec import GENERATION_VERSION
 
 CAMPAIGN = parse_campaign(
     {

@@ -12,7 +12,7 @@ from eval_pipeline.datasets.sources import DatasetSourceError, load_portfolio
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
 from eval_pipeline.tasks.swebench.instance import Instance
 from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR
-from eval_pipeline.trial.generation import task_generation_key
+from eval_pipeline.trial.spec import generation_key
 from eval_pipeline_tests.test_benchmark import row
 
 MINIMAL = {"name": "mine", "benchmark": {"kind": "demo"}, "variants": [{"name": "o", "agent": "oracle"}]}
@@ -46,9 +46,9 @@ def test_a_variant_opts_into_network_by_name_and_only_its_generations_change_key
     assert not parse_campaign(MINIMAL, "x").network, "no network unless a variant asks"
     with pytest.raises(CampaignError, match=r"variants\.0\.network|variants\[0\]\.network"):
         parse_campaign({**MINIMAL, "variants": [{"name": "o", "agent": "oracle", "network": "yes"}]}, "x")
-    closed = task_generation_key("content", {"agent": "oracle"}, 0, None)
-    assert closed == task_generation_key("content", {"agent": "oracle"}, 0, None, network=False)
-    assert closed != task_generation_key("content", {"agent": "oracle"}, 0, None, network=True)
+    closed = generation_key("content", {"agent": "oracle"}, 0, None)
+    assert closed == generation_key("content", {"agent": "oracle"}, 0, None, network=False)
+    assert closed != generation_key("content", {"agent": "oracle"}, 0, None, network=True)
 
 
 def test_a_patch_made_within_one_kind_of_walls_is_not_reused_within_another(tmp_path):
@@ -59,8 +59,8 @@ def test_a_patch_made_within_one_kind_of_walls_is_not_reused_within_another(tmp_
         for settings in ({"backend": "local"}, {"backend": "container"}, {"backend": "container", "mode": "strict"})
     ]
     assert [sandbox.isolation for sandbox in sandboxes] == ["", "container/pod", "container/strict"]
-    keys = [task_generation_key("content", {"agent": "x"}, 0, None, isolation=s.isolation) for s in sandboxes]
-    assert len(set(keys)) == 3 and keys[0] == task_generation_key("content", {"agent": "x"}, 0, None)
+    keys = [generation_key("content", {"agent": "x"}, 0, None, isolation=s.isolation) for s in sandboxes]
+    assert len(set(keys)) == 3 and keys[0] == generation_key("content", {"agent": "x"}, 0, None)
 
 
 def test_gate_policies_are_checked_against_the_variants(tmp_path):

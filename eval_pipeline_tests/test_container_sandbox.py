@@ -305,4 +305,4 @@ def test_demo_campaign_in_containers_matches_local_with_one_pod_per_code_instanc
         rerun = job.execute_in_process(instance=dagster_instance, partition_key=local_rows[0][0])
         image = rerun.asset_materializations_for_node("demo_containers__environment_image")[0]
         assert image.metadata["built"].value == [], "a second run of the image assets builds nothing"
-        defs.resources["eval_pipeline"].sandbox(campaign).release()
+        defs.resources["eval_pipeline"].harness.sandbox(campaign).release()

@@ -29,7 +29,7 @@ from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import load_campaign
 from eval_pipeline.datasets.sources import load_portfolio
 from eval_pipeline.orchestration.launchers import partition_tags
-from eval_pipeline.trial.generation import generation_key
+from eval_pipeline.trial.spec import agent_timeout_s, generation_key
 from eval_pipeline_tests.conftest import eval_pipeline_cli
 
 pytestmark = pytest.mark.slow  # end to end: `pytest -m "not slow"` leaves it out
@@ -198,7 +198,10 @@ def test_backfill_fails_one_partition_on_a_fault_and_reexecution_runs_only_that_
     # The fault: a directory where one trial's generation artifact must be written.
     campaign = load_campaign(str(campaign_path))
     portfolio = load_portfolio(campaign.slices, data)
-    blocked = data.artifacts / generation_key(portfolio.instance(INSTANCES[1]), campaign.variants[0].make_agent(), 0)
+    blocked_task = portfolio.instance(INSTANCES[1])
+    blocked = data.artifacts / generation_key(
+        blocked_task.content_hash, campaign.variants[0].make_agent().config, 0, agent_timeout_s(blocked_task)
+    )
     blocked.mkdir(parents=True)
 
     trials = asset("generation") + asset("evaluation")

@@ -18,7 +18,8 @@ from eval_pipeline.store.attempts import attempts
 from eval_pipeline.tasks.environment import EnvironmentSpec
 from eval_pipeline.tasks.swebench import grading
 from eval_pipeline.trial.evaluation import evaluate
-from eval_pipeline.trial.generation import generate, generation_key
+from eval_pipeline.trial.generation import generate
+from eval_pipeline.trial.spec import agent_timeout_s, generation_key
 
 
 class CrashingAgent(Agent):
@@ -119,7 +120,7 @@ def test_an_agent_crash_is_recorded_as_agent_error_with_its_partial_patch(instan
 
 
 def test_a_sandbox_failure_under_the_agent_is_not_the_agents_failure(instance, environment, shared_sandbox, store):
-    key = generation_key(instance, EngineLostAgent(), 0)
+    key = generation_key(instance.content_hash, EngineLostAgent().config, 0, agent_timeout_s(instance))
     for _ in range(2):
         with pytest.raises(SandboxLost):
             generate(instance, EngineLostAgent(), 0, environment, shared_sandbox, store)
@@ -240,7 +241,7 @@ class DiskFullAgent(Agent):
 def test_a_full_disk_under_the_agent_is_the_machines_failure_not_the_agents(
     instance, environment, shared_sandbox, store
 ):
-    key = generation_key(instance, DiskFullAgent(), 0)
+    key = generation_key(instance.content_hash, DiskFullAgent().config, 0, agent_timeout_s(instance))
     with pytest.raises(StorageError, match="no space left"):
         generate(instance, DiskFullAgent(), 0, environment, shared_sandbox, store)
     assert store.get(key) is None, "retried, never a final agent_error"

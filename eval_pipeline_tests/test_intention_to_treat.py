@@ -21,7 +21,7 @@ from eval_pipeline.tasks.terminal.task import load_terminal_tasks
 from eval_pipeline.tasks.terminal.verifier import score_verifier
 from eval_pipeline.trial.evaluation import evaluate
 from eval_pipeline.trial.generation import generate
-from eval_pipeline.trial.limits import GradedUnder, reference_pass
+from eval_pipeline.trial.limits import GradingConditions, reference_pass
 from eval_pipeline_tests.conftest import prepare_on, write_terminal_task
 from eval_pipeline_tests.forgeries import fixed_module
 
@@ -95,7 +95,7 @@ def test_a_patch_that_ends_the_tests_at_their_first_failure_loses_its_trial(inst
     assert evaluation.outcome_type is Outcome.PATCH_BROKE_TEST_RUN, evaluation.detail
     assert evaluation.outcome_type.is_scored and not evaluation.outcome_type.is_resolved
     assert "reported no test" in evaluation.detail and "graded at once" in evaluation.detail
-    under = GradedUnder.of(instance, environment.key, sandbox, 120)
+    under = GradingConditions.of(instance, environment.key, sandbox, 120)
     assert reference_pass(store, under) is not None, "the reference's pass is kept as evidence"
     assert store.get(evaluation.key) is not None, "scored and final: never retried"
 

@@ -20,11 +20,11 @@ from eval_pipeline.results.warehouse import collect_warehouse
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline.sandbox.patches import patch_paths
-from eval_pipeline.trial.batch import TrialResult, TrialSetup, TrialWork, run_with_retries
+from eval_pipeline.trial.batch import BatchItem, BatchItemResult, BatchSetup, run_with_retries
 from eval_pipeline.trial.limits import (
     CAMPAIGN,
     VALIDATION,
-    GradedUnder,
+    GradingConditions,
     record_reference_pass,
     reference_pass,
     scored_at_limits,
@@ -81,13 +81,13 @@ def sandbox_at(root: Path, ceiling_mb: int) -> LocalSandbox:
     return LocalSandbox(root, ResourceLimits(memory_floor_mb=128, memory_ceiling_mb=ceiling_mb), SandboxSettings(), "t")
 
 
-def setup_for(campaign, portfolio, instance, sandbox, store) -> TrialSetup:
+def setup_for(campaign, portfolio, instance, sandbox, store) -> BatchSetup:
     environment = sandbox.prepare(instance, portfolio.environment_for(instance), portfolio.source_for(instance))
-    return TrialSetup(campaign, portfolio, store, lambda task: sandbox, {instance.instance_id: environment})
+    return BatchSetup(campaign, portfolio, store, lambda task: sandbox, {instance.instance_id: environment})
 
 
-def run(setup: TrialSetup, instance, variant: str) -> TrialResult:
-    work = TrialWork(f"{instance.instance_id}|{variant}-s0", instance, setup.campaign.trial(f"{variant}-s0"))
+def run(setup: BatchSetup, instance, variant: str) -> BatchItemResult:
+    work = BatchItem(f"{instance.instance_id}|{variant}-s0", instance, setup.campaign.trial(f"{variant}-s0"))
     return run_with_retries(setup, work, sleep=lambda seconds: None)
 
 
@@ -150,7 +150,7 @@ def test_a_reference_that_passed_in_validation_scores_the_limit_and_one_stopped_
     sandbox = sandbox_at(tmp_path / "sb", CEILING_MB)
     setup = setup_for(campaign, portfolio, instance, sandbox, store)
     environment = setup.environments[instance.instance_id]
-    under = GradedUnder.of(instance, environment.key, sandbox, TEST_TIMEOUT_S)
+    under = GradingConditions.of(instance, environment.key, sandbox, TEST_TIMEOUT_S)
     spec = portfolio.environment_for(instance)
     validation = validate_task(
         "code-issues", instance, spec, environment, sandbox, repeats=1, test_timeout_s=TEST_TIMEOUT_S
@@ -182,11 +182,11 @@ def test_tests_hanging_past_a_time_limit_the_reference_passes_within_are_scored_
 
 
 def test_a_limit_outcome_no_grading_step_recorded_is_the_machinerys_even_with_evidence(store):
-    under = GradedUnder("i", "content", "environment", {"backend": "local"}, 60.0)
+    under = GradingConditions("i", "content", "environment", {"backend": "local"}, 60.0)
     record_reference_pass(store, under, CAMPAIGN, "evaluation/x.json")
     raised = Verdict(Outcome.OOM_KILLED, detail="an OutOfMemory raised outside the test run")
     stopped = Verdict(Outcome.OOM_KILLED, steps=[{"step": "run_tests", "oom_killed": True}])
-    elsewhere = GradedUnder("i", "content", "environment", {"backend": "local"}, 120.0)
+    elsewhere = GradingConditions("i", "content", "environment", {"backend": "local"}, 120.0)
 
     assert scored_at_limits(raised, store, under) == (raised, None)
     assert scored_at_limits(stopped, store, elsewhere) == (stopped, None), "another time limit: no evidence"

@@ -16,7 +16,8 @@ from eval_pipeline.agents import make_agent
 from eval_pipeline.common.outcomes import ModelAPIError, ModelAPIRefused, Outcome
 from eval_pipeline.store.attempts import attempts
 from eval_pipeline.testing.scripted_model import ScriptedModelServer, solutions_from_tasks
-from eval_pipeline.trial.generation import generate, generation_key
+from eval_pipeline.trial.generation import generate
+from eval_pipeline.trial.spec import agent_timeout_s, generation_key
 from eval_pipeline_tests.conftest import eval_pipeline_cli, prepare_on, resolve_trial
 
 PRICE = {"input_per_mtok": 3.0, "output_per_mtok": 15.0}
@@ -98,7 +99,7 @@ def test_rate_limits_are_retried_and_persistent_ones_are_infrastructure(
             generate(instance, agent, 2, environment, shared_sandbox, store)
         assert len(server.requests) == 3, "the first request and two retries"
     assert raised.value.outcome == Outcome.MODEL_API_ERROR and not raised.value.outcome.is_scored
-    key = generation_key(instance, agent, 2)
+    key = generation_key(instance.content_hash, agent.config, 2, agent_timeout_s(instance))
     assert store.get(key) is None, "nothing final is stored for an infrastructure failure"
     kept = attempts(store, key)
     assert len(kept) == 1 and kept[0].outcome == Outcome.MODEL_API_ERROR, "the failed attempt is kept, typed"
@@ -185,7 +186,9 @@ def test_a_cost_budget_stops_the_agent_and_a_changed_prompt_is_a_new_variant(
 
     plain, reworded = llm(model), llm(model, prompt_template="Fix this:\n{instruction}")
     assert plain.config_hash != reworded.config_hash
-    assert generation_key(instance, plain, 0) != generation_key(instance, reworded, 0)
+    assert generation_key(instance.content_hash, plain.config, 0, None) != generation_key(
+        instance.content_hash, reworded.config, 0, None
+    )
     with pytest.raises(ValueError, match="prompt_template may use only"):
         llm(model, prompt_template="{repo}: {instruction}")
 

@@ -7,8 +7,8 @@ from dagster import AssetKey, instance_for_test
 
 from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import parse_campaign
-from eval_pipeline.defs.assets import ENVIRONMENT_POOL
-from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, CampaignPartitions, TrialBatch
+from eval_pipeline.defs.group import ENVIRONMENT_POOL
+from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, CampaignPartitions, PartitionBatch
 from eval_pipeline.defs.progress import REQUEST_TAG, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline.orchestration.campaign_run import create_pools, run_campaign
@@ -121,9 +121,9 @@ def test_the_feed_gives_each_materialization_of_the_cycles_trials_once_and_none_
         run_one(instance, launcher, cycle.request("prepare"))
         run_one(instance, launcher, cycle.request("environments", KEPT[0]))
         feed = CycleFeed(instance, cycle)
-        run_one(instance, launcher, other.request_trials(TrialBatch(KEPT[0], ("oracle-s0",))))
+        run_one(instance, launcher, other.request_trials(PartitionBatch(KEPT[0], ("oracle-s0",))))
         assert feed.new() == {}, "another cycle's trials are not this one's to tell"
-        run_one(instance, launcher, cycle.request_trials(TrialBatch(KEPT[0], ("oracle-s0", "null-s0"))))
+        run_one(instance, launcher, cycle.request_trials(PartitionBatch(KEPT[0], ("oracle-s0", "null-s0"))))
         told = feed.new()
         assert {partition for _, partition in told} == {f"{KEPT[0]}|oracle-s0", f"{KEPT[0]}|null-s0"}
         assert told[("evaluation", f"{KEPT[0]}|null-s0")]["outcome"] == "unresolved"

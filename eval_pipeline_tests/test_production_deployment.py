@@ -176,8 +176,8 @@ def test_files_outlive_a_pods_scratch_directory_on_s3(tmp_path, monkeypatch, s3_
     """A warehouse written in one pod is published beside the artifacts and fetched in another."""
     for variable, value in {**S3_CLIENT_ENV, "AWS_ENDPOINT_URL": s3_endpoint}.items():
         monkeypatch.setenv(variable, value)
-    writer = EvalPipelineResource(data_dir=str(tmp_path / "pod-a"), artifacts=s3_store.location)
-    reader = EvalPipelineResource(data_dir=str(tmp_path / "pod-b"), artifacts=s3_store.location)
+    writer = EvalPipelineResource(data_dir=str(tmp_path / "pod-a"), artifacts=s3_store.location).harness
+    reader = EvalPipelineResource(data_dir=str(tmp_path / "pod-b"), artifacts=s3_store.location).harness
     written = writer.paths.results / "c.duckdb"
     written.parent.mkdir(parents=True)
     written.write_bytes(b"warehouse")
@@ -185,5 +185,5 @@ def test_files_outlive_a_pods_scratch_directory_on_s3(tmp_path, monkeypatch, s3_
     fetched = reader.fetch(reader.paths.results / "c.duckdb")
     assert fetched.read_bytes() == b"warehouse"
     assert not reader.fetch(reader.paths.results / "never-published.duckdb").exists()
-    local = EvalPipelineResource(data_dir=str(tmp_path / "local"))
+    local = EvalPipelineResource(data_dir=str(tmp_path / "local")).harness
     assert local.publish(written) == str(written), "on the embedded default a file stays where it is"

@@ -9,10 +9,10 @@ from eval_pipeline.defs.partitions import (
     RANGE_END_TAG,
     RANGE_START_TAG,
     SMALLEST_BATCH,
-    TrialBatch,
+    PartitionBatch,
     trial_batches,
 )
-from eval_pipeline.trial.batch import TrialResult, TrialWork, backoff_s, run_batch, run_with_retries
+from eval_pipeline.trial.batch import BatchItem, BatchItemResult, backoff_s, run_batch, run_with_retries
 
 ORDER = ("a-s0", "a-s1", "a-s2", "b-s0", "b-s1")
 
@@ -42,17 +42,17 @@ def test_batches_shrink_toward_the_end_so_that_the_runs_at_once_finish_together(
 
 
 def test_a_batch_is_a_dagster_partition_range_and_reads_back_from_its_run_tags():
-    batch = TrialBatch("x", ("a-s1", "a-s2", "b-s0"))
+    batch = PartitionBatch("x", ("a-s1", "a-s2", "b-s0"))
     tags = batch.range_tags()
     assert (tags[RANGE_START_TAG], tags[RANGE_END_TAG]) == ("x|a-s1", "x|b-s0")
-    assert TrialBatch.from_tags(tags, ORDER) == batch
+    assert PartitionBatch.from_tags(tags, ORDER) == batch
     assert batch.partitions() == ["x|a-s1", "x|a-s2", "x|b-s0"]
-    assert TrialBatch.from_tags({}, ORDER) is None
+    assert PartitionBatch.from_tags({}, ORDER) is None
 
 
 @dataclass
 class ScriptedSetup:
-    """Stands in for TrialSetup: each trial ends on the outcomes scripted for it, one per attempt."""
+    """Stands in for BatchSetup: each trial ends on the outcomes scripted for it, one per attempt."""
 
     script: dict[str, list[Outcome]]
     retries: RetrySettings = RetrySettings(max_retries=2, delay_s=1.0)
@@ -64,20 +64,20 @@ class ScriptedSetup:
     def campaign(self):
         return self
 
-    def run_once(self, work: TrialWork, generation=None) -> TrialResult:
+    def run_once(self, work: BatchItem, generation=None) -> BatchItemResult:
         if self.together:
             self.together.wait()
         with self.lock:
             self.calls.append(work.partition)
             outcome = self.script[work.partition].pop(0)
-        return TrialResult(work, outcome, outcome.value, None, None, 1)
+        return BatchItemResult(work, outcome, outcome.value, None, None, 1)
 
 
-def work(partition: str) -> TrialWork:
+def work(partition: str) -> BatchItem:
     campaign = parse_campaign(
         {"name": "c", "benchmark": {"kind": "demo"}, "variants": [{"name": "v", "agent": "null"}]}, "t"
     )
-    return TrialWork(partition, None, campaign.trials[0])  # type: ignore[arg-type]
+    return BatchItem(partition, None, campaign.trials[0])  # type: ignore[arg-type]
 
 
 def test_infrastructure_is_retried_with_growing_backoff_and_an_agent_outcome_is_final():

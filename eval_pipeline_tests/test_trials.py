@@ -19,10 +19,10 @@ from eval_pipeline.results.warehouse import collect_warehouse, read_rejected_tab
 from eval_pipeline.store.artifacts import Rejection, attempts_prefix
 from eval_pipeline.store.attempts import AttemptLog, attempts, environment_artifact_key, environment_attempt
 from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR, load_terminal_tasks
-from eval_pipeline.trial.evaluation import SCORED, evaluate
-from eval_pipeline.trial.generation import GENERATION_VERSION, generate
+from eval_pipeline.trial.evaluation import evaluate
+from eval_pipeline.trial.generation import generate
 from eval_pipeline.trial.pending import pending_trials
-from eval_pipeline.trial.spec import trial_identities, trial_identity
+from eval_pipeline.trial.spec import GENERATION_VERSION, SCORED, trial_spec, trial_specs
 from eval_pipeline_tests.counting_store import CountingStore
 from eval_pipeline_tests.test_artifacts import overwrite, raw, rehashed
 
@@ -43,7 +43,7 @@ def portfolio(demo_benchmark, tmp_path_factory) -> Portfolio:
 
 @pytest.fixture
 def identities(portfolio, shared_sandbox):
-    return trial_identities(CAMPAIGN, portfolio, lambda task: shared_sandbox)
+    return trial_specs(CAMPAIGN, portfolio, lambda task: shared_sandbox)
 
 
 @pytest.fixture
@@ -94,10 +94,10 @@ def test_every_planned_trial_has_one_identity(identities, portfolio, shared_sand
     assert {i.slice for i in identities} == {"code-issues", "terminal"}
     terminal = next(i for i in identities if i.slice == "terminal")
     assert terminal.test_timeout_s == portfolio.instance(terminal.instance_id).verifier_timeout_s
-    one = trial_identity(CAMPAIGN, portfolio, lambda task: shared_sandbox, terminal.instance_id, "none-s1")
+    one = trial_spec(CAMPAIGN, portfolio, lambda task: shared_sandbox, terminal.instance_id, "none-s1")
     assert one in identities and (one.instance_id, one.variant, one.seed) == (terminal.instance_id, "none", 1)
     with pytest.raises(KeyError, match="no-such-trial"):
-        trial_identity(CAMPAIGN, portfolio, lambda task: shared_sandbox, terminal.instance_id, "no-such-trial")
+        trial_spec(CAMPAIGN, portfolio, lambda task: shared_sandbox, terminal.instance_id, "no-such-trial")
 
 
 @pytest.mark.parametrize("slice_name", ["code-issues", "terminal"])
@@ -170,7 +170,7 @@ def test_a_verifying_scan_reads_no_finished_trial_and_finds_a_damaged_one(
 
 def test_trials_never_run_failed_to_build_or_not_scored_are_pending(portfolio, shared_sandbox, store):
     impatient = parse_campaign({**CAMPAIGN_FIELDS, "timeouts": {"tests_s": 0.5}}, "test")
-    identities = trial_identities(impatient, portfolio, lambda task: shared_sandbox)
+    identities = trial_specs(impatient, portfolio, lambda task: shared_sandbox)
     identity = next(i for i in identities if i.slice == "code-issues" and i.variant == "oracle")
     with pytest.raises(ImageBuildFailed), environment_attempt(store, identity.instance_id, identity.environment_key):
         raise ImageBuildFailed("no such base image")

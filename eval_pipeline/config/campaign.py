@@ -39,7 +39,7 @@ __all__ = [
     "CampaignError",
     "NightlySettings",
     "RetrySettings",
-    "Trial",
+    "VariantSeed",
     "Variant",
     "builtin_campaigns",
     "load_campaign",
@@ -55,7 +55,9 @@ class CampaignError(ValueError):
 
 
 @dataclass(frozen=True)
-class Trial:
+class VariantSeed:
+    """One (variant, seed) of the campaign's plan; with an instance it names a trial (trial/spec.py: TrialSpec)."""
+
     variant: Variant
     seed: int
 
@@ -101,10 +103,10 @@ class Campaign:
         return any(variant.network for variant in self.variants)
 
     @property
-    def trials(self) -> tuple[Trial, ...]:
-        return tuple(Trial(variant, seed) for variant in self.variants for seed in self.seeds)
+    def trials(self) -> tuple[VariantSeed, ...]:
+        return tuple(VariantSeed(variant, seed) for variant in self.variants for seed in self.seeds)
 
-    def trial(self, key: str) -> Trial:
+    def trial(self, key: str) -> VariantSeed:
         for trial in self.trials:
             if trial.key == key:
                 return trial

@@ -6,7 +6,7 @@ from dagster import AssetKey, AssetSelection, Definitions, ExecutorDefinition, d
 
 from eval_pipeline.common.settings import Deployment, Paths
 from eval_pipeline.config.campaign import Campaign
-from eval_pipeline.defs.assets import build_campaign_assets, kubernetes_step_tags
+from eval_pipeline.defs.assets import build_campaign_assets
 from eval_pipeline.defs.automation import campaign_sensor, infrastructure_retry_sensor, nightly_schedule
 from eval_pipeline.defs.partitions import CampaignPartitions
 from eval_pipeline.defs.release import build_release_definitions
@@ -19,6 +19,7 @@ from eval_pipeline.defs.stages import (
     VALIDATION_STAGE,
     stage_job_name,
 )
+from eval_pipeline.defs.trials import kubernetes_step_tags
 from eval_pipeline.defs.validation import build_validation_definitions
 
 __all__ = [

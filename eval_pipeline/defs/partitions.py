@@ -34,7 +34,7 @@ RANGE_START_TAG, RANGE_END_TAG = "dagster/asset_partition_range_start", "dagster
 
 
 @dataclass(frozen=True)
-class TrialBatch:
+class PartitionBatch:
     """Trial partitions of one instance, consecutive in the registered trial order: what one run of the trials
     stage that a cycle requests materializes. To Dagster it is the partition range (instance, first) ..
     (instance, last), a rectangle of the two dimensions one instance high, so the batch's trials share one
@@ -55,7 +55,7 @@ class TrialBatch:
         return {RANGE_START_TAG: self.partitions()[0], RANGE_END_TAG: self.partitions()[-1]}
 
     @classmethod
-    def from_tags(cls, tags: Mapping[str, str], trial_order: Sequence[str]) -> "TrialBatch | None":
+    def from_tags(cls, tags: Mapping[str, str], trial_order: Sequence[str]) -> "PartitionBatch | None":
         """The batch a run of one instance's trial range targets (None for a run of no such range)."""
         if RANGE_START_TAG not in tags:
             return None
@@ -71,7 +71,7 @@ SMALLEST_BATCH = 4
 
 def trial_batches(
     partitions: Iterable[str], trial_order: Sequence[str], size: int, spread: int = 1
-) -> list[TrialBatch]:
+) -> list[PartitionBatch]:
     """`partitions` (trial partition keys) as batches of one instance's trials, consecutive in `trial_order`
     (the registered order, which is Dagster's), instance by instance in first-seen order.
 
@@ -85,19 +85,19 @@ def trial_batches(
         instance_id, trial = key.split("|", 1)
         by_instance.setdefault(instance_id, []).append(position[trial])
     unbatched = sum(len(indices) for indices in by_instance.values())
-    batches: list[TrialBatch] = []
+    batches: list[PartitionBatch] = []
     for instance_id, indices in by_instance.items():
         run: list[int] = []
         limit = size
         for index in sorted(indices):
             if run and (index != run[-1] + 1 or len(run) == limit):
-                batches.append(TrialBatch(instance_id, tuple(trial_order[i] for i in run)))
+                batches.append(PartitionBatch(instance_id, tuple(trial_order[i] for i in run)))
                 unbatched -= len(run)
                 run = []
             if not run:
                 limit = min(size, max(SMALLEST_BATCH, math.ceil(unbatched / (2 * spread))))
             run.append(index)
-        batches.append(TrialBatch(instance_id, tuple(trial_order[i] for i in run)))
+        batches.append(PartitionBatch(instance_id, tuple(trial_order[i] for i in run)))
         unbatched -= len(run)
     return batches
 

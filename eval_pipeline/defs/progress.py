@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, RunsFilter
 
 from eval_pipeline.config.campaign import Campaign
-from eval_pipeline.defs.partitions import CampaignPartitions, TrialBatch, trial_batches, trial_run_key
+from eval_pipeline.defs.partitions import CampaignPartitions, PartitionBatch, trial_batches, trial_run_key
 from eval_pipeline.defs.stages import CYCLE_TAG, RELEASE_STAGE, TRIGGER_TAG, stage_job_name
 
 REQUEST_TAG = "eval_pipeline/request"  # the request a run answers: its cycle, stage and partition
@@ -57,7 +57,7 @@ class CampaignProgress:
         keys = (str(trial_run_key(i, t)) for i in self.instances for t in self.trials)
         return [key for key in keys if key not in self.evaluated]
 
-    def runnable_batches(self, size: int, requested: Set[str] = frozenset(), spread: int = 1) -> list[TrialBatch]:
+    def runnable_batches(self, size: int, requested: Set[str] = frozenset(), spread: int = 1) -> list[PartitionBatch]:
         """Pending trials whose environment is ready (one that failed is left for the next cycle), less those
         `requested` already, in batches of at most `size` (`spread`: as for `trial_batches`)."""
         runnable = (key for key in self.pending_trials() if key.split("|", 1)[0] in self.environments_ready)
@@ -87,7 +87,7 @@ class Cycle:
     def request(self, stage: str, partition_key: str | None = None) -> RunRequest:
         return self._request(stage, partition_key or "", partition_key)
 
-    def request_trials(self, batch: TrialBatch) -> RunRequest:
+    def request_trials(self, batch: PartitionBatch) -> RunRequest:
         """The run of a batch of trial partitions: a partition range, as a BackfillPolicy.multi_run backfill
         launches it."""
         return self._request("trials", batch.name, range_tags=batch.range_tags())
@@ -109,7 +109,7 @@ class Cycle:
 
 def requested_trials(tags: Iterable[Mapping[str, str]], trial_order: tuple[str, ...]) -> set[str]:
     """The trial partitions that runs (or requests) with these tags target."""
-    batches = (TrialBatch.from_tags(run_tags, trial_order) for run_tags in tags)
+    batches = (PartitionBatch.from_tags(run_tags, trial_order) for run_tags in tags)
     return {key for batch in batches if batch for key in batch.partitions()}
 
 

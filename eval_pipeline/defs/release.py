@@ -62,7 +62,7 @@ def _gate_check(campaign: Campaign, policy: GatePolicy, report_key: AssetKey) ->
     )
     def gate(report: Report, eval_pipeline: EvalPipelineResource) -> AssetCheckResult:
         decision = _decision(report, policy)
-        path = write_decision(decision, eval_pipeline.paths.reports / campaign.name)
+        path = write_decision(decision, eval_pipeline.harness.paths.reports / campaign.name)
         return AssetCheckResult(
             passed=decision.passed,
             severity=AssetCheckSeverity.ERROR,
@@ -101,7 +101,7 @@ def build_release_definitions(campaign: Campaign) -> tuple[list[AssetChecksDefin
             "plan_version": report.plan_version,
             "decisions": [d.model_dump(mode="json") for d in decisions],
         }
-        path = write_json(decision, eval_pipeline.paths.reports / campaign.name / "release_decision.json")
+        path = write_json(decision, eval_pipeline.harness.paths.reports / campaign.name / "release_decision.json")
         return Output(decision, metadata={"promote": decision["promote"], "path": MetadataValue.path(str(path))})
 
     return [_gate_check(campaign, policy, report_key) for policy in campaign.gates], [release_decision]

@@ -27,7 +27,6 @@ from dagster import (
     AssetCheckSeverity,
     AssetExecutionContext,
     AssetIn,
-    AssetKey,
     AssetsDefinition,
     Config,
     DataVersion,
@@ -42,13 +41,14 @@ from dagster import (
 from eval_pipeline.common.hashing import stable_hash
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.datasets.portfolio import Portfolio
-from eval_pipeline.defs.assets import lineage_metadata, prepare_environment
+from eval_pipeline.defs.environments import prepare_environment
+from eval_pipeline.defs.group import CampaignGroup, lineage_metadata
 from eval_pipeline.defs.partitions import CampaignPartitions
 from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.grading.verdict import GRADING_VERSION
 from eval_pipeline.results.markdown import render_validation
 from eval_pipeline.results.report import write_json
-from eval_pipeline.trial.limits import GradedUnder
+from eval_pipeline.trial.limits import GradingConditions
 from eval_pipeline.trial.validation import (
     DEFAULT_REPEATS,
     VALIDATION_FILE,
@@ -89,18 +89,14 @@ def _loaded(validations: Any) -> list[InstanceValidation]:
     return list(validations.values())
 
 
-def build_validation_definitions(
-    campaign: Campaign, partitions: CampaignPartitions
-) -> tuple[list[AssetsDefinition], list[AssetChecksDefinition]]:
-    prefix = [campaign.name]
-    common = {"key_prefix": prefix, "group_name": campaign.name}
-    snapshot_in = AssetIn(key=AssetKey([*prefix, "dataset_snapshot"]))
+def _validation_asset(group: CampaignGroup) -> AssetsDefinition:
+    campaign, partitions, common, snapshot_in = group.campaign, group.partitions, group.common, group.snapshot_in
 
     @asset(
         **common,
         partitions_def=partitions.instances,
         ins={"portfolio": snapshot_in},
-        deps=[AssetKey([*prefix, "environment"])],
+        deps=[group.key("environment")],
         code_version=f"{VALIDATION_VERSION}.{GRADING_VERSION}",
     )
     def validation(
@@ -113,9 +109,9 @@ def build_validation_definitions(
         time: valid, gold_fails, empty_passes, flaky or environment_failed."""
         task = portfolio.instance(context.partition_key)
         slice_name = portfolio.slice_of(task.instance_id)
-        sandbox = eval_pipeline.sandbox(campaign, task)
+        sandbox = eval_pipeline.harness.sandbox(campaign, task)
         try:
-            environment = prepare_environment(sandbox, portfolio, eval_pipeline.artifact_store(), task, "prepare")
+            environment = prepare_environment(sandbox, portfolio, eval_pipeline.harness.store, task, "prepare")
         except Exception as error:  # noqa: BLE001 - an environment that cannot be prepared is this instance's result
             result = environment_failure(slice_name, task, config.repeats, error)
         else:
@@ -130,13 +126,19 @@ def build_validation_definitions(
                 test_timeout_s=test_timeout_s,
                 timeout_multiplier=campaign.timeout_multiplier,
             )
-            under = GradedUnder.of(task, environment.key, sandbox, test_timeout_s)
-            leave_limit_evidence(eval_pipeline.artifact_store(), result, under)
+            under = GradingConditions.of(task, environment.key, sandbox, test_timeout_s)
+            leave_limit_evidence(eval_pipeline.harness.store, result, under)
         return Output(
             result,
             data_version=DataVersion(stable_hash(result.as_record())),
             metadata={**lineage_metadata(portfolio, sandbox), **_runs_metadata(result), "repeats": result.repeats},
         )
+
+    return validation
+
+
+def _valid_check(group: CampaignGroup) -> AssetChecksDefinition:
+    partitions = group.partitions
 
     def valid(validation: InstanceValidation) -> AssetCheckResult:
         return AssetCheckResult(
@@ -149,18 +151,24 @@ def build_validation_definitions(
         # A check per partition is a preview feature in Dagster 1.13; we rely on it knowingly.
         warnings.simplefilter("ignore", PreviewWarning)
         valid_check = asset_check(
-            asset=validation,
+            asset=group.key("validation"),
             name=VALIDATION_CHECK,
             partitions_def=partitions.instances,
             description="The instance is valid: its reference solution always resolves it, the empty patch never does.",
         )(valid)
+
+    return valid_check
+
+
+def _validation_report_asset(group: CampaignGroup) -> AssetsDefinition:
+    campaign, common, snapshot_in = group.campaign, group.common, group.snapshot_in
 
     @asset(
         **common,
         ins={
             "portfolio": snapshot_in,
             # Every partition; a missing one is reported below by name rather than failing the load.
-            "validations": AssetIn(key=AssetKey([*prefix, "validation"]), metadata={"allow_missing_partitions": True}),
+            "validations": AssetIn(key=group.key("validation"), metadata={"allow_missing_partitions": True}),
         },
         code_version=VALIDATION_VERSION,
     )
@@ -178,16 +186,24 @@ def build_validation_definitions(
                 f" validation partitions first: {', '.join(missing[:20])}"
             )
         report = build_validation(campaign.name, portfolio.version, current, portfolio.excluded)
-        path = write_json(report, eval_pipeline.paths.reports / campaign.name / VALIDATION_FILE)
+        path = write_json(report, eval_pipeline.harness.paths.reports / campaign.name / VALIDATION_FILE)
         return Output(
             report,
             data_version=DataVersion(stable_hash(report)),
             metadata={
                 **report["statuses"],
                 "quarantine": len(report["quarantine"]),
-                "path": MetadataValue.path(eval_pipeline.publish(path)),
+                "path": MetadataValue.path(eval_pipeline.harness.publish(path)),
                 "summary": MetadataValue.md(render_validation(report)),
             },
         )
 
-    return [validation, validation_report], [valid_check]
+    return validation_report
+
+
+def build_validation_definitions(
+    campaign: Campaign, partitions: CampaignPartitions
+) -> tuple[list[AssetsDefinition], list[AssetChecksDefinition]]:
+    """Instance validation's assets (a partition per instance, and the campaign's report) and its check."""
+    group = CampaignGroup(campaign, partitions)
+    return [_validation_asset(group), _validation_report_asset(group)], [_valid_check(group)]

@@ -12,13 +12,12 @@ from typing import Any
 
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 
-from eval_pipeline.common.settings import Deployment, Paths, dagster_home
+from eval_pipeline.common.settings import Paths, dagster_home
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.datasets.sources import load_portfolio
-from eval_pipeline.defs.assets import ENVIRONMENT_POOL, MODEL_API_POOL
+from eval_pipeline.defs.group import ENVIRONMENT_POOL, MODEL_API_POOL
 from eval_pipeline.defs.partitions import trial_run_key
 from eval_pipeline.defs.progress import REQUEST_TAG, CampaignProgress, Cycle
-from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.orchestration.driver import (
     CampaignRunError,
     FinishedRun,
@@ -29,8 +28,9 @@ from eval_pipeline.orchestration.driver import (
 )
 from eval_pipeline.orchestration.launchers import Launcher, free_abandoned_slots
 from eval_pipeline.results.model import Report, load_report
+from eval_pipeline.trial.harness import Harness
 from eval_pipeline.trial.pending import pending_trials
-from eval_pipeline.trial.spec import trial_identities
+from eval_pipeline.trial.spec import trial_specs
 
 
 @dataclass
@@ -153,17 +153,14 @@ def _status(reused: bool | None) -> str:
     return "not stored" if reused is None else "reused" if reused else "computed"
 
 
-def unstored_trials(campaign: Campaign, resource: EvalPipelineResource) -> set[str]:
+def unstored_trials(campaign: Campaign, harness: Harness) -> set[str]:
     """Trial partitions with no intact scored evaluation in the artifact store (the pending scan: a listing per
     storage prefix and one read per finished trial). Dagster's record of a partition is trusted only when the
     store still holds what it recorded intact: a trial whose evaluation was lost, truncated or forged runs
     again, reusing its patch."""
-    portfolio = load_portfolio(campaign.slices, resource.paths).excluding(campaign.exclude)
-    identities = trial_identities(campaign, portfolio, lambda task: resource.sandbox(campaign, task))
-    return {
-        str(trial_run_key(i.instance_id, i.trial))
-        for i in pending_trials(identities, resource.artifact_store(), verify=True)
-    }
+    portfolio = load_portfolio(campaign.slices, harness.paths).excluding(campaign.exclude)
+    identities = trial_specs(campaign, portfolio, harness.sandbox_for(campaign))
+    return {str(trial_run_key(i.instance_id, i.trial)) for i in pending_trials(identities, harness.store, verify=True)}
 
 
 def run_campaign(
@@ -180,10 +177,10 @@ def run_campaign(
     prepared = run_one(instance, launcher, cycle.request("prepare"))
     if prepared.status != DagsterRunStatus.SUCCESS:
         raise failure_message(instance, prepared, f"campaign {campaign.name}: preparing the dataset")
-    resource = EvalPipelineResource.for_deployment(paths, Deployment.from_env())
-    for shared in resource.sandbox(campaign).disks_shared_with(harness_storage(paths)):
+    harness = Harness.from_env(paths)
+    for shared in harness.sandbox(campaign).disks_shared_with(harness_storage(paths)):
         say(f"{campaign.name}: warning: {shared}")
-    unstored = unstored_trials(campaign, resource)
+    unstored = unstored_trials(campaign, harness)
     progress = CampaignProgress.read(instance, campaign, unstored)
     pending = progress.pending_trials()
     planned = len(progress.instances) * len(progress.trials)
@@ -197,13 +194,13 @@ def run_campaign(
         teller = _Teller(run, len(pending), say)
         drive(instance, cycle, launcher, teller, unstored, teller.materialized)
     finally:  # pods are restarted on demand by the next run
-        resource.sandbox(campaign).release()
+        harness.sandbox(campaign).release()
     results = _latest(instance, cycle, "results")
     if results is None:
         raise CampaignRunError(f"campaign {campaign.name}: no results were built (see the runs of cycle {cycle.id})")
     if results.status != DagsterRunStatus.SUCCESS:
         raise failure_message(instance, results, f"campaign {campaign.name}: building results")
-    run.report = load_report(resource.fetch(paths.reports / campaign.name / "report.json"))
+    run.report = load_report(harness.fetch(paths.reports / campaign.name / "report.json"))
     return run
 
 

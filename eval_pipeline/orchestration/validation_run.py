@@ -5,14 +5,14 @@ from typing import Any
 
 from dagster import DagsterInstance, DagsterRunStatus
 
-from eval_pipeline.common.settings import Deployment, Paths
+from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.config.quarantine import read_validation
 from eval_pipeline.defs.progress import CampaignProgress, Cycle
-from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.defs.stages import VALIDATION_REPORT_STAGE, VALIDATION_STAGE
 from eval_pipeline.orchestration.driver import CampaignRunError, FinishedRun, failure_message, run_all, run_one
 from eval_pipeline.orchestration.launchers import Launcher
+from eval_pipeline.trial.harness import Harness
 from eval_pipeline.trial.validation import VALIDATION_FILE
 
 
@@ -54,7 +54,7 @@ def run_validation(
         requests = [cycle.request(VALIDATION_STAGE, instance_id) for instance_id in instances]
         run_all(instance, launcher, requests, tell, run_config)
     finally:  # pods are restarted on demand by the next run
-        EvalPipelineResource.for_deployment(paths, Deployment.from_env()).sandbox(campaign).release()
+        Harness.from_env(paths).sandbox(campaign).release()
     reported = run_one(instance, launcher, cycle.request(VALIDATION_REPORT_STAGE))
     if reported.status != DagsterRunStatus.SUCCESS:
         raise failure_message(instance, reported, f"campaign {campaign.name}: the validation report")

@@ -28,16 +28,15 @@ from eval_pipeline.sandbox import SandboxBackend
 from eval_pipeline.store.artifacts import ArtifactStore
 from eval_pipeline.tasks.task import Task
 from eval_pipeline.trial.evaluation import Evaluation
-from eval_pipeline.trial.generation import GENERATION_VERSION
-from eval_pipeline.trial.records import TrialRecords, read_trials
-from eval_pipeline.trial.spec import TrialIdentity
+from eval_pipeline.trial.records import StoredTrial, read_trials
+from eval_pipeline.trial.spec import GENERATION_VERSION, TrialSpec
 
 FILES = ("instruction.md", "patch.diff", "test_output.txt", "outcome.json", "lineage.json", "attempts.jsonl")
 # What a grading step's record holds beyond its command and exit, in the order a reader wants it.
 _STEP_OUTPUTS = ("log_tail", "stdout_tail", "stderr_tail")
 
 
-def trial_folder(dest: Path, identity: TrialIdentity) -> Path:
+def trial_folder(dest: Path, identity: TrialSpec) -> Path:
     return dest / identity.slice / identity.instance_id / identity.variant / f"seed-{identity.seed}"
 
 
@@ -54,7 +53,7 @@ def _test_output(evaluation: Evaluation) -> str:
     return "\n".join(parts)
 
 
-def _outcome(records: TrialRecords) -> dict[str, Any]:
+def _outcome(records: StoredTrial) -> dict[str, Any]:
     result = records.result
     return {
         "outcome": result.outcome,
@@ -78,7 +77,7 @@ def _outcome(records: TrialRecords) -> dict[str, Any]:
     }
 
 
-def _lineage(records: TrialRecords) -> dict[str, Any]:
+def _lineage(records: StoredTrial) -> dict[str, Any]:
     identity, result, generation = records.identity, records.result, records.generation
     return {
         "campaign": identity.campaign,
@@ -103,7 +102,7 @@ def _lineage(records: TrialRecords) -> dict[str, Any]:
     }
 
 
-def write_trial_folder(records: TrialRecords, instruction: str, dest: Path) -> Path:
+def write_trial_folder(records: StoredTrial, instruction: str, dest: Path) -> Path:
     """Write one trial's folder under `dest`, replacing what an earlier export wrote there; its path."""
     folder = trial_folder(dest, records.identity)
     folder.mkdir(parents=True, exist_ok=True)

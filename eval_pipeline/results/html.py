@@ -32,7 +32,7 @@ from eval_pipeline.results.model import REPORT_FILES, Report, ReportRow
 from eval_pipeline.results.report import report_directory, write_text_atomically
 from eval_pipeline.results.trajectory import STYLE as TRAJECTORY_STYLE
 from eval_pipeline.results.trajectory import is_failed, render_trajectories
-from eval_pipeline.results.warehouse import MISSING, TrialResult
+from eval_pipeline.results.warehouse import MISSING, ResultRow
 
 WIDTH, ROW, LABEL, MARGIN = 760, 26, 220, 30
 MAX_DOTS = 300  # per variant: beyond it, evenly spaced quantiles keep the file small and the shape intact
@@ -116,7 +116,7 @@ def interval_chart(
     return _svg(len(rows) * ROW + 30, body + _axis(low, high, len(rows) * ROW + 4, ticks), title)
 
 
-def duration_chart(trials: Sequence[TrialResult], report: Report) -> str:
+def duration_chart(trials: Sequence[ResultRow], report: Report) -> str:
     """Each scored trial's duration (generation + evaluation) as a dot per variant, or `MAX_DOTS` evenly spaced
     quantiles of them; median and p95 as ticks; the axis in seconds."""
     durations: dict[str, list[float]] = defaultdict(list)
@@ -213,7 +213,7 @@ def _time_cost_table(report: Report) -> str:
     return f'<table class="time-cost">{head}{"".join(rows)}</table>'
 
 
-def _trajectories(trials: Sequence[TrialResult], trajectories: Mapping[str, Mapping[str, Any]]) -> str:
+def _trajectories(trials: Sequence[ResultRow], trajectories: Mapping[str, Mapping[str, Any]]) -> str:
     failed = sum(is_failed(trial) for trial in trials)
     return (
         f"<h2>Trajectories</h2><p>{len(trajectories)} trial(s) shown; {failed} trial(s) failed (scored, not"
@@ -244,7 +244,7 @@ def _label(row: ReportRow) -> str:
 
 
 def render_html(
-    report: Report, trials: Sequence[TrialResult], trajectories: Mapping[str, Mapping[str, Any]] | None = None
+    report: Report, trials: Sequence[ResultRow], trajectories: Mapping[str, Mapping[str, Any]] | None = None
 ) -> str:
     """The report's page; with `trajectories` (trajectory_view.trajectories_for), a section per trial."""
     rows = report.rows()
@@ -280,7 +280,7 @@ def render_html(
 
 
 def write_html_report(
-    report: Report, trials: Sequence[TrialResult], trajectories: Mapping[str, Mapping[str, Any]] | None = None
+    report: Report, trials: Sequence[ResultRow], trajectories: Mapping[str, Mapping[str, Any]] | None = None
 ) -> Path:
     """Write report.html into the report's directory; return its path."""
     path = report_directory(report) / REPORT_FILES["html"]

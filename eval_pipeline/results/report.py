@@ -43,13 +43,13 @@ from eval_pipeline.results.statistics import (
     resolved_rate,
     seed_spread,
 )
-from eval_pipeline.results.warehouse import TrialResult
+from eval_pipeline.results.warehouse import ResultRow
 from eval_pipeline.trial.limits import SCORED_LIMITS, UNSCORED_LIMITS
 from eval_pipeline.trial.records import RejectedRow
 from eval_pipeline.trial.validation import Status
 
 
-def _scores(results: Sequence[TrialResult]) -> dict[str, list[bool]]:
+def _scores(results: Sequence[ResultRow]) -> dict[str, list[bool]]:
     """Instance id -> the scored trials' resolved flags (instances with none keep an empty list)."""
     scores: dict[str, list[bool]] = {}
     for result in results:
@@ -66,12 +66,12 @@ def _estimate_fields(estimate: RateEstimate | None) -> dict[str, Any]:
     return asdict(estimate)
 
 
-def _reached_for_the_runner(result: TrialResult) -> bool:
+def _reached_for_the_runner(result: ResultRow) -> bool:
     """A hard violation: the patch changed test infrastructure, raised an audit flag or forged its report."""
     return bool(result.test_infrastructure_changes or result.audit_flags or result.outcome == Outcome.REPORT_FORGED)
 
 
-def _variant_summary(results: Sequence[TrialResult], versus: PairedComparison | None) -> VariantSummary:
+def _variant_summary(results: Sequence[ResultRow], versus: PairedComparison | None) -> VariantSummary:
     """Every number docs/STATISTICS.md promises for one variant on one slice (or the whole portfolio)."""
     scores = _scores(results)
     by_seed: dict[str, dict[int, bool]] = defaultdict(dict)
@@ -108,14 +108,14 @@ def _variant_summary(results: Sequence[TrialResult], versus: PairedComparison | 
     )
 
 
-def _by_variant(results: Sequence[TrialResult], baseline: str) -> dict[str, VariantSummary]:
+def _by_variant(results: Sequence[ResultRow], baseline: str) -> dict[str, VariantSummary]:
     """Each variant's summary; every other variant also gets its paired difference against the baseline."""
-    grouped: dict[str, list[TrialResult]] = defaultdict(list)
+    grouped: dict[str, list[ResultRow]] = defaultdict(list)
     for result in results:
         grouped[result.variant].append(result)
     baseline_scores = _scores(grouped[baseline]) if baseline in grouped else None
 
-    def versus(name: str, rows: Sequence[TrialResult]) -> PairedComparison | None:
+    def versus(name: str, rows: Sequence[ResultRow]) -> PairedComparison | None:
         if baseline_scores is None or name == baseline:
             return None
         paired = paired_difference(_scores(rows), baseline_scores)
@@ -125,7 +125,7 @@ def _by_variant(results: Sequence[TrialResult], baseline: str) -> dict[str, Vari
 
 
 def _validation_summary(
-    validation: Sequence[Mapping[str, Any]] | None, results: Sequence[TrialResult]
+    validation: Sequence[Mapping[str, Any]] | None, results: Sequence[ResultRow]
 ) -> ValidationSummary | None:
     """The instances' validation from the warehouse's `validation` rows: counts per status, the instances
     that are not valid, and the evaluated instances with no validation of their current content."""
@@ -149,7 +149,7 @@ def build_report(
     campaign: str,
     dataset_version: str,
     plan_version: str,
-    results: Sequence[TrialResult],
+    results: Sequence[ResultRow],
     quarantined: int = 0,
     baseline: str = "",
     validation: Sequence[Mapping[str, Any]] | None = None,
@@ -166,7 +166,7 @@ def build_report(
     the warehouse's rejected records, listed so that a refused result is seen.
     """
     baseline = baseline or (results[0].variant if results else "")
-    by_slice: dict[str, list[TrialResult]] = defaultdict(list)
+    by_slice: dict[str, list[ResultRow]] = defaultdict(list)
     for result in results:
         by_slice[result.slice].append(result)
     scored = sum(result.scored for result in results)

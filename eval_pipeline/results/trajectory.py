@@ -19,7 +19,7 @@ from typing import Any
 
 from eval_pipeline.common.text import truncate
 from eval_pipeline.results.markdown import format_cost
-from eval_pipeline.results.warehouse import TrialResult
+from eval_pipeline.results.warehouse import ResultRow
 from eval_pipeline.store.artifacts import ArtifactStore
 
 TRAJECTORY_LIMIT = 20  # trials shown, at most
@@ -31,18 +31,18 @@ STYLE = """.trajectory{border-top:1px solid #cbd5e0;margin-top:1.5em}.trajectory
 .trajectory dl{margin:4px 0}.trajectory dt{font-weight:600}"""
 
 
-def trial_id(trial: TrialResult) -> str:
+def trial_id(trial: ResultRow) -> str:
     """The trial's id in the report: its trial partition's key."""
     return f"{trial.instance_id}|{trial.trial}"
 
 
-def is_failed(trial: TrialResult) -> bool:
+def is_failed(trial: ResultRow) -> bool:
     """A failure of the agent's: scored and not resolved (infrastructure outcomes are not scored)."""
     return trial.scored and not trial.resolved
 
 
 def trajectories_for(
-    trials: Sequence[TrialResult],
+    trials: Sequence[ResultRow],
     store: ArtifactStore,
     chosen: Collection[str] | None = None,
     limit: int = TRAJECTORY_LIMIT,

@@ -35,9 +35,9 @@ from eval_pipeline.grading.verdict import GRADING_VERSION
 from eval_pipeline.sandbox import SandboxBackend
 from eval_pipeline.store.artifacts import ArtifactStore
 from eval_pipeline.tasks.task import Task
-from eval_pipeline.trial.generation import GENERATION_VERSION
 from eval_pipeline.trial.records import MISSING as MISSING  # where report readers have always found it
-from eval_pipeline.trial.records import AttemptRecord, RejectedRow, TrialResult, read_trials
+from eval_pipeline.trial.records import AttemptRecord, RejectedRow, ResultRow, read_trials
+from eval_pipeline.trial.spec import GENERATION_VERSION
 
 # The `validation` table: these fields of the validation report's records, then `outcomes` (JSON:
 # {"gold": {outcome: runs}, "empty": {outcome: runs}}) and `current`.
@@ -59,7 +59,7 @@ VALIDATION_COLUMNS = (*_VALIDATION_FIELDS, "outcomes", "current")
 class Warehouse:
     """The campaign's results as tables: what `write_warehouse` stores in DuckDB, one writer, atomically."""
 
-    trials: list[TrialResult]
+    trials: list[ResultRow]
     attempts: list[AttemptRecord]
     instances: list[dict[str, Any]]
     variants: list[dict[str, Any]]
@@ -143,7 +143,7 @@ def write_warehouse(warehouse: Warehouse, path: Path) -> Path:
     scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     scratch.unlink(missing_ok=True)
     frames = {
-        "trials": pd.DataFrame([asdict(t) for t in warehouse.trials], columns=list(TrialResult.__dataclass_fields__)),
+        "trials": pd.DataFrame([asdict(t) for t in warehouse.trials], columns=list(ResultRow.__dataclass_fields__)),
         "attempts": pd.DataFrame(
             [asdict(a) for a in warehouse.attempts], columns=list(AttemptRecord.__dataclass_fields__)
         ),
@@ -187,8 +187,8 @@ def read_rejected_table(path: Path) -> list[RejectedRow]:
         return [RejectedRow(**dict(zip(columns, row, strict=True))) for row in cursor.fetchall()]
 
 
-def read_results_table(path: Path) -> list[TrialResult]:
+def read_results_table(path: Path) -> list[ResultRow]:
     with duckdb.connect(str(path), read_only=True) as connection:
         cursor = connection.execute("SELECT * FROM trials ORDER BY instance_id, trial")
         columns = [column[0] for column in cursor.description]
-        return [TrialResult(**dict(zip(columns, row, strict=True))) for row in cursor.fetchall()]
+        return [ResultRow(**dict(zip(columns, row, strict=True))) for row in cursor.fetchall()]

@@ -3,7 +3,7 @@ backoff, several at once.
 
 One Dagster run materializes a whole batch of trial partitions (defs/assets.py),
 so that Dagster's cost per run is paid once per batch rather than once per
-trial. Each trial still ends on its own: `run_batch` yields one `TrialResult`
+trial. Each trial still ends on its own: `run_batch` yields one `BatchItemResult`
 per trial as it finishes, and a trial whose outcome is not scored fails alone,
 never its neighbours. Retries happen here, per trial, because a step retry
 would re-run the whole batch.
@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
 from eval_pipeline.common.outcomes import InfrastructureError, Outcome
-from eval_pipeline.config.campaign import Campaign, RetrySettings, Trial
+from eval_pipeline.config.campaign import Campaign, RetrySettings, VariantSeed
 from eval_pipeline.datasets.portfolio import Portfolio
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.store.artifacts import ArtifactStore
@@ -26,20 +26,20 @@ from eval_pipeline.trial.generation import Generation, generate
 
 
 @dataclass(frozen=True)
-class TrialWork:
+class BatchItem:
     """One trial of a batch: its partition key, instance and (variant, seed)."""
 
     partition: str
     instance: Task
-    trial: Trial
+    trial: VariantSeed
 
 
 @dataclass(frozen=True)
-class TrialResult:
+class BatchItemResult:
     """How one trial ended. `generation` is None when generating failed on infrastructure every time, and
     `evaluation` then too; `tries` counts the attempts the batch made."""
 
-    work: TrialWork
+    work: BatchItem
     outcome: Outcome
     detail: str
     generation: Generation | None
@@ -48,7 +48,7 @@ class TrialResult:
 
 
 @dataclass(frozen=True)
-class TrialSetup:
+class BatchSetup:
     """What every trial of a batch shares: the campaign, its portfolio and store, a sandbox per instance, and
     the environments of the batch's instances, by instance id."""
 
@@ -58,7 +58,7 @@ class TrialSetup:
     sandbox_for: Callable[[Task], SandboxBackend]
     environments: Mapping[str, EnvironmentHandle]
 
-    def run_once(self, work: TrialWork, generation: Generation | None = None) -> TrialResult:
+    def run_once(self, work: BatchItem, generation: Generation | None = None) -> BatchItemResult:
         """Generate (or reuse the stored patch) unless `generation` is given, then grade (or reuse the stored
         verdict), once."""
         instance, environment = work.instance, self.environments[work.instance.instance_id]
@@ -78,7 +78,7 @@ class TrialSetup:
                     self.campaign.test_timeout_for(instance),
                 )
             except InfrastructureError as error:
-                return TrialResult(work, error.outcome, f"generation: {error}", None, None, 1)
+                return BatchItemResult(work, error.outcome, f"generation: {error}", None, None, 1)
         evaluation = evaluate(
             instance,
             self.portfolio.environment_for(instance),
@@ -88,7 +88,7 @@ class TrialSetup:
             self.store,
             self.campaign.test_timeout_for(instance),
         )
-        return TrialResult(work, evaluation.outcome_type, evaluation.detail, generation, evaluation, 1)
+        return BatchItemResult(work, evaluation.outcome_type, evaluation.detail, generation, evaluation, 1)
 
 
 def backoff_s(retries: RetrySettings, retry: int) -> float:
@@ -97,7 +97,9 @@ def backoff_s(retries: RetrySettings, retry: int) -> float:
     return retries.delay_s * 2 ** (retry - 1) * random.uniform(0.75, 1.25)
 
 
-def run_with_retries(setup: TrialSetup, work: TrialWork, sleep: Callable[[float], None] = time.sleep) -> TrialResult:
+def run_with_retries(
+    setup: BatchSetup, work: BatchItem, sleep: Callable[[float], None] = time.sleep
+) -> BatchItemResult:
     """Run a trial, again after an infrastructure outcome, up to the campaign's `retries.max_retries` times:
     from its grading when its generation was stored, so a patch is made once. Every attempt is in the attempt
     log, and an agent or harness outcome is final at once."""
@@ -112,8 +114,8 @@ def run_with_retries(setup: TrialSetup, work: TrialWork, sleep: Callable[[float]
 
 
 def run_batch(
-    setup: TrialSetup, works: Iterable[TrialWork], concurrency: int, sleep: Callable[[float], None] = time.sleep
-) -> Iterator[TrialResult]:
+    setup: BatchSetup, works: Iterable[BatchItem], concurrency: int, sleep: Callable[[float], None] = time.sleep
+) -> Iterator[BatchItemResult]:
     """Every trial of the batch, `concurrency` at a time, each result as soon as its trial has ended."""
     works = list(works)
     if concurrency <= 1 or len(works) <= 1:

@@ -8,7 +8,7 @@ outcome, a grading error) is kept in the attempt log but never stored as
 final, so a retry or the next run of the same trial grades it again. Every
 attempt, final or not, is kept; a retry adds one and deletes none. A test run
 stopped by a limit within which the instance's reference is known to pass is
-the patch's doing, scored and final (limit_evidence.py); an oracle's resolved
+the patch's doing, scored and final (limits.py); an oracle's resolved
 evaluation is that knowledge.
 
 Every planned trial counts unless the harness shows the fault is its own (intention to treat): a grading that
@@ -31,7 +31,7 @@ A final evaluation's key holds its patch's hash, known only once the
 generation exists. So that a campaign can tell its finished trials from one
 listing, each final evaluation also leaves a marker under `scored/`, named by
 what is known before anything runs (`scored_id`) and by the evaluation, and
-sealed with the results key (record_mac.py) so that a scan can believe it.
+sealed with the results key (store/mac.py) so that a scan can believe it.
 """
 
 import time
@@ -45,28 +45,26 @@ from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.agents.builtin import OracleAgent
-from eval_pipeline.common.hashing import stable_hash
 from eval_pipeline.common.outcomes import InfrastructureError, Outcome, no_space_left
 from eval_pipeline.grading.verdict import GRADING_VERSION, Verdict, VerifierRun, grade_task
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.store.artifacts import ArtifactStore, StoredRecord
 from eval_pipeline.store.attempts import Attempt, Stage, keep, now
-from eval_pipeline.store.mac import matches
 from eval_pipeline.tasks.environment import EnvironmentSpec
 from eval_pipeline.tasks.task import Task
 from eval_pipeline.tasks.terminal.verifier import score_verifier
 from eval_pipeline.trial.generation import COMPLETED, Generation
 from eval_pipeline.trial.limits import (
     CAMPAIGN,
-    GradedUnder,
+    GradingConditions,
     ReferencePass,
     record_reference_pass,
     scored_at_limits,
     scored_twin,
 )
 from eval_pipeline.trial.reference import judged, reference_verdict
+from eval_pipeline.trial.spec import evaluation_key, scored_id, scored_marker_key
 
-SCORED = "scored"
 # Gradings that judged nothing: the machinery's fault or the patch's, which the reference graded at once tells.
 ABNORMAL = frozenset(
     {Outcome.GRADING_ERROR, Outcome.TEST_TIMEOUT, Outcome.OOM_KILLED, Outcome.ENGINE_ERROR, Outcome.SANDBOX_LOST}
@@ -105,62 +103,6 @@ class Evaluation(StoredRecord):
     @property
     def outcome_type(self) -> Outcome:
         return Outcome(self.outcome)
-
-
-def _evaluation_identity(
-    generation_key: str, environment_key: str, resources: dict[str, Any], test_timeout_s: float
-) -> dict[str, Any]:
-    """What determines a trial's evaluation, less its patch: all known before anything runs."""
-    return {
-        "version": GRADING_VERSION,
-        "generation": generation_key,
-        "environment": environment_key,
-        "resources": resources,
-        "test_timeout_s": test_timeout_s,
-    }
-
-
-def final_evaluation_key(
-    generation_key: str, patch_sha256: str, environment_key: str, resources: dict[str, Any], test_timeout_s: float
-) -> str:
-    """Where the final evaluation of this generation's patch, graded so, is stored."""
-    identity = _evaluation_identity(generation_key, environment_key, resources, test_timeout_s)
-    return f"evaluation/{stable_hash({**identity, 'patch': patch_sha256})}.json"
-
-
-def scored_id(generation_key: str, environment_key: str, resources: dict[str, Any], test_timeout_s: float) -> str:
-    """The hash that names a trial's scored marker: computable before the trial runs."""
-    return stable_hash(_evaluation_identity(generation_key, environment_key, resources, test_timeout_s))
-
-
-def scored_marker_key(
-    store: ArtifactStore, trial_scored_id: str, evaluation_key: str, evaluation_fingerprint: str
-) -> str:
-    """The marker that names the trial, its final evaluation, the fingerprint of that evaluation's stored bytes
-    and a MAC of the three, so that one listing of `scored/` and one of `evaluation/` tell which trials are done,
-    intact, and a marker written without the results key is not believed."""
-    seal = store.mac.of_marker(trial_scored_id, evaluation_key, evaluation_fingerprint)
-    name = evaluation_key.removeprefix("evaluation/")
-    return f"{SCORED}/{trial_scored_id}-{name}~{evaluation_fingerprint}~{seal}"
-
-
-def authentic_marker(store: ArtifactStore, marker_key: str) -> tuple[str, str, str] | None:
-    """A marker's (scored id, evaluation key, fingerprint) when its MAC is right, else None: a forged marker, or
-    one left before markers carried a MAC, which a scan passes over (it then reads the trial's records, checked
-    one by one, and leaves a marker of its own)."""
-    trial_scored_id, _, rest = marker_key.removeprefix(f"{SCORED}/").partition("-")
-    evaluation_name, _, sealed = rest.partition("~")
-    evaluation_fingerprint, _, seal = sealed.partition("~")
-    evaluation_key = f"evaluation/{evaluation_name}"
-    if not matches(store.mac.of_marker(trial_scored_id, evaluation_key, evaluation_fingerprint), seal):
-        return None
-    return trial_scored_id, evaluation_key, evaluation_fingerprint
-
-
-def evaluation_key(generation: Generation, environment_key: str, sandbox: SandboxBackend, test_timeout_s: float) -> str:
-    return final_evaluation_key(
-        generation.key, generation.patch_sha256, environment_key, sandbox.resources_record(), test_timeout_s
-    )
 
 
 def mark_scored(store: ArtifactStore, trial_scored_id: str, evaluation_key: str, stored: dict[str, Any]) -> None:
@@ -218,7 +160,7 @@ def _by_intention_to_treat(
     generation: Generation,
     reference: Callable[[], Verdict],
     store: ArtifactStore,
-    under: GradedUnder,
+    under: GradingConditions,
 ) -> tuple[Verdict, ReferencePass | None]:
     """A grading that ended abnormally while the patch's grading ran, judged by `reference` (the instance's
     reference graded at once in the same environment under the same limits; module docstring): resolved, the
@@ -236,7 +178,7 @@ def _by_intention_to_treat(
 
 
 def _kept_as_evidence(
-    evaluation: Evaluation, generation: Generation, store: ArtifactStore, under: GradedUnder
+    evaluation: Evaluation, generation: Generation, store: ArtifactStore, under: GradingConditions
 ) -> Evaluation:
     """The evaluation, kept first as evidence that the instance passes within its limits if it is the oracle's
     and resolved (the oracle's patch is the reference solution)."""
@@ -256,8 +198,9 @@ def evaluate(
 ) -> Evaluation:
     """The final evaluation of a generation, grading it only when none is stored. An oracle's resolved
     evaluation, stored or new, is kept as evidence that the instance passes within these limits."""
-    key = evaluation_key(generation, environment.key, sandbox, test_timeout_s)
-    under = GradedUnder.of(instance, environment.key, sandbox, test_timeout_s)
+    resources = sandbox.resources_record()
+    key = evaluation_key(generation.key, generation.patch_sha256, environment.key, resources, test_timeout_s)
+    under = GradingConditions.of(instance, environment.key, sandbox, test_timeout_s)
     if (stored := store.get(key)) is not None:
         return _kept_as_evidence(Evaluation.from_payload(stored, key=key, reused=True), generation, store, under)
 

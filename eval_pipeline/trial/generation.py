@@ -31,7 +31,7 @@ from eval_pipeline.agents.base import (
     AgentTimeout,
     agent_task,
 )
-from eval_pipeline.common.hashing import sha256_text, stable_hash
+from eval_pipeline.common.hashing import sha256_text
 from eval_pipeline.common.outcomes import InfrastructureError, Outcome, no_space_left
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend, Workspace
 from eval_pipeline.sandbox.base import RunnerEnded
@@ -39,9 +39,7 @@ from eval_pipeline.sandbox.patches import WorkspaceDiffError, workspace_diff
 from eval_pipeline.store.artifacts import ArtifactStore, StoredRecord
 from eval_pipeline.store.attempts import Stage, failures_kept, now
 from eval_pipeline.tasks.task import Task
-
-# Bump when the generation procedure changes in a way that changes its results.
-GENERATION_VERSION = "1"
+from eval_pipeline.trial.spec import GENERATION_VERSION, agent_timeout_s, generation_key
 
 COMPLETED = "completed"
 
@@ -76,40 +74,6 @@ class Generation(StoredRecord):
     duration_s: float
     harness_version: str
     generation_version: str
-
-
-def task_generation_key(
-    content_hash: str,
-    agent_config: dict[str, Any],
-    seed: int,
-    agent_timeout_s: float | None,
-    network: bool = False,
-    isolation: str = "",
-) -> str:
-    """The generation's key from what determines it: the task's content, the agent, the seed, the task's
-    own limit on the agent, whether its variant opted into network and the walls it worked within
-    (SandboxBackend.isolation); each of the last three can change what the agent produces, and joins the key
-    only when set, so other keys stay as they were."""
-    identity = {"version": GENERATION_VERSION, "instance": content_hash, "agent": agent_config, "seed": seed}
-    if agent_timeout_s is not None:
-        identity["agent_timeout_s"] = agent_timeout_s
-    if network:
-        identity["network"] = True
-    if isolation:
-        identity["isolation"] = isolation
-    return f"generation/{stable_hash(identity)}.json"
-
-
-def generation_key(
-    instance: Task,
-    agent: Agent,
-    seed: int,
-    timeout_multiplier: float = 1.0,
-    network: bool = False,
-    isolation: str = "",
-) -> str:
-    agent_timeout_s = agent_task(instance, seed, timeout_multiplier).timeout_s
-    return task_generation_key(instance.content_hash, agent.config, seed, agent_timeout_s, network, isolation)
 
 
 def _solve(agent: Agent, task: AgentTask, workspace: Workspace) -> tuple[AgentOutput | None, str, str]:
@@ -179,7 +143,8 @@ def generate(
     The agent's workspace has network only when `network` (its variant opted in). A task judged in its
     container is verified there under `test_timeout_s` right after the agent (no verification without it).
     """
-    key = generation_key(instance, agent, seed, timeout_multiplier, network, sandbox.isolation)
+    timeout_s = agent_timeout_s(instance, timeout_multiplier)
+    key = generation_key(instance.content_hash, agent.config, seed, timeout_s, network, sandbox.isolation)
     if (stored := store.get(key)) is not None:
         return Generation.from_payload(stored, key=key, reused=True)
 

@@ -46,7 +46,7 @@ SCORED_LIMITS = frozenset(_SCORED_TWIN.values())
 
 
 @dataclass(frozen=True)
-class GradedUnder:
+class GradingConditions:
     """What a grading's result depends on besides the patch: the instance's content, its environment and the
     limits. A reference pass speaks only for gradings under exactly these."""
 
@@ -93,7 +93,7 @@ class ReferencePass(StoredRecord):
         return f"{self.source}: {self.reference}"
 
 
-def record_reference_pass(store: ArtifactStore, under: GradedUnder, source: str, reference: str) -> ReferencePass:
+def record_reference_pass(store: ArtifactStore, under: GradingConditions, source: str, reference: str) -> ReferencePass:
     """Keep the evidence that the reference resolved under `under`, unless some is kept already, and return it.
     Best effort: a store that cannot be written keeps none, and limits hit later stay unscored."""
     record = ReferencePass(
@@ -110,7 +110,7 @@ def scored_twin(outcome: Outcome) -> Outcome:
     return _SCORED_TWIN.get(outcome, Outcome.PATCH_BROKE_TEST_RUN)
 
 
-def reference_pass(store: ArtifactStore, under: GradedUnder) -> ReferencePass | None:
+def reference_pass(store: ArtifactStore, under: GradingConditions) -> ReferencePass | None:
     """The evidence kept for `under`; None when there is none or it cannot be read."""
     with suppress(InfrastructureError, RecordError):
         if (payload := store.get(under.evidence_key)) is not None:
@@ -126,7 +126,7 @@ def _stopped_in_a_step(verdict: Verdict) -> bool:
 
 
 def scored_at_limits(
-    verdict: Verdict, store: ArtifactStore, under: GradedUnder
+    verdict: Verdict, store: ArtifactStore, under: GradingConditions
 ) -> tuple[Verdict, ReferencePass | None]:
     """The verdict as scored, with the evidence that scored it: a test run stopped by a limit within which the
     reference passes becomes the limit's scored twin; every other verdict is returned as it is."""

@@ -9,9 +9,9 @@ trials.
 from collections.abc import Iterable, Mapping
 
 from eval_pipeline.store.artifacts import ArtifactStore
-from eval_pipeline.trial.evaluation import SCORED, authentic_marker, mark_scored
+from eval_pipeline.trial.evaluation import mark_scored
 from eval_pipeline.trial.generation import Generation
-from eval_pipeline.trial.spec import TrialIdentity
+from eval_pipeline.trial.spec import SCORED, TrialSpec, authentic_marker
 
 __all__ = ["pending_trials"]
 
@@ -28,7 +28,7 @@ def _markers(store: ArtifactStore) -> dict[str, dict[str, set[str]]]:
     return markers
 
 
-def _stored_final(identity: TrialIdentity, store: ArtifactStore, evaluations: Mapping[str, str]) -> bool:
+def _stored_final(identity: TrialSpec, store: ArtifactStore, evaluations: Mapping[str, str]) -> bool:
     """Whether an unmarked trial's final evaluation is stored, found through its generation (reads of both);
     the marker is left for the next scan (best effort: a scan needs no write access)."""
     if (payload := store.get(identity.generation_key)) is None:
@@ -47,9 +47,7 @@ def _intact(marked: Mapping[str, set[str]], evaluations: Mapping[str, str]) -> b
     return any(evaluations[key] in marked_as for key, marked_as in marked.items())
 
 
-def pending_trials(
-    identities: Iterable[TrialIdentity], store: ArtifactStore, verify: bool = False
-) -> list[TrialIdentity]:
+def pending_trials(identities: Iterable[TrialSpec], store: ArtifactStore, verify: bool = False) -> list[TrialSpec]:
     """The trials with no scored final evaluation stored, in the order given.
 
     Two listings (`scored/`, `evaluation/`) decide every trial whose evaluation

@@ -22,13 +22,13 @@ from eval_pipeline.tasks.task import Task
 from eval_pipeline.trial.evaluation import Evaluation
 from eval_pipeline.trial.generation import Generation
 from eval_pipeline.trial.limits import ReferencePass
-from eval_pipeline.trial.spec import TrialIdentity, trial_identities
+from eval_pipeline.trial.spec import TrialSpec, trial_specs
 
 MISSING = "missing"
 
 
 @dataclass(frozen=True)
-class TrialResult:
+class ResultRow:
     campaign: str
     slice: str
     instance_id: str
@@ -134,19 +134,19 @@ def _test_infrastructure_changes(evaluation: Evaluation | None) -> int:
 
 
 @dataclass(frozen=True)
-class TrialRecords:
+class StoredTrial:
     """What the store holds for one trial: its results row, its kept attempts, and its stage records
     (the final evaluation, else its last evaluation attempt's record)."""
 
-    identity: TrialIdentity
-    result: TrialResult
+    identity: TrialSpec
+    result: ResultRow
     attempts: list[AttemptRecord]
     generation: Generation | None
     evaluation: Evaluation | None
     rejected: tuple[RejectedRow, ...] = ()
 
 
-def _attempt_record(identity: TrialIdentity, attempt: Attempt, final: bool) -> AttemptRecord:
+def _attempt_record(identity: TrialSpec, attempt: Attempt, final: bool) -> AttemptRecord:
     kind = Outcome(attempt.outcome).kind.value if attempt.outcome in set(Outcome) else ""  # `completed` has none
     return AttemptRecord(
         identity.campaign,
@@ -184,13 +184,13 @@ def _outcome(final: Evaluation | None, evaluations: list[Attempt], earlier: list
 
 
 def read_trial(
-    identity: TrialIdentity,
+    identity: TrialSpec,
     task: Task,
     portfolio: Portfolio,
     sandbox: SandboxBackend,
     store: ArtifactStore,
     log: AttemptLog,
-) -> TrialRecords:
+) -> StoredTrial:
     """The trial's results row, every attempt kept at its stages, and its stage records, from the store alone."""
     stored_generation = store.get(identity.generation_key)
     generation = (
@@ -217,7 +217,7 @@ def read_trial(
         *(_attempt_record(identity, a, a.keys.get("attempt_id") == final_attempt_id) for a in evaluations),
     ]
     limits = sandbox.limits
-    result = TrialResult(
+    result = ResultRow(
         campaign=identity.campaign,
         slice=identity.slice,
         instance_id=identity.instance_id,
@@ -262,7 +262,7 @@ def read_trial(
         limit_evidence=_limit_evidence(final),
         grading_mode=evaluation.grading_mode if evaluation else None,
     )
-    return TrialRecords(identity, result, attempts, generation, evaluation)
+    return StoredTrial(identity, result, attempts, generation, evaluation)
 
 
 def read_trials(
@@ -271,14 +271,14 @@ def read_trials(
     sandbox_for: Callable[[Task], SandboxBackend],
     store: ArtifactStore,
     instance_id: str | None = None,
-) -> list[TrialRecords]:
+) -> list[StoredTrial]:
     """Every planned trial's records (or only `instance_id`'s), by instance then trial; the attempt log is
     listed once per stage, not once per trial, and the quarantine once, after every read (which rejects what
     fails its checks), to give each trial its rejected records."""
     log = AttemptLog(store)
     sandboxes: dict[str, SandboxBackend] = {}
     records = []
-    for identity in trial_identities(campaign, portfolio, sandbox_for, instance_id):
+    for identity in trial_specs(campaign, portfolio, sandbox_for, instance_id):
         task = portfolio.instance(identity.instance_id)
         sandbox = sandboxes.setdefault(identity.instance_id, sandbox_for(task))
         records.append(read_trial(identity, task, portfolio, sandbox, store, log))
@@ -286,7 +286,7 @@ def read_trials(
     return [replace(r, rejected=_rejected_rows(r, rejected)) for r in records] if rejected else records
 
 
-def _rejected_rows(records: TrialRecords, rejected: Sequence[RejectedRecord]) -> tuple[RejectedRow, ...]:
+def _rejected_rows(records: StoredTrial, rejected: Sequence[RejectedRecord]) -> tuple[RejectedRow, ...]:
     """The rejected records that were the trial's: its generation, its final evaluation, their attempts, and its
     environment's attempts (an evaluation's key is known only from an intact generation)."""
     identity = records.identity

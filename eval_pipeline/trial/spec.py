@@ -1,17 +1,12 @@
-"""A trial's identity, computed once, and the scan that finds the trials still to run.
+"""One trial's specification: who it is, and every key its artifacts are stored under.
 
-A trial is one (instance, variant, seed) of a campaign. Everything that names
-its artifacts is known before anything runs: the agent's config hash, its
-generation's key, and what its evaluation's key is made of (environment,
-resources, test timeout; only the patch's hash waits for the generation).
-`trial_identities` computes them in one place for the runner, the assets, the
-results and the per-trial folders, with the very keys that `generate` and
-`evaluate` store under, so stored artifacts are found and reused.
-
-The pending scan lists the store instead of reading it per trial: one listing
-of `scored/` (each final evaluation's marker) and one of `evaluation/` (so a
-marker whose evaluation was quarantined as corrupt does not count), whatever
-the number of trials.
+A trial is one instance of a campaign under one (variant, seed). Everything that names its artifacts is known
+before anything runs: its generation's key (instance content, agent config, seed, the task's limit on the
+agent, network, the walls), its environment's key (the sandbox's), and what its evaluation's key is made of
+(generation, environment, resources, test timeout, grading version; only the patch's hash waits for the
+generation). This module is the only one that makes these keys, and the scored marker's. `TrialSpec` carries
+them for the runner, the assets, the results and the per-trial folders; `generate` and `evaluate` store under
+the very keys made here, so stored artifacts are found and reused.
 """
 
 from collections.abc import Callable
@@ -20,16 +15,115 @@ from functools import cached_property
 from typing import Any
 
 from eval_pipeline.agents.base import agent_task
+from eval_pipeline.common.hashing import stable_hash
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.datasets.portfolio import Portfolio
+from eval_pipeline.grading.verdict import GRADING_VERSION
 from eval_pipeline.sandbox import SandboxBackend
+from eval_pipeline.store.artifacts import ArtifactStore
+from eval_pipeline.store.mac import matches
 from eval_pipeline.tasks.task import Task
-from eval_pipeline.trial.evaluation import final_evaluation_key, scored_id
-from eval_pipeline.trial.generation import task_generation_key
+
+__all__ = [
+    "GENERATION_VERSION",
+    "SCORED",
+    "TrialSpec",
+    "agent_timeout_s",
+    "authentic_marker",
+    "evaluation_key",
+    "generation_key",
+    "scored_id",
+    "scored_marker_key",
+    "trial_spec",
+    "trial_specs",
+]
+
+# Bump when the generation procedure changes in a way that changes its results.
+GENERATION_VERSION = "1"
+
+
+def generation_key(
+    content_hash: str,
+    agent_config: dict[str, Any],
+    seed: int,
+    agent_timeout_s: float | None,
+    network: bool = False,
+    isolation: str = "",
+) -> str:
+    """The generation's key from what determines it: the task's content, the agent, the seed, the task's
+    own limit on the agent, whether its variant opted into network and the walls it worked within
+    (SandboxBackend.isolation); each of the last three can change what the agent produces, and joins the key
+    only when set, so other keys stay as they were."""
+    identity = {"version": GENERATION_VERSION, "instance": content_hash, "agent": agent_config, "seed": seed}
+    if agent_timeout_s is not None:
+        identity["agent_timeout_s"] = agent_timeout_s
+    if network:
+        identity["network"] = True
+    if isolation:
+        identity["isolation"] = isolation
+    return f"generation/{stable_hash(identity)}.json"
+
+
+def agent_timeout_s(task: Task, timeout_multiplier: float = 1.0) -> float | None:
+    """The task's own limit on the agent, scaled by the campaign's multiplier: the same for every seed."""
+    return agent_task(task, 0, timeout_multiplier).timeout_s
+
+
+SCORED = "scored"
+
+
+def _evaluation_identity(
+    generation_key: str, environment_key: str, resources: dict[str, Any], test_timeout_s: float
+) -> dict[str, Any]:
+    """What determines a trial's evaluation, less its patch: all known before anything runs."""
+    return {
+        "version": GRADING_VERSION,
+        "generation": generation_key,
+        "environment": environment_key,
+        "resources": resources,
+        "test_timeout_s": test_timeout_s,
+    }
+
+
+def evaluation_key(
+    generation_key: str, patch_sha256: str, environment_key: str, resources: dict[str, Any], test_timeout_s: float
+) -> str:
+    """Where the final evaluation of this generation's patch, graded so, is stored."""
+    identity = _evaluation_identity(generation_key, environment_key, resources, test_timeout_s)
+    return f"evaluation/{stable_hash({**identity, 'patch': patch_sha256})}.json"
+
+
+def scored_id(generation_key: str, environment_key: str, resources: dict[str, Any], test_timeout_s: float) -> str:
+    """The hash that names a trial's scored marker: computable before the trial runs."""
+    return stable_hash(_evaluation_identity(generation_key, environment_key, resources, test_timeout_s))
+
+
+def scored_marker_key(
+    store: ArtifactStore, trial_scored_id: str, evaluation_key: str, evaluation_fingerprint: str
+) -> str:
+    """The marker that names the trial, its final evaluation, the fingerprint of that evaluation's stored bytes
+    and a MAC of the three, so that one listing of `scored/` and one of `evaluation/` tell which trials are done,
+    intact, and a marker written without the results key is not believed."""
+    seal = store.mac.of_marker(trial_scored_id, evaluation_key, evaluation_fingerprint)
+    name = evaluation_key.removeprefix("evaluation/")
+    return f"{SCORED}/{trial_scored_id}-{name}~{evaluation_fingerprint}~{seal}"
+
+
+def authentic_marker(store: ArtifactStore, marker_key: str) -> tuple[str, str, str] | None:
+    """A marker's (scored id, evaluation key, fingerprint) when its MAC is right, else None: a forged marker, or
+    one left before markers carried a MAC, which a scan passes over (it then reads the trial's records, checked
+    one by one, and leaves a marker of its own)."""
+    trial_scored_id, _, rest = marker_key.removeprefix(f"{SCORED}/").partition("-")
+    evaluation_name, _, sealed = rest.partition("~")
+    evaluation_fingerprint, _, seal = sealed.partition("~")
+    evaluation_key = f"evaluation/{evaluation_name}"
+    if not matches(store.mac.of_marker(trial_scored_id, evaluation_key, evaluation_fingerprint), seal):
+        return None
+    return trial_scored_id, evaluation_key, evaluation_fingerprint
 
 
 @dataclass(frozen=True)
-class TrialIdentity:
+class TrialSpec:
     """Who a trial is and where its artifacts are, known without running it."""
 
     campaign: str
@@ -48,7 +142,7 @@ class TrialIdentity:
 
     def evaluation_key(self, patch_sha256: str) -> str:
         """The final evaluation's key once the generation's patch is known."""
-        return final_evaluation_key(
+        return evaluation_key(
             self.generation_key, patch_sha256, self.environment_key, self.resources, self.test_timeout_s
         )
 
@@ -58,12 +152,12 @@ class TrialIdentity:
         return scored_id(self.generation_key, self.environment_key, self.resources, self.test_timeout_s)
 
 
-def trial_identities(
+def trial_specs(
     campaign: Campaign,
     portfolio: Portfolio,
     sandbox_for: Callable[[Task], SandboxBackend],
     instance_id: str | None = None,
-) -> list[TrialIdentity]:
+) -> list[TrialSpec]:
     """Every planned trial's identity (or only `instance_id`'s), by instance id then trial, in the campaign's
     trial order; `sandbox_for` gives a task's sandbox (terminal tasks set their own resources)."""
     tasks = [portfolio.instance(instance_id)] if instance_id else portfolio.instances
@@ -75,12 +169,11 @@ def trial_identities(
         environment_key = sandbox.environment_key(task, portfolio.environment_for(task))
         resources = sandbox.resources_record()
         content_hash = task.content_hash  # hashes the whole row: once per task, not per trial
-        # The task's own limit on the agent, the same for every seed (generation_key asks per trial).
-        agent_timeout_s = agent_task(task, 0, campaign.timeout_multiplier).timeout_s
+        agent_timeout = agent_timeout_s(task, campaign.timeout_multiplier)
         for trial in campaign.trials:
             agent_config, agent_config_hash = configs[trial.variant.name]
             identities.append(
-                TrialIdentity(
+                TrialSpec(
                     campaign=campaign.name,
                     slice=portfolio.slice_of(task.instance_id),
                     instance_id=task.instance_id,
@@ -89,11 +182,11 @@ def trial_identities(
                     agent=trial.variant.agent,
                     seed=trial.seed,
                     agent_config_hash=agent_config_hash,
-                    generation_key=task_generation_key(
+                    generation_key=generation_key(
                         content_hash,
                         agent_config,
                         trial.seed,
-                        agent_timeout_s,
+                        agent_timeout,
                         trial.variant.network,
                         sandbox.isolation,
                     ),
@@ -106,15 +199,15 @@ def trial_identities(
     return identities
 
 
-def trial_identity(
+def trial_spec(
     campaign: Campaign,
     portfolio: Portfolio,
     sandbox_for: Callable[[Task], SandboxBackend],
     instance_id: str,
     trial_key: str,
-) -> TrialIdentity:
+) -> TrialSpec:
     """One trial's identity (a trial partition's), computed as for the whole campaign."""
-    for identity in trial_identities(campaign, portfolio, sandbox_for, instance_id):
+    for identity in trial_specs(campaign, portfolio, sandbox_for, instance_id):
         if identity.trial == trial_key:
             return identity
     raise KeyError(f"campaign {campaign.name!r} has no trial {trial_key!r}")

@@ -41,7 +41,7 @@ from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.store.artifacts import ArtifactStore
 from eval_pipeline.tasks.environment import EnvironmentSpec
 from eval_pipeline.tasks.task import Task
-from eval_pipeline.trial.limits import UNSCORED_LIMITS, VALIDATION, GradedUnder, record_reference_pass
+from eval_pipeline.trial.limits import UNSCORED_LIMITS, VALIDATION, GradingConditions, record_reference_pass
 from eval_pipeline.trial.reference import grade_in_fresh_workspace, judged, reference_verdict
 
 # Bump when the validation procedure or its classification changes: the validation asset shows as stale.
@@ -221,7 +221,7 @@ def environment_failure(slice_name: str, task: Task, repeats: int, error: Except
     )
 
 
-def leave_limit_evidence(store: ArtifactStore, validation: InstanceValidation, under: GradedUnder) -> None:
+def leave_limit_evidence(store: ArtifactStore, validation: InstanceValidation, under: GradingConditions) -> None:
     """Keep a validation whose reference resolved, and never ran into a limit, as evidence that the instance
     passes within the limits it was validated under (limit_evidence.py): a patch whose tests hit them there is
     scored. A reference stopped by a limit even once says those limits are not known to be enough."""

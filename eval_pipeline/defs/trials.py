@@ -1,0 +1,200 @@
+"""The trials: generation and evaluation of a batch of (instance, trial) partitions in one step."""
+
+from collections.abc import Iterator
+from typing import Any
+
+from dagster import (
+    AssetDep,
+    AssetExecutionContext,
+    AssetIn,
+    AssetKey,
+    AssetMaterialization,
+    AssetsDefinition,
+    AssetSpec,
+    BackfillPolicy,
+    MetadataValue,
+    MultiToSingleDimensionPartitionMapping,
+    multi_asset,
+)
+
+from eval_pipeline.common.hashing import stable_hash
+from eval_pipeline.config.campaign import Campaign
+from eval_pipeline.datasets.portfolio import Portfolio
+from eval_pipeline.defs.failures import describe_outcome, outcome_failure
+from eval_pipeline.defs.group import DATA_VERSION_TAG, MODEL_API_POOL, CampaignGroup, lineage_metadata
+from eval_pipeline.defs.partitions import INSTANCE
+from eval_pipeline.defs.resources import EvalPipelineResource
+from eval_pipeline.grading.verdict import GRADING_VERSION
+from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
+from eval_pipeline.sandbox.kubernetes.manifest import pod_resources
+from eval_pipeline.trial.batch import BatchItem, BatchItemResult, BatchSetup, run_batch
+from eval_pipeline.trial.generation import Generation
+from eval_pipeline.trial.spec import GENERATION_VERSION
+
+__all__ = ["kubernetes_step_tags", "trials_asset"]
+
+K8S_CONFIG_TAG = "dagster-k8s/config"
+
+
+def kubernetes_step_tags(campaign: Campaign) -> dict[str, Any]:
+    """Tags that size a trials step's pod on Kubernetes (k8s_job_executor or K8sRunLauncher): its request is
+    the floors and its limit the ceilings of the trials it runs at once, as for an environment pod."""
+    resources = pod_resources(campaign.resources, campaign.batches.concurrency)
+    return {K8S_CONFIG_TAG: {"container_config": {"resources": resources}}}
+
+
+def _trial_lineage(
+    portfolio: Portfolio,
+    sandbox: SandboxBackend,
+    result: BatchItemResult,
+    generation: Generation,
+    environments: dict[str, EnvironmentHandle],
+) -> dict[str, Any]:
+    instance_id, trial = result.work.instance.instance_id, result.work.trial
+    environment = environments[instance_id]
+    return {
+        **lineage_metadata(portfolio, sandbox),
+        "slice": portfolio.slice_of(instance_id),
+        "environment": MetadataValue.json({"key": environment.key, **environment.details}),
+        "variant": trial.variant.name,
+        "agent": trial.variant.agent,
+        "agent_config_hash": generation.agent_config_hash,
+        "seed": trial.seed,
+        "network": trial.variant.network,  # its agent's workspace had network (the variant opted in); grading never
+    }
+
+
+def _trial_materializations(
+    generation_key: AssetKey,
+    evaluation_key: AssetKey,
+    result: BatchItemResult,
+    generation: Generation,
+    lineage: dict[str, Any],
+    generation_uri: str,
+) -> Iterator[AssetMaterialization]:
+    """A trial's stored generation (with a link to its record, which holds the agent's trajectory, and what the
+    agent spent), and its evaluation once it is scored, each with its lineage."""
+    partition, evaluation = result.work.partition, result.evaluation
+    yield AssetMaterialization(
+        generation_key,
+        partition=partition,
+        tags={DATA_VERSION_TAG: generation.patch_sha256},
+        metadata={
+            **lineage,
+            "status": generation.status,
+            "reused": generation.reused,
+            "artifact": generation.key,
+            "patch_bytes": len(generation.patch),
+            "duration_s": generation.duration_s,
+            "trajectory": MetadataValue.url(generation_uri),
+            "steps": generation.steps,
+            "stop_reason": generation.stop_reason,
+            "input_tokens": generation.input_tokens,
+            "output_tokens": generation.output_tokens,
+            "cost_usd": generation.cost_usd,
+        },
+    )
+    if evaluation is None or not result.outcome.is_scored:
+        return
+    yield AssetMaterialization(
+        evaluation_key,
+        partition=partition,
+        tags={DATA_VERSION_TAG: stable_hash([evaluation.key, evaluation.outcome])},
+        metadata={
+            **lineage,
+            "outcome": evaluation.outcome,
+            "reused": evaluation.reused,
+            "artifact": evaluation.key,
+            "attempt_id": evaluation.attempt_id,
+            "generation_artifact": generation.key,
+            "tries": result.tries,
+            "grading_mode": evaluation.grading_mode,  # patch_replay, in_container or snapshot (evaluation.py)
+            "audit_flags": MetadataValue.json(evaluation.audit),
+        },
+    )
+
+
+def _environment_dep(group: CampaignGroup) -> AssetDep:
+    """A trial partition depends on its instance's environment partition."""
+    return AssetDep(
+        group.key("environment"),
+        partition_mapping=MultiToSingleDimensionPartitionMapping(partition_dimension_name=INSTANCE),
+    )
+
+
+def _trial_specs(group: CampaignGroup) -> list[AssetSpec]:
+    """The generation and the evaluation, one partition per (instance, trial) each."""
+    environment, snapshot = _environment_dep(group), group.snapshot_in.key
+    shared = {"partitions_def": group.partitions.trial_runs, "group_name": group.campaign.name, "skippable": True}
+    return [
+        AssetSpec(
+            group.key("generation"),
+            deps=[environment, snapshot, group.key("trial_plan")],
+            code_version=GENERATION_VERSION,
+            description="The agent's patch for one (instance, trial); stored once, never regenerated.",
+            **shared,
+        ),
+        AssetSpec(
+            group.key("evaluation"),
+            deps=[group.key("generation"), environment, snapshot],
+            code_version=GRADING_VERSION,
+            description="The graded outcome of the stored generation.",
+            **shared,
+        ),
+    ]
+
+
+def trials_asset(group: CampaignGroup) -> AssetsDefinition:
+    campaign = group.campaign
+    generation_key, evaluation_key = group.key("generation"), group.key("evaluation")
+
+    @multi_asset(
+        name=f"{campaign.name}__trials",
+        specs=_trial_specs(group),
+        ins={"portfolio": group.snapshot_in, "environment": AssetIn(key=group.key("environment"))},
+        backfill_policy=BackfillPolicy.multi_run(max_partitions_per_run=campaign.batches.size),
+        pool=MODEL_API_POOL,
+        op_tags=kubernetes_step_tags(campaign),
+    )
+    def trials(
+        context: AssetExecutionContext,
+        portfolio: Portfolio,
+        environment: Any,  # one EnvironmentHandle, or a dict of them by instance when the range has several
+        eval_pipeline: EvalPipelineResource,
+    ) -> Iterator[AssetMaterialization]:
+        """A batch of trial partitions (a partition range), `batches.concurrency` at a time: each partition's
+        generation and evaluation are materialized as its trial ends.
+
+        A trial whose infrastructure failed is retried with backoff within the run (trial/batch.py); an
+        agent's own failure is stored like any patch and scored. A trial that still ends unscored is left
+        unmaterialized and fails the step once the batch is done, so exactly those partitions are failed.
+        """
+        works = [
+            BatchItem(key, portfolio.instance(instance_id), campaign.trial(trial))
+            for key in context.partition_keys
+            for instance_id, trial in [key.split("|", 1)]
+        ]
+        if isinstance(environment, EnvironmentHandle):  # a range of one instance is loaded as its one handle
+            environment = {works[0].instance.instance_id: environment}
+        setup = BatchSetup(
+            campaign,
+            portfolio,
+            eval_pipeline.harness.store,
+            eval_pipeline.harness.sandbox_for(campaign),
+            environment,
+        )
+        unscored = {}
+        for result in run_batch(setup, works, campaign.batches.concurrency):
+            if generation := result.generation:  # else generating failed on infrastructure: nothing is stored
+                sandbox = setup.sandbox_for(result.work.instance)
+                lineage = _trial_lineage(portfolio, sandbox, result, generation, environment)
+                yield from _trial_materializations(
+                    generation_key, evaluation_key, result, generation, lineage, setup.store.uri(generation.key)
+                )
+            if not result.outcome.is_scored:
+                unscored[result.work.partition] = result
+        if unscored:
+            lines = [f"{key}: {describe_outcome(r.outcome, r.detail[-2000:])}" for key, r in unscored.items()]
+            raise outcome_failure("\n".join(lines), {key: r.outcome for key, r in unscored.items()}, {})
+
+    return trials
