@@ -2,7 +2,7 @@
 
     python benchmarks/twin_forger.py [--seeds N] [--mode local|pod|strict]
 
-The forger is eval_pipeline_tests/forgeries.TWIN_AWARE (canaries.py says what it faces). It wins a grading when
+The forger is eval_pipeline_tests/forgeries.TWIN_AWARE (tasks/swebench/canaries.py says what it faces). It wins a grading when
 the instance resolves; `report_forged` (a twin reported passed) and `unresolved` (it spared a graded test) are
 losses. Seeds fix the twins' dice (grading's random source), so a run is reproducible. `pod` and `strict` grade
 in containers (DOCKER_HOST, EVAL_PIPELINE_BASE_IMAGE as for the tests).

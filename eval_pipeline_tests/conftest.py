@@ -223,7 +223,7 @@ def container_sandbox(engine, tmp_path):
     for sandbox in made:
         sandbox.release()
     snapshots = {
-        "label": [f"{MANAGED_LABEL}=true", "eval_pipeline.layer=snapshot", f"eval_pipeline.config.campaign={campaign}"]
+        "label": [f"{MANAGED_LABEL}=true", "eval_pipeline.layer=snapshot", f"eval_pipeline.campaign={campaign}"]
     }
     for image in engine.images.list(filters=snapshots):  # a terminal trial's snapshot outlives its campaign's run
         engine.images.remove(image.id, force=True)

@@ -172,7 +172,7 @@ def _settle():
 
 _settle()
 """
-# The strongest forger of the red team's third round (issue 29), which has read canaries.py: it passes every
+# The strongest forger of the red team's third round (issue 29), which has read tasks/swebench/canaries.py: it passes every
 # failing test except those it takes for canaries. The arithmetic canary it knows by its file's name. Twins it
 # finds as test functions that differ from another in exactly one constant; in each such group it runs the
 # functions itself (where one passes, it is the original of the others) and otherwise takes the first in the file

@@ -1,4 +1,4 @@
-"""Mutated twins of the graded tests (canaries.py): what they are, and the forger that knows them.
+"""Mutated twins of the graded tests (tasks/swebench/canaries.py): what they are, and the forger that knows them.
 
 The forger (forgeries.TWIN_AWARE) has read the design: it spares the arithmetic canary by its file's name, finds
 each graded test's twins as functions whose bodies differ only in constants, runs them itself to tell a passing

@@ -117,7 +117,7 @@ def running_agent_pod(engine):
 
     Read from /proc inside the pod: the engine's `top` needs a `ps` that a minimal base image lacks.
     """
-    for pod in engine.containers.list(filters={"label": "eval_pipeline.config.campaign=faults"}):
+    for pod in engine.containers.list(filters={"label": "eval_pipeline.campaign=faults"}):
         try:
             listing = pod.exec_run(["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"]).output
         except Exception:  # noqa: BLE001 - a pod starting or stopping right now has no process list
@@ -165,7 +165,7 @@ def test_a_campaign_survives_a_killed_pod_an_engine_outage_and_corrupt_artifacts
     finally:
         for process in (faulted, clean):
             process.kill()
-        for container in engine.containers.list(all=True, filters={"label": "eval_pipeline.config.campaign=faults"}):
+        for container in engine.containers.list(all=True, filters={"label": "eval_pipeline.campaign=faults"}):
             container.remove(force=True)
     assert resumed["evaluation"]["computed"] == 2, (
         "both damaged evaluations failed their checksum and were graded again"

@@ -106,7 +106,7 @@ def test_a_pod_serves_trials_in_isolated_workspaces(container_sandbox, demo_benc
         assert first.run(escape, timeout_s=30).stdout == "secret\n"
     pod = engine.containers.get(environment.location)
     assert pod.labels["eval_pipeline.instance"] == instance.instance_id
-    assert pod.labels["eval_pipeline.config.campaign"] == sandbox.campaign
+    assert pod.labels["eval_pipeline.campaign"] == sandbox.campaign
     assert pod.exec_run(["git", "-C", "/testbed", "status", "--porcelain"]).output == b""
 
 
@@ -123,7 +123,7 @@ def test_gold_resolves_and_empty_does_not_in_containers(container_sandbox, demo_
                 verdict = grade(instance, spec, patch, workspace, test_timeout_s=120)
             assert verdict.outcome is expected, (mode, instance.instance_id, verdict.detail, verdict.steps[-1:])
     trial_containers = engine.containers.list(
-        all=True, filters={"label": [f"eval_pipeline.config.campaign={sandbox.campaign}", "eval_pipeline.role=trial"]}
+        all=True, filters={"label": [f"eval_pipeline.campaign={sandbox.campaign}", "eval_pipeline.role=trial"]}
     )
     assert trial_containers == [], "strict containers are removed with their workspace"
 
@@ -201,7 +201,7 @@ def test_the_janitor_removes_leaked_containers(engine, container_sandbox, demo_b
     environment = prepare_on(sandbox, demo_benchmark, demo_benchmark.instances[0])
     assert engine.containers.get(environment.location).status == "running"
     assert janitor.remove_containers(engine, sandbox.campaign) == [environment.location]
-    assert not engine.containers.list(all=True, filters={"label": f"eval_pipeline.config.campaign={sandbox.campaign}"})
+    assert not engine.containers.list(all=True, filters={"label": f"eval_pipeline.campaign={sandbox.campaign}"})
     usage = janitor.disk_usage(engine)
     assert usage["images"] >= 3 and usage["image_bytes_total"] > 0
     with sandbox.workspace(environment, "after-janitor") as workspace:  # a lost pod is started again on demand
@@ -215,7 +215,7 @@ def count_containers_created(engine, campaign: str, action) -> dict[str, int]:
     and its event log can rotate during a long suite. So both are read, the stream while `action` runs and the
     log for its time span afterwards, and their containers are merged (distinct ids: an event may repeat).
     """
-    filters = {"type": "container", "event": "create", "label": f"eval_pipeline.config.campaign={campaign}"}
+    filters = {"type": "container", "event": "create", "label": f"eval_pipeline.campaign={campaign}"}
     started = int(time.time())
     seen: list[dict] = []
     stream = engine.events(decode=True, filters=filters)

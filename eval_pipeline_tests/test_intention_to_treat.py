@@ -1,4 +1,4 @@
-"""Every planned trial counts unless the harness shows the fault is its own (evaluation.py, intention to treat).
+"""Every planned trial counts unless the harness shows the fault is its own (trial/evaluation.py, intention to treat).
 
 The attacks know the design: a patch that ends the test process at its first real failure (no report: a grading
 error, unscored, before), a program that writes its own reward and kills the verifier that runs it (reward 1,

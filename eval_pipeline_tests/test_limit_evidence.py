@@ -124,7 +124,7 @@ def test_without_evidence_at_these_very_limits_the_reference_graded_at_once_deci
     instance, portfolio, store, tmp_path, evidence_ceiling_mb
 ):
     """A pass with more memory says nothing of these limits: the reference is graded at once under them
-    (evaluation.py, intention to treat), and its pass there scores the patch's OOM and is kept as evidence."""
+    (trial/evaluation.py, intention to treat), and its pass there scores the patch's OOM and is kept as evidence."""
     campaign = make_campaign()
     setup = setup_for(campaign, portfolio, instance, sandbox_at(tmp_path / "sb", CEILING_MB), store)
     if evidence_ceiling_mb is not None:  # the reference passes, in the same environment, with more memory
@@ -219,7 +219,7 @@ def test_in_a_container_an_oom_the_reference_passes_within_is_scored_at_once(
     container_sandbox, instance, portfolio, store
 ):
     """The cgroup's OOM kill: the reference, graded at once in the same pod under the same limits, passes, so
-    the patch's verdict (evaluation.py's intention to treat), with that pass kept as evidence."""
+    the patch's verdict (trial/evaluation.py's intention to treat), with that pass kept as evidence."""
     campaign = make_campaign()
     sandbox = container_sandbox(limits=ResourceLimits(memory_floor_mb=64, memory_ceiling_mb=256, cpu_ceiling=1))
     setup = setup_for(campaign, portfolio, instance, sandbox, store)

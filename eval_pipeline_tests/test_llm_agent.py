@@ -1,6 +1,6 @@
 """The llm agent against a scripted model on a real OpenAI-compatible HTTP server, through real MCP sessions.
 
-The model is the only stand-in (scripted_model.py): the agent's requests, its tool server, the workspaces
+The model is the only stand-in (testing/scripted_model.py): the agent's requests, its tool server, the workspaces
 and the grading are the real ones, on the local backend here and in a real pod below.
 """
 

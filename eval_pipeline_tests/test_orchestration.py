@@ -10,10 +10,10 @@ from eval_pipeline.config.campaign import parse_campaign
 from eval_pipeline.defs.group import ENVIRONMENT_POOL
 from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, CampaignPartitions, PartitionBatch
 from eval_pipeline.defs.progress import REQUEST_TAG, next_step
-from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline.orchestration.campaign_run import create_pools, run_campaign
 from eval_pipeline.orchestration.driver import CycleFeed, new_cycle, run_one
 from eval_pipeline.orchestration.launchers import WorkerPoolLauncher
+from eval_pipeline.orchestration.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline_tests.conftest import write_terminal_task
 
 KEPT = ["eval-pipeline-demo__calclib-1", "eval-pipeline-demo__textkit-1"]
@@ -69,7 +69,7 @@ def test_a_cycle_runs_what_is_missing_and_the_next_only_what_the_store_lost(camp
 def test_a_trial_that_fails_in_a_batch_fails_alone_and_only_it_runs_again(tmp_path, monkeypatch):
     """One run materializes a batch of 4 trials; the 2 whose grading fails are Dagster's failed partitions, the
     others are materialized, and the next cycle runs exactly the 2 again, as one batch. The oracle's gradings
-    fail (its patch is the reference: a grading of it that judged nothing is the harness's, evaluation.py)."""
+    fail (its patch is the reference: a grading of it that judged nothing is the harness's, trial/evaluation.py)."""
     monkeypatch.delenv("EVAL_PIPELINE_ARTIFACTS", raising=False)
     write_terminal_task(
         tmp_path / "tasks",

@@ -64,7 +64,7 @@ def test_no_gold_patch_of_swebench_verified_raises_a_flag():
 
 
 def binary_diff(tmp_path, files: dict[str, bytes]) -> str:
-    """git's own patch adding `files`, as a workspace diff makes it where a byte is not UTF-8 (patches.py: every
+    """git's own patch adding `files`, as a workspace diff makes it where a byte is not UTF-8 (sandbox/patches.py: every
     file as binary)."""
     repo, attributes = tmp_path / "repo", tmp_path / "attributes"
     attributes.write_text("* binary\n")

@@ -1,20 +1,42 @@
-"""The package's shape: a plain core, a thin Dagster layer over it, no import circle in that layer, and only
-Dagster's public API.
+"""The package's shape: packages by concept in layers that only point down, no import circle anywhere, a plain
+core that never loads Dagster, and only Dagster's public API in the layer that uses it.
 
 Imports are read from the source, including those inside functions (which is where a circle hides), but not
 those under `if TYPE_CHECKING:` (never executed).
 """
 
 import ast
+import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import eval_pipeline
 
 PACKAGE = Path(eval_pipeline.__file__).parent
-DAGSTER_LAYER = ("eval_pipeline.defs", "eval_pipeline.orchestration")
-# The only modules outside the Dagster layer that may use it: the command line, the code location and the
-# instance's settings.
-DAGSTER_ENTRY_POINTS = {"eval_pipeline.cli", "eval_pipeline.definitions", "eval_pipeline.orchestration.instance_config"}
+# Bottom to top: a module may import its own layer and the layers below it, never one above. A module's layer
+# is that of the longest prefix naming it, so the task kinds (tasks.swebench, ...) sit above the sandboxes that
+# the `tasks` protocol is below.
+LAYERS = (
+    ("eval_pipeline", "eval_pipeline.common"),
+    ("eval_pipeline.store",),
+    ("eval_pipeline.tasks",),
+    ("eval_pipeline.sandbox",),
+    ("eval_pipeline.grading",),
+    (
+        "eval_pipeline.tasks.swebench",
+        "eval_pipeline.tasks.terminal",
+        "eval_pipeline.tasks.demo",
+        "eval_pipeline.datasets",
+    ),
+    ("eval_pipeline.agents",),
+    ("eval_pipeline.config",),
+    ("eval_pipeline.trial",),
+    ("eval_pipeline.results",),
+    ("eval_pipeline.testing",),
+    ("eval_pipeline.defs", "eval_pipeline.orchestration", "eval_pipeline.cli", "eval_pipeline.definitions"),
+)
+DAGSTER_LAYER = LAYERS[-1]
 
 
 def _module_name(path: Path) -> str:
@@ -45,10 +67,27 @@ MODULES = {
     for path in PACKAGE.rglob("*.py")
     if "demo_tasks" not in path.parts
 }
+GRAPH = {name: {m for m in imports if m in MODULES} - {name} for name, imports in MODULES.items()}
 
 
-def _in_layer(module: str) -> bool:
-    return module.startswith(DAGSTER_LAYER)
+def _layer(module: str, layers: tuple[tuple[str, ...], ...] = LAYERS) -> int | None:
+    """The index of the module's layer: that of the longest prefix naming it (None when none does)."""
+    matches = [
+        (len(prefix), index)
+        for index, prefixes in enumerate(layers)
+        for prefix in prefixes
+        if module == prefix or module.startswith(f"{prefix}.")
+    ]
+    return max(matches)[1] if matches else None
+
+
+def _upward_imports(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...] = LAYERS) -> list[str]:
+    return sorted(
+        f"{module} -> {imported}"
+        for module, imported_modules in graph.items()
+        for imported in imported_modules
+        if _layer(imported, layers) > _layer(module, layers)
+    )
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -74,16 +113,29 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_the_dagster_layer_has_no_import_circle_even_through_imports_inside_functions():
-    layer = {name: {m for m in imports if m in MODULES and _in_layer(m)} for name, imports in MODULES.items()}
-    layer = {name: deps - {name} for name, deps in layer.items() if _in_layer(name)}
-    assert len(layer) >= 8, "the layer's modules were found"
-    assert _cycle(layer) is None
+def _in_dagster_layer(module: str) -> bool:
+    return _layer(module) == len(LAYERS) - 1
 
 
-def test_the_cycle_finder_finds_a_circle():
+def test_every_module_is_in_a_layer_and_every_layer_has_modules():
+    assert len(MODULES) > 90, "the package's modules were found"
+    assert {name for name in MODULES if _layer(name) is None} == set()
+    assert {index for index in map(_layer, MODULES)} == set(range(len(LAYERS)))
+
+
+def test_imports_only_point_down_the_layers_even_inside_functions():
+    assert _upward_imports(GRAPH) == []
+
+
+def test_there_is_no_import_circle_anywhere_even_through_imports_inside_functions():
+    assert _cycle(GRAPH) is None
+
+
+def test_the_checks_find_a_circle_and_an_upward_import():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+    layers = (("p.low",), ("p.high",))
+    assert _upward_imports({"p.low.x": {"p.high.y"}, "p.high.y": {"p.low.x"}}, layers) == ["p.low.x -> p.high.y"]
 
 
 def test_no_module_imports_a_private_dagster_module():
@@ -94,12 +146,32 @@ def test_no_module_imports_a_private_dagster_module():
     assert {name: found for name, found in private.items() if found} == {}
 
 
-def test_the_core_uses_neither_dagster_nor_the_dagster_layer():
-    core = {name: imports for name, imports in MODULES.items() if not _in_layer(name)}
-    assert "eval_pipeline.tasks.swebench.grading" in core and "eval_pipeline.results.statistics" in core
+def test_only_the_dagster_layer_imports_dagster():
     leaks = {
-        name: sorted({m for m in imports if m.split(".")[0] == "dagster" or _in_layer(m)})
-        for name, imports in core.items()
-        if name not in DAGSTER_ENTRY_POINTS
+        name: sorted({m for m in imports if m.split(".")[0].startswith("dagster")})
+        for name, imports in MODULES.items()
+        if not _in_dagster_layer(name)
     }
+    assert "eval_pipeline.tasks.swebench.grading" in leaks and "eval_pipeline.results.statistics" in leaks
     assert {name: found for name, found in leaks.items() if found} == {}
+
+
+def test_importing_every_core_module_loads_neither_dagster_nor_the_asset_graph():
+    core = sorted(name for name in MODULES if not _in_dagster_layer(name))
+    code = "".join(f"import {name}\n" for name in core) + (
+        "import sys\nprint(sorted(m for m in sys.modules if m.split('.')[0].startswith('dagster')"
+        " or m.startswith('eval_pipeline.defs')))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
+def test_every_package_says_what_it_holds_and_exports_its_public_face():
+    packages = sorted(name for name in MODULES if (PACKAGE.parent / name.replace(".", "/") / "__init__.py").exists())
+    assert len(packages) >= 16
+    for name in packages:
+        package = importlib.import_module(name)
+        assert package.__doc__, f"{name} has no docstring"
+        assert hasattr(package, "__all__"), f"{name} has no __all__"
+        missing = [export for export in package.__all__ if not hasattr(package, export)]
+        assert missing == [], f"{name}.__all__ names what it does not have"

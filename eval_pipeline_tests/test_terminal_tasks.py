@@ -431,7 +431,7 @@ def test_a_verifier_killed_by_a_process_the_agent_left_is_scored_against_the_age
 @pytest.mark.slow  # containers
 def test_a_terminal_agent_that_kills_its_own_command_runner_loses_its_trial(stateful, store):
     """Root in its container, the agent may signal the harness's runner that started it: the runner's own end,
-    with the container serving a fresh workspace on, is the agent's doing (generation.py), never an unscored
+    with the container serving a fresh workspace on, is the agent's doing (trial/generation.py), never an unscored
     engine error."""
     task, sandbox, environment = stateful
     agent = make_agent("command", {"command": "kill -9 $PPID; sleep 5"})

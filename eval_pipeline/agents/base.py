@@ -112,7 +112,7 @@ class Agent(ABC):
     """`trusted` is true only for an agent whose every action is the harness's own code (applying the task's
     reference, or nothing). An agent that runs commands or code the harness did not write, or brings patches
     from outside it, is untrusted: its code, and its patch's code when graded, run wherever the trial runs,
-    so a campaign refuses it on the local backend, which has no walls (campaign_config.py). Untrusted is the
+    so a campaign refuses it on the local backend, which has no walls (config/campaign_file.py). Untrusted is the
     default, so a new agent has to claim trust to get it.
     """
 

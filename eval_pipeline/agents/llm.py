@@ -1,6 +1,6 @@
 """The `llm` agent: a tool-calling loop against any OpenAI-compatible Chat Completions endpoint.
 
-The model's tools are the trial's tool server's (tool_session.py), so the agent
+The model's tools are the trial's tool server's (agents/tool_session.py), so the agent
 runs in the worker and reaches the environment only through MCP. What it may
 spend is bounded (steps, tokens, wall time, cost) and what it spent is recorded
 (tokens in and out, cost from the campaign's price table, steps, why it

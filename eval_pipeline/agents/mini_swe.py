@@ -4,7 +4,7 @@ mini-swe-agent is an optional extra (`pip install 'eval-pipeline[mini]'`), impor
 made, so the code location loads without it. Its loop (`DefaultAgent`), its model class (litellm, tool
 calling with its one `bash` tool) and its prompts (its shipped `swebench.yaml`, overridable per variant) are
 its own; what this adapter supplies is its environment: every command the agent runs goes to the trial's
-tool server as a `run_command` call over the trial's MCP session (tool_session.py), as the llm agent's do, so
+tool server as a `run_command` call over the trial's MCP session (agents/tool_session.py), as the llm agent's do, so
 the agent runs in the worker and reaches the environment only through MCP, on every backend. mini calls its
 environment synchronously, so the session lives in an anyio blocking portal (an event loop in a thread) and
 each command is one `portal.call`.
@@ -43,7 +43,7 @@ CONFIG_SECTIONS = ("agent", "model", "environment")
 
 class MiniSweAgentMissing(ImportError, ValueError):  # noqa: N818 - named for what is missing
     """The `mini` extra is not installed: an ImportError, and a ValueError so that a campaign's validation
-    reports it as the variant's problem (campaign_config.py) rather than crashing."""
+    reports it as the variant's problem (config/campaign_file.py) rather than crashing."""
 
 
 def _import_mini() -> Any:

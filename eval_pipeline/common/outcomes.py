@@ -9,10 +9,10 @@ Every outcome has a kind, which decides what happens next:
   an image build, the artifact store). Not a score: it is kept as an attempt,
   retried with backoff up to a bound, and shown in coverage, never as a zero.
   A test run stopped by a limit within which the instance's reference solution
-  is known to pass is the patch's doing instead (limit_evidence.py): it ends in
+  is known to pass is the patch's doing instead (trial/limits.py): it ends in
   the limit's `patch_` outcome, of kind `agent`. So does any test run that
   ended abnormally where the reference, graded at once, resolved
-  (evaluation.py): every planned trial counts unless the harness shows the
+  (trial/evaluation.py): every planned trial counts unless the harness shows the
   fault is its own.
 - `harness`: the harness could not judge a patch it did run (a test patch that
   does not apply, a missing or malformed report), or an agent's model API
@@ -49,13 +49,13 @@ class Outcome(StrEnum):
     # unless the reference is known to pass in that time (PATCH_TEST_TIMEOUT).
     TEST_TIMEOUT = "test_timeout"
     OOM_KILLED = "oom_killed"  # killed at the memory ceiling: a resource verdict, not the agent's
-    # The same two limits, hit by tests the reference solution passes within them (limit_evidence.py): the
+    # The same two limits, hit by tests the reference solution passes within them (trial/limits.py): the
     # patch's own code needed more, so they are scored as not resolved.
     PATCH_TEST_TIMEOUT = "patch_test_timeout"
     PATCH_OOM_KILLED = "patch_oom_killed"
     # The test run ended abnormally (no report, a crash, the engine refusing its command, a verifier killed by a
     # signal) where the instance's reference, graded at once in the same environment under the same limits,
-    # resolved: the patch broke the run, so it is scored as not resolved (evaluation.py, intention to treat).
+    # resolved: the patch broke the run, so it is scored as not resolved (trial/evaluation.py, intention to treat).
     PATCH_BROKE_TEST_RUN = "patch_broke_test_run"
     SANDBOX_LOST = "sandbox_lost"  # the pod, container or environment vanished under a command
     ENGINE_ERROR = "engine_error"  # the container engine (or its API) failed or was unreachable

@@ -6,9 +6,9 @@ source (`benchmark:`, the slice `default`). Its trials are the variants
 crossed with the seeds; a trial's key (`<variant>-s<seed>`) is its Dagster
 partition key, crossed with the instance ids of every slice. `exclude:` leaves
 instances out of every slice: by id, or the quarantine of a validation report
-(validation.py), read when the campaign is loaded.
+(trial/validation.py), read when the campaign is loaded.
 
-What a file may say is campaign_config.py: every field is checked when the
+What a file may say is config/campaign_file.py: every field is checked when the
 file is loaded, and relative paths are read from the file's directory (or
 `builtin:` from eval_pipeline's own files), so a copied file keeps working.
 """
@@ -84,7 +84,7 @@ class Campaign:
     nightly: NightlySettings | None = None
     description: str = ""
     baseline: str = ""  # the variant every other is compared with, paired by instance; the first by default
-    gates: tuple[GatePolicy, ...] = ()  # release gates, one policy per environment (gates.py)
+    gates: tuple[GatePolicy, ...] = ()  # release gates, one policy per environment (config/gates.py)
     exclude: Mapping[str, str] = field(default_factory=dict)  # instance id -> why the campaign leaves it out
 
     def limits_for(self, task: Task | None) -> ResourceLimits:

@@ -1,6 +1,6 @@
 """The campaign file as it is written: one strict model per section, validated whole when the file is loaded.
 
-campaign.py turns a validated file into the `Campaign` the pipeline runs;
+config/campaign.py turns a validated file into the `Campaign` the pipeline runs;
 here is only what a file may say. Cross-field rules (the baseline is a
 variant, variant names are unique, a floor is not above its ceiling) are part
 of the model, so they fail at load naming the field like any typo.

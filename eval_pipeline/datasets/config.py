@@ -2,7 +2,7 @@
 
 The sources form a union tagged by `kind`, so a misspelt field of any kind
 fails at load naming it, long before a run reads the dataset
-(dataset_sources.py loads what these describe).
+(datasets/sources.py loads what these describe).
 """
 
 from collections.abc import Mapping

@@ -1,10 +1,10 @@
-"""Where a campaign's benchmark comes from: loading what a slice's source (dataset_source_config.py) names.
+"""Where a campaign's benchmark comes from: loading what a slice's source (datasets/config.py) names.
 
 A campaign names its sources per slice (`slices: {name: source}`), or one
 source as `benchmark:` (a single slice named `default`).
 
 kind: demo      the built-in demo benchmark (no other fields).
-kind: terminal  Terminal-Bench / Harbor task directories (terminal_tasks.py):
+kind: terminal  Terminal-Bench / Harbor task directories (tasks/terminal/task.py):
                   path: a task directory, or a directory of them
                   mirror_dir: where their working trees are committed (default: the data directory's)
                   on_invalid: reject (default) or quarantine

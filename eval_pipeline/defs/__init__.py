@@ -11,7 +11,9 @@ from eval_pipeline.defs.automation import campaign_sensor, infrastructure_retry_
 from eval_pipeline.defs.partitions import CampaignPartitions
 from eval_pipeline.defs.release import build_release_definitions
 from eval_pipeline.defs.resources import EvalPipelineResource
-from eval_pipeline.defs.stages import (
+from eval_pipeline.defs.trials import kubernetes_step_tags
+from eval_pipeline.defs.validation import build_validation_definitions
+from eval_pipeline.orchestration.stages import (
     RELEASE_STAGE,
     STAGE_TAG,
     STAGES,
@@ -19,8 +21,6 @@ from eval_pipeline.defs.stages import (
     VALIDATION_STAGE,
     stage_job_name,
 )
-from eval_pipeline.defs.trials import kubernetes_step_tags
-from eval_pipeline.defs.validation import build_validation_definitions
 
 __all__ = [
     "RELEASE_STAGE",

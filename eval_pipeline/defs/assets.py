@@ -3,8 +3,8 @@ plain core modules.
 
 dataset_snapshot -> environment_image[instance] -> environment[instance] -> generation[instance x trial]
                                           -> evaluation[instance x trial] -> results -> report
-trial_plan registers the trial partitions from the campaign file (dataset.py); environments.py, trials.py and
-results.py hold the rest. Instance validation (validation[instance], validation_report) is in validation.py,
+trial_plan registers the trial partitions from the campaign file (dataset.py); store/attempts.py, trial/spec.py and
+results.py hold the rest. Instance validation (validation[instance], validation_report) is in trial/validation.py,
 release gates in release.py.
 """
 

@@ -1,6 +1,6 @@
 """A campaign's release gates as asset checks on its report, and the release decision they add up to.
 
-The report carries each gate's decision (report.py evaluates the campaign's
+The report carries each gate's decision (results/report.py evaluates the campaign's
 policies when it builds the report); each policy in the campaign's `gates:`
 becomes the check `gate_<environment>`, which reads that decision and records
 it (every violation with its rule, slice, value and limit), also written beside

@@ -108,7 +108,7 @@ def _trial_materializations(
             "attempt_id": evaluation.attempt_id,
             "generation_artifact": generation.key,
             "tries": result.tries,
-            "grading_mode": evaluation.grading_mode,  # patch_replay, in_container or snapshot (evaluation.py)
+            "grading_mode": evaluation.grading_mode,  # patch_replay, in_container or snapshot (trial/evaluation.py)
             "audit_flags": MetadataValue.json(evaluation.audit),
         },
     )

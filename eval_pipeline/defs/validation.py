@@ -8,7 +8,7 @@ dataset_snapshot -> validation[instance] (check `valid`) -> validation_report
   An environment that cannot be prepared is the instance's result
   (`environment_failed`), not a failed step.
 - A reference that resolved there is kept as evidence that the instance passes
-  within the campaign's limits (limit_evidence.py).
+  within the campaign's limits (trial/limits.py).
 - The check `valid` on each partition passes only for a valid instance, so the
   partitions' check results show which instances a campaign can trust.
 - `validation_report` gathers the partitions into

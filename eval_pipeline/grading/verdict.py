@@ -70,7 +70,7 @@ def apply_model_patch(verdict: Verdict, model_patch: str, workspace: Workspace) 
 def stopped_by_a_limit(verdict: Verdict, run: Mapping[str, Any], test_timeout_s: float) -> bool:
     """A test run cut off by a limit is no verdict on the patch: the outcome says which limit. Past the disk
     quota it is a grading error, abnormal, so that the reference graded at once tells the patch's fault
-    (evaluation.py)."""
+    (trial/evaluation.py)."""
     if run["timed_out"]:
         verdict.outcome, verdict.detail = Outcome.TEST_TIMEOUT, f"the tests ran over {test_timeout_s:g}s"
     elif run["oom_killed"]:

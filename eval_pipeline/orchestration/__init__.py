@@ -1,5 +1,9 @@
 """The command line's drivers: they request runs of the code location's jobs and tell what each did.
 
 Dagster executes every run; `defs/progress.py` decides what a cycle needs next, for the CLI and the
-nightly sensor alike.
+nightly sensor alike. The modules are imported by name (campaign_run, validation_run, driver, launchers;
+stages and instance_config, which need no asset graph), so that the light ones stay light: this package
+re-exports nothing.
 """
+
+__all__: list[str] = []

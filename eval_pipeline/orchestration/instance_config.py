@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from eval_pipeline.common.settings import Deployment
-from eval_pipeline.defs.stages import STAGE_TAG
+from eval_pipeline.orchestration.stages import STAGE_TAG
 from eval_pipeline.results.report import write_text_atomically
 
 GENERATED_HEADER = "# Written by eval-pipeline from its environment variables (eval_pipeline/instance_config.py)."

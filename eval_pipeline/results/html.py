@@ -5,7 +5,7 @@ differences against the baseline with their intervals; each variant's trial
 durations in seconds (every scored trial a dot, median and p95 marked); and
 the outcome taxonomy per variant, one colour per outcome. Then each release
 gate's verdict and broken rules, the time, tokens and cost of each variant,
-and, when given, the trajectories of chosen trials (trajectory_view.py: their
+and, when given, the trajectories of chosen trials (results/trajectory.py: their
 agent-controlled text escaped, never markup). Every number comes from the
 Report (docs/STATISTICS.md) or, for the duration dots, from the results table.
 Intervals are drawn and shown within the range of their quantity ([0, 1] for

@@ -206,7 +206,7 @@ def _gates(report: Report) -> list[str]:
 
 
 def render_validation(validation: Mapping[str, Any]) -> str:
-    """A validation report (validation.py) as markdown: every instance's status and runs, then why those
+    """A validation report (trial/validation.py) as markdown: every instance's status and runs, then why those
     that are not valid are not."""
     records = validation["instances"]
     rows = [

@@ -8,7 +8,7 @@ and validates it. `REPORT_SCHEMA_VERSION` changes whenever a field is added,
 removed or changes meaning, and `load_report` refuses a file of another
 version (the campaign's next run rewrites it) rather than guess.
 
-The definitions of the numbers are in docs/STATISTICS.md; report.py computes them.
+The definitions of the numbers are in docs/STATISTICS.md; results/report.py computes them.
 """
 
 import json
@@ -81,11 +81,11 @@ class VariantSummary(_Model):
     infrastructure_error_rate: float
     # Trials stopped by the memory ceiling or the time limit: scored as failures where the tests hit a limit the
     # reference passes within (patch_oom_killed, patch_test_timeout), else infrastructure (oom_killed,
-    # test_timeout). limit_evidence.py and evaluation.py's intention to treat say which is which.
+    # test_timeout). trial/limits.py and trial/evaluation.py's intention to treat say which is which.
     limits_scored: int
     limits_unscored: int
     hard_violations: int
-    audit_flags: dict[str, int]  # trials whose patch raised each audit flag (patch_audit.py), scored or not
+    audit_flags: dict[str, int]  # trials whose patch raised each audit flag (grading/patch_audit.py), scored or not
     resolved_rate: float | None
     n: int
     n_repos: int
@@ -127,7 +127,7 @@ class InvalidInstance(_Model):
 
 
 class ValidationSummary(_Model):
-    """How the campaign's instances fared in their validation (validation.py)."""
+    """How the campaign's instances fared in their validation (trial/validation.py)."""
 
     validated: int
     statuses: dict[str, int]

@@ -1,12 +1,12 @@
 """The campaign report: resolved rates with intervals, coverage and outcomes, per slice and variant.
 
-`build_report` computes every number (statistics.py) into one typed Report
-(report_model.py): `variants` summarises each variant over the whole portfolio
+`build_report` computes every number (results/statistics.py) into one typed Report
+(results/model.py): `variants` summarises each variant over the whole portfolio
 (every instance weighs the same), `slices` gives the same summary within each
 slice, `validation` says how the campaign's instances fared in their
-validation (validation.py), and `gates` holds each release gate's decision
-(gates.py). `write_report` writes it as report.json (the model itself) and
-report.md (markdown_report.py); html_report.py writes report.html.
+validation (trial/validation.py), and `gates` holds each release gate's decision
+(config/gates.py). `write_report` writes it as report.json (the model itself) and
+report.md (results/markdown.py); results/html.py writes report.html.
 """
 
 import json

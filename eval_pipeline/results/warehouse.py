@@ -3,7 +3,7 @@
 `trials` has one row per planned trial; `attempts` one per kept attempt at a
 trial's environment, generation or evaluation; `instances`, `variants` and
 `lineage` say what was evaluated, with what, by which versions. `validation`,
-present when the campaign's instances were validated (validation.py), has one
+present when the campaign's instances were validated (trial/validation.py), has one
 row per validated instance, `current` when it validated the instance as this
 campaign evaluates it (not an older version, nor one the campaign excludes).
 
@@ -11,8 +11,8 @@ campaign evaluates it (not an older version, nor one the campaign excludes).
 checks (a forged or altered result, one with no MAC: artifacts.Rejection); it
 was not counted, and its trial shows as not scored until it runs again.
 
-Every key is recomputed from the campaign and the benchmark (trials.py), and
-each trial read from the store (trial_records.py), so the table reflects
+Every key is recomputed from the campaign and the benchmark (trial/spec.py), and
+each trial read from the store (trial/records.py), so the table reflects
 exactly what is stored, whatever Dagster did or did not record. The DuckDB
 file is written to a temporary path and moved into place, so readers never see
 a half-written table.

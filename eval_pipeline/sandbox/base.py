@@ -45,7 +45,9 @@ class ResourceLimits:
     filling the disk every other trial (and the harness's own storage) needs.
     """
 
-    __pydantic_config__ = ConfigDict(extra="forbid")  # a campaign's `resources:` is read into this (campaign_config.py)
+    __pydantic_config__ = ConfigDict(
+        extra="forbid"
+    )  # a campaign's `resources:` is read into this (config/campaign_file.py)
 
     memory_floor_mb: Count = 512
     memory_ceiling_mb: Count = 2048
@@ -100,7 +102,7 @@ class SandboxError(InfrastructureError):
 class RunnerEnded(SandboxError):
     """The harness's command runner in a container that still runs ended with an exit of its own and no result:
     killed by a process of the trial, most likely (the engine answered, and the container serves on). Generation
-    scores it against the agent where a fresh workspace still runs a command (generation.py)."""
+    scores it against the agent where a fresh workspace still runs a command (trial/generation.py)."""
 
 
 PythonSource = Literal["image", "pyenv"]
@@ -139,7 +141,9 @@ class SandboxSettings:
     backend takes it (the others contain every agent).
     """
 
-    __pydantic_config__ = ConfigDict(extra="forbid")  # a campaign's `sandbox:` is read into this (campaign_config.py)
+    __pydantic_config__ = ConfigDict(
+        extra="forbid"
+    )  # a campaign's `sandbox:` is read into this (config/campaign_file.py)
 
     backend: StrictStr = "local"
     mode: Literal["pod", "strict"] = "pod"

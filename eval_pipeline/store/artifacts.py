@@ -4,7 +4,7 @@ An artifact's key is the hash of everything that determines it (inputs'
 versions, agent config, seed), so a trial whose complete artifact exists is
 reused rather than recomputed, whether or not Dagster recorded it before a
 crash. Writes are atomic and first-writer-wins; every artifact carries a
-checksum and a keyed MAC (record_mac.py), and one that fails either is moved to
+checksum and a keyed MAC (store/mac.py), and one that fails either is moved to
 `quarantine/`, treated as absent and reported (`Rejection`): a result rewritten
 by something that can write the store but has no results key is never counted.
 A store that cannot be read or written raises StorageError (an infrastructure

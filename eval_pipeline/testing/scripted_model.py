@@ -10,7 +10,7 @@ it. Its scripts, chosen per server or per request by the model name (`scripted-<
   stops;
 - loop: lists the repository forever, for the agent's step limit;
 - rate-limited / server-error: fails the first n requests with 429 / a 5xx, then solves, for retry logic;
-- mini-solve / mini-loop: the same two with mini-swe-agent's one tool, `bash` (mini_swe_agent.py): apply the
+- mini-solve / mini-loop: the same two with mini-swe-agent's one tool, `bash` (agents/mini_swe.py): apply the
   reference patch with `git apply` from a heredoc, run the tests, then submit with mini-swe-agent's submission
   command; or run `ls` forever;
 - chatter: answers in prose and never calls a tool (a model that ignores the tools: the llm agent stops at

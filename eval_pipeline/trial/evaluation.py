@@ -85,7 +85,7 @@ class Evaluation(StoredRecord):
     detail: str
     tests: dict[str, str]
     steps: list[dict[str, Any]]
-    # What the patch reached for on the runner's side (patch_audit.py), whatever the verdict.
+    # What the patch reached for on the runner's side (grading/patch_audit.py), whatever the verdict.
     audit: list[dict[str, str]] = []
     environment_key: str
     environment: dict[str, Any]

@@ -8,7 +8,7 @@ evaluation is re-run.
 A task whose product is its container's state (a terminal task, on the container backend) is judged where
 Harbor judges it: right after its agent, in the agent's own container, its processes still running. So its
 generation also keeps the container's filesystem as a snapshot image (taken before the verifier touches it) and
-the verifier's raw run, which evaluation scores (evaluation.py says when it re-grades from the snapshot instead).
+the verifier's raw run, which evaluation scores (trial/evaluation.py says when it re-grades from the snapshot instead).
 
 The agent's own failures (it raised, ran over its time or used up its steps,
 tokens or cost) are stored as the generation, final like any other, with what

@@ -20,7 +20,7 @@ less its patch, so limits that differ in any way (a pass at 4 GB says nothing
 of 1 GB) name another record. Validation leaves one when a reference run
 resolved; evaluation leaves one when an oracle trial resolved. The first
 written stays. A trial graded before its instance's evidence exists has the
-reference graded at once under its limits (evaluation.py, intention to treat),
+reference graded at once under its limits (trial/evaluation.py, intention to treat),
 whose pass is kept here too. Evidence that cannot be read counts as none.
 """
 

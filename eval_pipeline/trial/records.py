@@ -1,6 +1,6 @@
 """One trial's records, read from the artifact store alone: its results row, its kept attempts, its stage records.
 
-The results warehouse (results.py) and the per-trial folders (trial_folder.py)
+The results warehouse (results.py) and the per-trial folders (results/export.py)
 read trials through here, so both say the same about every trial. A trial is
 scored only by its final evaluation; one with none shows the outcome of its
 last kept attempt (its evaluation's, else its generation's, else its
@@ -51,7 +51,7 @@ class ResultRow:
     peak_memory_mb: float | None
     oom_killed: bool
     test_infrastructure_changes: int  # files of test infrastructure the patch changed (undone before grading)
-    audit_flags: str  # the patch audit's flag kinds, comma-separated ("" for none): patch_audit.py
+    audit_flags: str  # the patch audit's flag kinds, comma-separated ("" for none): grading/patch_audit.py
     input_tokens: int
     output_tokens: int
     cost_usd: float
@@ -70,9 +70,9 @@ class ResultRow:
     effective_memory_ceiling_mb: int | None
     pids_limit: int
     enforced_limits: str
-    # Why a test run stopped by a limit was scored: where the reference passed within it (limit_evidence.py).
+    # Why a test run stopped by a limit was scored: where the reference passed within it (trial/limits.py).
     limit_evidence: str | None
-    # How the generation was graded: patch_replay, in_container or snapshot (evaluation.py); None before grading.
+    # How the generation was graded: patch_replay, in_container or snapshot (trial/evaluation.py); None before grading.
     grading_mode: str | None = None
 
 

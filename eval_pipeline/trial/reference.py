@@ -1,8 +1,8 @@
 """The instance's reference solution, graded now, as a campaign grades a trial.
 
-Validation grades it to judge the instance (validation.py). Evaluation grades it
+Validation grades it to judge the instance (trial/validation.py). Evaluation grades it
 at once when a trial's test phase ended abnormally (no report, a crash, the OOM
-killer, the time limit, the engine refusing the command: evaluation.py), so that
+killer, the time limit, the engine refusing the command: trial/evaluation.py), so that
 such a trial leaves the denominator only when the harness shows the fault is its
 own: the reference, run right then in the same environment under the same limits,
 failed too.

@@ -19,11 +19,11 @@ solve.sh itself may be what is unreliable.
 
 A reference that resolved, never stopped by a limit, is also kept as evidence
 that the instance passes within the campaign's limits (`leave_limit_evidence`,
-limit_evidence.py), so that a patch whose tests hit them is scored.
+trial/limits.py), so that a patch whose tests hit them is scored.
 
 Every instance that is not valid goes into the validation report's
 `quarantine`, which a campaign leaves out with `exclude: {validation: <file>}`
-(campaign.py, portfolio.py). Instances the campaign already leaves out are not
+(config/campaign.py, datasets/portfolio.py). Instances the campaign already leaves out are not
 validated again and stay in the quarantine, so a campaign may point at the
 very report that its next validation rewrites.
 """
@@ -223,7 +223,7 @@ def environment_failure(slice_name: str, task: Task, repeats: int, error: Except
 
 def leave_limit_evidence(store: ArtifactStore, validation: InstanceValidation, under: GradingConditions) -> None:
     """Keep a validation whose reference resolved, and never ran into a limit, as evidence that the instance
-    passes within the limits it was validated under (limit_evidence.py): a patch whose tests hit them there is
+    passes within the limits it was validated under (trial/limits.py): a patch whose tests hit them there is
     scored. A reference stopped by a limit even once says those limits are not known to be enough."""
     if validation.gold_resolved and not UNSCORED_LIMITS & validation.gold.keys():
         runs = f"{validation.gold_resolved} of {validation.gold_runs} reference runs resolved"

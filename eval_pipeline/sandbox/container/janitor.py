@@ -17,7 +17,7 @@ from eval_pipeline.sandbox.container.images import MANAGED_LABEL
 
 
 def _filters(campaign: str | None) -> dict[str, list[str]]:
-    labels = [f"{MANAGED_LABEL}=true"] + ([f"eval_pipeline.config.campaign={campaign}"] if campaign else [])
+    labels = [f"{MANAGED_LABEL}=true"] + ([f"eval_pipeline.campaign={campaign}"] if campaign else [])
     return {"label": labels}
 
 

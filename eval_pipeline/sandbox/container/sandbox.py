@@ -5,7 +5,7 @@ reached through the `docker` SDK (DOCKER_HOST selects the engine).
 
 In `pod` mode each instance gets one long-lived container, started once, that
 serves many trials: each workspace is a copy of /testbed under /workspaces,
-under a uid of its own and closed to every other (exec_workspace.py says how
+under a uid of its own and closed to every other (sandbox/container/workspace.py says how
 nothing of a trial outlives it or reaches the harness), and each of its
 commands sees it at /testbed (its own mount namespace), so the environment's
 installs import the trial's code while /testbed itself stays untouched. At most
@@ -14,7 +14,7 @@ that many times a trial's, so with the default of one the limits are exactly
 the trial's. In `strict` mode every workspace gets a fresh container from the
 instance image, with the trial's limits. A terminal task always runs as Harbor
 runs it: its own image, a container per workspace, the agent as root in its
-WORKDIR (terminal_tasks.py).
+WORKDIR (tasks/terminal/task.py).
 
 No trial has a network by default: pods and strict containers start with the
 engine's network `none` unless a variant of the campaign opted in
@@ -89,7 +89,7 @@ from eval_pipeline.tasks.task import Task, TaskImage
 
 TOOLS_VOLUME_PREFIX = "eval-pipeline-tools-"
 SNAPSHOT_REPOSITORY = "localhost/eval-pipeline-snapshot"  # terminal task containers as their agent left them
-CAMPAIGN_LABEL = "eval_pipeline.config.campaign"
+CAMPAIGN_LABEL = "eval_pipeline.campaign"
 TOOLS_MARKER = ".complete"
 _FILLED_VOLUMES: set[tuple[str, str]] = set()  # (engine, volume) filled by this process
 # Commands are timed out inside the container; the client waits as long as they may run.

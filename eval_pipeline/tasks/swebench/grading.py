@@ -17,7 +17,7 @@ Where that command starts pytest itself, pytest_launcher.py starts it instead
 repository is on sys.path, and a canary test that always fails is added. Code
 under test runs in the test process and can always lie to the runner; a lie
 that turns failures into passes turns the canary too, and the outcome is
-`report_forged`, scored as not resolved. The patch audit (patch_audit.py)
+`report_forged`, scored as not resolved. The patch audit (grading/patch_audit.py)
 records what the patch reached for on the runner's side, whatever the verdict.
 
 Test statuses come in SWE-bench's vocabulary and ids, so the dataset's lists
@@ -286,7 +286,7 @@ def _forged(canary: Canary | None, statuses: dict[str, str], outcome: Outcome) -
 
 
 def _plant_twins(instance: Instance, workspace: Workspace) -> dict[str, str]:
-    """Plant mutated twins of the graded tests (canaries.py) in the test patch's files, once the patch is
+    """Plant mutated twins of the graded tests (tasks/swebench/canaries.py) in the test patch's files, once the patch is
     applied, and remove the test patch from the harness directory, where code under test could read which tests
     are real. A random number of twins (TWINS_PER_TEST to MAX_TWINS) a run; each name with its original's.
 
@@ -319,7 +319,7 @@ def _plant_twins(instance: Instance, workspace: Workspace) -> dict[str, str]:
 
 def _twins_forged(twins: dict[str, str], statuses: dict[str, str], outcome: Outcome) -> str:
     """Why the run's results cannot be believed ('' when they can): a twin reported passed beside its original
-    (canaries.py), or no twin reported at all by a run that would resolve the instance. Removes the twins'
+    (tasks/swebench/canaries.py), or no twin reported at all by a run that would resolve the instance. Removes the twins'
     results from `statuses`."""
     reported = twin_statuses(statuses, twins)
     if twin := passed_with_its_original(statuses, reported, twins):

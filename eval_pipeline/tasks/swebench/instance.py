@@ -48,7 +48,7 @@ def _test_ids(row: Mapping[str, Any], *, index: int, instance_id: str, name: str
 class Instance:
     """One task in SWE-bench's schema: fix `repo` at `base_commit` so that the tests pass.
 
-    A `Task` (tasks.py) whose environment the harness builds from its spec, on any backend, with the
+    A `Task` (tasks/task.py) whose environment the harness builds from its spec, on any backend, with the
     campaign's resources and timeouts: it brings none of its own (class constants, not fields, so that rows
     and content hashes stay SWE-bench's).
     """

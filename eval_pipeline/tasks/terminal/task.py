@@ -14,7 +14,7 @@ The working tree is what the Dockerfile's COPY and ADD place under WORKDIR. It i
 with a fixed author and date, so its commit is the same on every machine; from there a terminal task flows through
 the sandboxes like a code task: workspaces are forked from the commit, and the diff of its workspace is the agent's
 patch. On the container backend, though, the task is judged as Harbor judges it: its verifier runs in the agent's
-own container right after the agent, processes still running (`verify_in_place`; generation.py, evaluation.py).
+own container right after the agent, processes still running (`verify_in_place`; trial/generation.py, trial/evaluation.py).
 
 On the container backend a task runs as its author wrote it: its own Dockerfile is built as it is (every
 instruction; only `FROM` can be replaced, by the `task_base_images` setting, where no registry can be reached), with
@@ -70,7 +70,7 @@ _HARNESS_DEFAULT = re.compile(r"\$\{EVAL_[A-Z_]+:-[^}]*\}")
 class TerminalTask:
     """One terminal task, loaded and validated; `repo@base_commit` is its working tree.
 
-    A `Task` (tasks.py) that brings its own image, resources and timeouts, and whose reference is solve.sh.
+    A `Task` (tasks/task.py) that brings its own image, resources and timeouts, and whose reference is solve.sh.
     """
 
     reference_patch: ClassVar[str | None] = None  # the reference is what solve.sh leaves in a workspace
