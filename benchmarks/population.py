@@ -15,7 +15,7 @@ fixtures.md); repositories from DIR, which holds full clones as `owner/name` (a 
 It takes hours: run it in parts (by repository, or --limit). Each row's result is appended to
 docs/validation/population.jsonl as soon as it is known (with the harness commit that measured it), a row
 already measured on the backend is skipped unless named by --rows or, when not valid, --again, and --render
-writes docs/VALIDATION.md from the latest result of every row and backend.
+writes docs/POPULATION.md from the latest result of every row and backend.
 """
 
 import argparse
@@ -40,7 +40,7 @@ from eval_pipeline.trial.validation import environment_failure, validate_task
 from eval_pipeline_tests.real_data import swebench_rows, verified_instance_ids
 
 RESULTS = ROOT / "docs" / "validation" / "population.jsonl"
-TABLE = ROOT / "docs" / "VALIDATION.md"
+TABLE = ROOT / "docs" / "POPULATION.md"
 COMPILING = ("astropy/astropy", "matplotlib/matplotlib", "scikit-learn/scikit-learn")
 LIMITS = ResourceLimits(memory_ceiling_mb=4096, output_bytes=200_000)
 TEST_TIMEOUT_S = 1800.0
@@ -217,7 +217,7 @@ def main() -> None:
     parser.add_argument("--rows", nargs="*", default=[], help="only these rows (instance ids)")
     parser.add_argument("--again", action="store_true", help="measure again the rows whose latest result is not valid")
     parser.add_argument("--limit", type=int, help="at most this many rows in this part")
-    parser.add_argument("--render", action="store_true", help="write docs/VALIDATION.md from the results so far")
+    parser.add_argument("--render", action="store_true", help="write docs/POPULATION.md from the results so far")
     args = parser.parse_args()
     if args.render:
         terminal = render_terminal(read_results(TERMINAL_RESULTS))

@@ -1,7 +1,7 @@
 """Terminal-Bench 2's population table: the oracle and the null agent on every task, on the container backend.
 
     python benchmarks/terminal_population.py --tasks DIR [--names TASK ...] [--limit N] [--again]
-    python benchmarks/population.py --render      # writes both tables into docs/VALIDATION.md
+    python benchmarks/population.py --render      # writes both tables into docs/POPULATION.md
 
 DIR holds Terminal-Bench 2.0's task directories, unmodified (for example the `terminal-bench-2/` folder of a
 copy of its repository). Each task is loaded as `eval-pipeline` loads it, its image built from its own
