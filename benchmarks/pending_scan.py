@@ -13,7 +13,7 @@ environment attempt. Nothing runs: records are written directly.
   per-trial reading): the generation, the generation's attempts, the
   environment's failures, the evaluation's attempts and the final evaluation,
   each listed or read per trial.
-- new: `trials.pending_trials`, one listing of `scored/` and `evaluation/`
+- new: `trial/pending.py: pending_trials`, one listing of `scored/` and `evaluation/`
   (and of `generation/` for the trials still pending) plus one read per
   unfinished trial with a stored generation.
 - verified: the same with `verify=True`, as `eval-pipeline run` scans: each

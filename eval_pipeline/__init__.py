@@ -2,7 +2,7 @@
 
 The domain core (tasks, sandboxes, grading, agents, trials, results) is plain
 Python in packages by concept, each layer importing only those below it (the
-README's map; tests/test_structure.py checks it); `eval_pipeline.defs` and
+README's map; eval_pipeline_tests/test_structure.py checks it); `eval_pipeline.defs` and
 `eval_pipeline.orchestration` are the thin Dagster layer on top of it.
 """
 

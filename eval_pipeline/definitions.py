@@ -7,7 +7,7 @@ names or YAML paths); it defaults to the built-in demo campaign.
 import os
 
 from eval_pipeline.config.campaign import load_campaign
-from eval_pipeline.defs import build_definitions
+from eval_pipeline.defs.location import build_definitions
 
 CAMPAIGNS = [name.strip() for name in os.environ.get("EVAL_PIPELINE_CAMPAIGNS", "demo").split(",") if name.strip()]
 

@@ -482,3 +482,29 @@ def test_a_claim_whose_answer_the_engine_lost_is_an_infrastructure_failure():
         workspace.create()
     with pytest.raises(SandboxError, match="not a slot"), claimed_slot(LostOutputPod(), 2):
         pass
+
+
+def test_trials_running_at_once_on_one_backend_each_have_their_own_api_client(tmp_path, monkeypatch):
+    """The harness shares one backend among a batch's trials, which run on threads; an exec stream swaps its
+    client's request method while it runs, so a client shared between them would send another thread's pod
+    request over a websocket. A client given to the backend (as tests give their fake cluster's) serves all."""
+    monkeypatch.setattr("kubernetes.config.load_config", lambda: None)
+    backend = KubernetesSandbox(
+        tmp_path, ResourceLimits(), SandboxSettings.from_mapping({"namespace": NAMESPACE}), "c1"
+    )
+    clients = []
+    threads = [threading.Thread(target=lambda: clients.append(backend.core)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert clients[0].api_client is not clients[1].api_client
+    assert backend.core is backend.core, "a thread keeps its own"
+    given = CoreV1Api(ApiClient(Configuration()))
+    backend.core = given
+    threads = [threading.Thread(target=lambda: clients.append(backend.core)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert clients[2] is clients[3] is given

@@ -10,10 +10,10 @@ from eval_pipeline.config.campaign import parse_campaign
 from eval_pipeline.defs.group import ENVIRONMENT_POOL
 from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, CampaignPartitions, PartitionBatch
 from eval_pipeline.defs.progress import REQUEST_TAG, next_step
+from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline.orchestration.campaign_run import create_pools, run_campaign
 from eval_pipeline.orchestration.driver import CycleFeed, new_cycle, run_one
 from eval_pipeline.orchestration.launchers import WorkerPoolLauncher
-from eval_pipeline.orchestration.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline_tests.conftest import write_terminal_task
 
 KEPT = ["eval-pipeline-demo__calclib-1", "eval-pipeline-demo__textkit-1"]

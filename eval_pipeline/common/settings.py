@@ -24,7 +24,7 @@ def split_s3_location(location: str) -> tuple[str, str]:
     return bucket, prefix.strip("/")
 
 
-# The results key (store/mac.py): where production sets it; read by record_mac, checked by `Deployment`.
+# The results key (store/mac.py): where production sets it; read by store/mac.py, checked by `Deployment`.
 RESULTS_KEY_VARIABLE = "EVAL_PIPELINE_RESULTS_KEY"
 DEFAULT_DAGSTER_HOME = Path.home() / ".eval_pipeline" / "dagster_home"
 

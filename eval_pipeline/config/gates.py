@@ -18,7 +18,7 @@ variant:
 - `min_coverage` (default 0): the share of planned trials that were scored.
 
 Evaluating a policy is a pure function of the policy and the report; its
-decision (report_model.GateDecision: passed, and every violation with its
+decision (results/model.py: GateDecision; passed, and every violation with its
 rule, slice, measured value and limit) is stored in the report itself, which
 the CLI, the HTML report and the Dagster gate checks read.
 """

@@ -3,9 +3,10 @@ plain core modules.
 
 dataset_snapshot -> environment_image[instance] -> environment[instance] -> generation[instance x trial]
                                           -> evaluation[instance x trial] -> results -> report
-trial_plan registers the trial partitions from the campaign file (dataset.py); store/attempts.py, trial/spec.py and
-results.py hold the rest. Instance validation (validation[instance], validation_report) is in trial/validation.py,
-release gates in release.py.
+dataset_snapshot and trial_plan (which registers the trial partitions from the campaign file) are in
+defs/dataset.py, the environments in defs/environments.py, the trials in defs/trials.py, the warehouse and
+the report in defs/results.py. Instance validation (validation[instance], validation_report) is in
+defs/validation.py, the release gates in defs/release.py.
 """
 
 from dagster import AssetsDefinition

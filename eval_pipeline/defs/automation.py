@@ -39,7 +39,7 @@ from dagster import (
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.failures import failure_outcomes
 from eval_pipeline.defs.progress import Cycle, next_step
-from eval_pipeline.orchestration.stages import CYCLE_TAG, TRIGGER_TAG
+from eval_pipeline.defs.stages import CYCLE_TAG, TRIGGER_TAG
 
 REREQUEST_TAG = "eval_pipeline/rerequest"
 NIGHTLY = "nightly"

@@ -19,7 +19,7 @@ from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, Run
 
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.partitions import CampaignPartitions, PartitionBatch, trial_batches, trial_run_key
-from eval_pipeline.orchestration.stages import CYCLE_TAG, RELEASE_STAGE, TRIGGER_TAG, stage_job_name
+from eval_pipeline.defs.stages import CYCLE_TAG, RELEASE_STAGE, TRIGGER_TAG, stage_job_name
 
 REQUEST_TAG = "eval_pipeline/request"  # the request a run answers: its cycle, stage and partition
 FINISHED = frozenset({DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED})

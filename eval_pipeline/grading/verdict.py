@@ -7,16 +7,14 @@ tasks/swebench/grading.py, a terminal task's tasks/terminal/verifier.py.
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from eval_pipeline.common.outcomes import NO_SPACE_TEXT, Outcome, StorageError
 from eval_pipeline.grading.patch_audit import AuditFlag, audit_patch
 from eval_pipeline.sandbox import Workspace
 from eval_pipeline.sandbox.patches import apply_patch, patch_problem
-
-if TYPE_CHECKING:
-    from eval_pipeline.tasks.environment import EnvironmentSpec
-    from eval_pipeline.tasks.task import Task
+from eval_pipeline.tasks.environment import EnvironmentSpec
+from eval_pipeline.tasks.task import Task
 
 __all__ = [
     "ERROR",
@@ -101,7 +99,7 @@ class VerifierRun:
 
 
 def grade_task(
-    task: "Task", spec: "EnvironmentSpec", model_patch: str, workspace: Workspace, test_timeout_s: float
+    task: Task, spec: EnvironmentSpec, model_patch: str, workspace: Workspace, test_timeout_s: float
 ) -> Verdict:
     """Grade a task of any kind, as its kind grades (`Task.grade`: `grade` or `grade_terminal` here)."""
     return task.grade(spec, model_patch, workspace, test_timeout_s)

@@ -27,8 +27,8 @@ from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.failures import failure_descriptions, failure_outcomes, innermost_error
 from eval_pipeline.defs.progress import REQUEST_TAG, Cycle, next_step
+from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline.orchestration.launchers import POLL_S, Launcher
-from eval_pipeline.orchestration.stages import CYCLE_TAG, STAGE_TAG
 
 CLI_TRIGGER = "cli"
 # How often the driver looks for trials that ended: each look queries the event log that the runs are writing.

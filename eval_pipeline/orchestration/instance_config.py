@@ -14,9 +14,11 @@ from typing import Any
 import yaml
 
 from eval_pipeline.common.settings import Deployment
-from eval_pipeline.orchestration.stages import STAGE_TAG
+from eval_pipeline.defs.stages import STAGE_TAG
 from eval_pipeline.results.report import write_text_atomically
 
+# The header that marks a dagster.yaml as ours, to rewrite: it keeps the module's old path, so that the files
+# written before the package move are still recognised.
 GENERATED_HEADER = "# Written by eval-pipeline from its environment variables (eval_pipeline/instance_config.py)."
 
 

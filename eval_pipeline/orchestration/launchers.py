@@ -32,7 +32,7 @@ from dagster import BetaWarning, DagsterInstance, Definitions, RunRequest, RunsF
 
 from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import Campaign
-from eval_pipeline.defs import build_definitions
+from eval_pipeline.defs.location import build_definitions
 from eval_pipeline.defs.progress import FINISHED, REQUEST_TAG
 
 # In-process runs log to the instance (the UI shows everything); the console shows only what breaks Dagster itself.

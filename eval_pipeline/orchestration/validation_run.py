@@ -9,9 +9,9 @@ from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.config.quarantine import read_validation
 from eval_pipeline.defs.progress import CampaignProgress, Cycle
+from eval_pipeline.defs.stages import VALIDATION_REPORT_STAGE, VALIDATION_STAGE
 from eval_pipeline.orchestration.driver import CampaignRunError, FinishedRun, failure_message, run_all, run_one
 from eval_pipeline.orchestration.launchers import Launcher
-from eval_pipeline.orchestration.stages import VALIDATION_REPORT_STAGE, VALIDATION_STAGE
 from eval_pipeline.trial.harness import Harness
 from eval_pipeline.trial.validation import VALIDATION_FILE
 

@@ -246,7 +246,7 @@ def _label(row: ReportRow) -> str:
 def render_html(
     report: Report, trials: Sequence[ResultRow], trajectories: Mapping[str, Mapping[str, Any]] | None = None
 ) -> str:
-    """The report's page; with `trajectories` (trajectory_view.trajectories_for), a section per trial."""
+    """The report's page; with `trajectories` (trajectory.py: trajectories_for), a section per trial."""
     rows = report.rows()
     rates = [(_label(row), row.summary.resolved_rate, row.summary.ci_low, row.summary.ci_high) for row in rows]
     differences = [(_label(row), d.diff, d.ci_low, d.ci_high) for row in rows if (d := row.summary.vs_baseline)]

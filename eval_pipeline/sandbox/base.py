@@ -286,7 +286,7 @@ class Workspace(ABC):
     WORKDIR, which its author made without one), and `base_revision` names the
     commit the working tree started from when that is not the task's own: a
     terminal task's WORKDIR commit, or a repository's state after its install
-    steps (gitutil.COMMIT_BASELINE), which every patch is taken against.
+    steps (common/git.py: COMMIT_BASELINE), which every patch is taken against.
     """
 
     git_env: Mapping[str, str] = {}
@@ -295,7 +295,7 @@ class Workspace(ABC):
     @property
     def harness_git_env(self) -> dict[str, str]:
         """What the harness's own git commands run with: `git_env`, with no hook, monitor or external diff
-        that the repository's configuration may name (gitutil.HARNESS_GIT_ENV)."""
+        that the repository's configuration may name (common/git.py: HARNESS_GIT_ENV)."""
         return {**HARNESS_GIT_ENV, **self.git_env}
 
     @abstractmethod

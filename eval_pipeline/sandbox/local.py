@@ -344,7 +344,7 @@ class LocalSandbox(SandboxBackend):
             location=record["location"],
             details={
                 "base_commit": instance.base_commit,
-                # What every workspace starts at and every patch is taken against (gitutil.COMMIT_BASELINE).
+                # What every workspace starts at and every patch is taken against (common/git.py: COMMIT_BASELINE).
                 "baseline": git(["rev-parse", "HEAD"], Path(record["location"]) / "repo").strip(),
                 "python": record["python"],
                 "trial_view": record["trial_view"],

@@ -9,7 +9,7 @@ import re
 import shlex
 from pathlib import PurePosixPath
 
-from eval_pipeline.sandbox import ExecResult, Workspace
+from eval_pipeline.sandbox.base import ExecResult, Workspace
 
 PATCH_TIMEOUT_S = 120.0
 # Far above any real fix (SWE-bench gold patches are kilobytes), far below what hurts the harness.
@@ -91,7 +91,7 @@ def patch_problem(patch: str) -> str | None:
 
 def compiled_extensions(patch: str) -> list[str]:
     """The compiled extension modules a patch writes (`.so`, `.pyd`, `.dylib`): Python imports one in place of
-    a module's source, and no diff shows what it does. A code task's patch may not bring one (grading.py); a
+    a module's source, and no diff shows what it does. A code task's patch may not bring one (tasks/swebench/grading.py); a
     terminal task's product may be one."""
     return [path for path in patch_paths(patch) if PurePosixPath(path).suffix in (".so", ".pyd", ".dylib")]
 

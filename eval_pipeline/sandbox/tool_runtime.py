@@ -9,7 +9,7 @@ installed distributions `mcp` needs, with tool_server.py and limited_exec.py
 beside them, laid out under TOOLS_ROOT, and started by absolute path
 (`ToolRuntime.python`), never as `python3` from PATH, where the environment's
 venv comes first. The container backend puts that in a volume once per engine
-and mounts it read-only into every pod and container (container.py); the
+and mounts it read-only into every pod and container (container/sandbox.py); the
 Kubernetes backend builds it as an image of its own (`tools_layer`, FROM
 scratch) that pods mount read-only as an image volume. Either way no
 environment image changes and no trial can alter it. It needs a glibc image of
@@ -32,8 +32,8 @@ from pathlib import Path
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
+import eval_pipeline.sandbox.limited_exec as limited_exec
 from eval_pipeline.common.hashing import stable_hash
-from eval_pipeline.sandbox import limited_exec
 from eval_pipeline.sandbox.container.images import ImageLayer
 
 TOOLS_ROOT = "/opt/eval/tools"

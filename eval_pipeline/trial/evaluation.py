@@ -95,7 +95,7 @@ class Evaluation(StoredRecord):
     duration_s: float
     harness_version: str
     grading_version: str
-    # The reference's pass (limit_evidence.ReferencePass) that scored a test run stopped by a limit; else None.
+    # The reference's pass (limits.py: ReferencePass) that scored a test run stopped by a limit; else None.
     limit_evidence: dict[str, Any] | None = None
     # How the generation was graded (`grading_mode`): patch_replay, in_container or snapshot.
     grading_mode: str = PATCH_REPLAY

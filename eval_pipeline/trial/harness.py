@@ -75,7 +75,11 @@ class Harness:
         return path
 
 
-@cache
 def harness_at(data_dir: str, artifacts: str = "") -> Harness:
     """This process's harness for a data directory and artifact location, made once."""
+    return _harness(data_dir, artifacts)
+
+
+@cache
+def _harness(data_dir: str, artifacts: str) -> Harness:
     return Harness(Paths(Path(data_dir)), artifacts)

@@ -60,7 +60,7 @@ def pending_trials(identities: Iterable[TrialSpec], store: ArtifactStore, verify
     a resume that must not trust what the store holds: on S3 the listing's
     ETags are the fingerprints (no read per trial); a local store hashes its
     files. Without `verify` a listed evaluation is taken as intact: the readers
-    that count results (results.py) check each one's MAC.
+    that count results (results/warehouse.py) check each one's MAC.
     """
     identities = list(identities)
     evaluations = store.fingerprints("evaluation") if verify else dict.fromkeys(store.keys("evaluation"), "")

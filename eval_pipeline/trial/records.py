@@ -1,6 +1,6 @@
 """One trial's records, read from the artifact store alone: its results row, its kept attempts, its stage records.
 
-The results warehouse (results.py) and the per-trial folders (results/export.py)
+The results warehouse (results/warehouse.py) and the per-trial folders (results/export.py)
 read trials through here, so both say the same about every trial. A trial is
 scored only by its final evaluation; one with none shows the outcome of its
 last kept attempt (its evaluation's, else its generation's, else its

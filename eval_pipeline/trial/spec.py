@@ -4,9 +4,11 @@ A trial is one instance of a campaign under one (variant, seed). Everything that
 before anything runs: its generation's key (instance content, agent config, seed, the task's limit on the
 agent, network, the walls), its environment's key (the sandbox's), and what its evaluation's key is made of
 (generation, environment, resources, test timeout, grading version; only the patch's hash waits for the
-generation). This module is the only one that makes these keys, and the scored marker's. `TrialSpec` carries
-them for the runner, the assets, the results and the per-trial folders; `generate` and `evaluate` store under
-the very keys made here, so stored artifacts are found and reused.
+generation). This module's functions are the only makers of these keys and the scored marker's: `TrialSpec`
+carries them for the pending scan, the results and the per-trial folders, and `generate` and `evaluate` call
+the same functions for the very keys they store under, so stored artifacts are found and reused. (What a
+trial's keys do not cover has keys of its own: an environment's, made by its sandbox; the limit evidence an
+instance's reference leaves, made by trial/limits.py.)
 """
 
 from collections.abc import Callable

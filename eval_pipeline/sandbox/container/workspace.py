@@ -214,7 +214,7 @@ class ExecWorkspace(Workspace):
             f"uid=$({claim}) && rm -rf {root} && mkdir -p {made} && cp -a {TESTBED} {root}/repo"
             f' && chown -R "$uid:$uid" {owned} && chmod 700 {owned}'
             f' && chown "0:$uid" {root} {root}/harness && chmod 750 {root} {root}/harness'
-            # The environment's commit after its install steps (gitutil.COMMIT_BASELINE), read from the
+            # The environment's commit after its install steps (common/git.py: COMMIT_BASELINE), read from the
             # pristine /testbed, which no trial can write: every patch is taken against it.
             f" && baseline=$(git -C {TESTBED} rev-parse HEAD)"
             # What the copy takes on disk: the trial's quota counts from there.

@@ -18,6 +18,7 @@ each command in a network namespace of its own (limited_exec.py).
 """
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -189,20 +190,27 @@ class KubernetesSandbox(SandboxBackend):
 
     @property
     def core(self) -> k8s.CoreV1Api:
-        """The API, configured in-cluster or from KUBECONFIG; tests and callers may set their own."""
-        if not hasattr(self, "_core"):
+        """The API, configured in-cluster or from KUBECONFIG; tests and callers may set their own.
+
+        One client per thread: an exec stream swaps its client's request method while it runs
+        (kubernetes.stream), so the trials of a batch running at once on this backend must not share one.
+        """
+        if (given := self.__dict__.get("_given_core")) is not None:
+            return given
+        local = self.__dict__.setdefault("_thread_cores", threading.local())
+        if not hasattr(local, "core"):
             from kubernetes import config
 
             try:
                 config.load_config()
             except config.ConfigException as error:
                 raise SandboxError(f"no Kubernetes configuration (in-cluster or KUBECONFIG): {error}") from error
-            self._core = k8s.CoreV1Api()
-        return self._core
+            local.core = k8s.CoreV1Api(k8s.ApiClient())
+        return local.core
 
     @core.setter
     def core(self, api: k8s.CoreV1Api) -> None:
-        self._core = api
+        self._given_core = api
 
     @property
     def images(self) -> ContainerSandbox:
