@@ -217,3 +217,15 @@ def test_every_package_says_what_it_holds_and_exports_its_public_face():
         assert hasattr(package, "__all__"), f"{name} has no __all__"
         missing = [export for export in package.__all__ if not hasattr(package, export)]
         assert missing == [], f"{name}.__all__ names what it does not have"
+
+
+def test_importing_the_tool_server_leaves_the_kubernetes_client_findable():
+    """The tool server runs as a script beside limited_exec.py; imported as a module (the tests do), it must not
+    put its own directory on sys.path, where the sandbox's kubernetes/ package would then shadow the Kubernetes
+    client in every process spawned from this one (a campaign's run workers were: BrokenProcessPool)."""
+    code = (
+        "import sys, eval_pipeline.sandbox.tool_server, kubernetes.client\n"
+        "print(any(path.endswith('sandbox') for path in sys.path), 'eval_pipeline' in kubernetes.__file__)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout == "False False\n"

@@ -25,12 +25,15 @@ import sys
 import threading
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import anyio.to_thread
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
-import anyio.to_thread  # noqa: E402 - after the path that finds limited_exec
-import limited_exec  # noqa: E402
-from mcp.server.mcpserver import MCPServer  # noqa: E402
-from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402
+try:  # run as a script beside limited_exec.py (in a pod, a container, locally): its directory is on sys.path
+    import limited_exec
+except ImportError:  # imported as eval_pipeline's module (by the tests), whose directory must stay off sys.path:
+    # there its kubernetes/ package would shadow the Kubernetes client for the rest of the process
+    from eval_pipeline.sandbox import limited_exec
 
 # A command line's argument may hold 128 KiB (MAX_ARG_STRLEN): files are written in base64 chunks well under it.
 WRITE_CHUNK_BYTES = 48 * 1024
