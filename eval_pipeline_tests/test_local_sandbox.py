@@ -12,6 +12,7 @@ import pytest
 
 from eval_pipeline.common.git import git
 from eval_pipeline.common.outcomes import ImageBuildFailed
+from eval_pipeline.common.settings import DeploymentError
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.interpreters import UPGRADE_PIP
 from eval_pipeline.sandbox.limited_exec import INODE_CHARGE, allocated_bytes, run_limited
@@ -393,3 +394,23 @@ def test_a_workspace_too_deep_for_shutil_is_still_removed(shared_sandbox, enviro
         assert made.exit_code == 0, made.summary()
         root = workspace.root
     assert not root.exists()
+
+
+def test_a_data_directory_below_a_pytest_configuration_is_refused_naming_it(tmp_path):
+    """pytest reads the first configuration above a repository that has none of its own: a workspace below a
+    project's pyproject.toml was graded with that project's addopts (every code trial a grading error, seen
+    with the data directory inside a clone of this repository). A pyproject.toml without pytest's section, as
+    most repositories' parents have, is not one."""
+    settings = SandboxSettings.from_mapping({})
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    LocalSandbox(plain / "data" / "sandboxes" / "local", ResourceLimits(), settings, "c")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "--numprocesses=2"\n')
+    with pytest.raises(DeploymentError, match=f"EVAL_PIPELINE_DATA_DIR: .*below {project / 'pyproject.toml'}"):
+        LocalSandbox(project / "data" / "sandboxes" / "local", ResourceLimits(), settings, "c")
+    (tmp_path / "tox.ini").write_text("[pytest]\n")
+    with pytest.raises(DeploymentError, match="tox.ini"):
+        LocalSandbox(plain / "data" / "sandboxes" / "local", ResourceLimits(), settings, "c")

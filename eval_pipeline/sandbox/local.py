@@ -45,6 +45,7 @@ from packaging.requirements import Requirement
 from eval_pipeline.common.git import COMMIT_BASELINE, STRIP_HISTORY, clone_at, git
 from eval_pipeline.common.hashing import stable_hash
 from eval_pipeline.common.outcomes import ImageBuildFailed, InfrastructureError, SandboxLost
+from eval_pipeline.common.settings import DeploymentError
 from eval_pipeline.sandbox.base import (
     OUTPUT_DIR,
     EnvironmentHandle,
@@ -52,6 +53,7 @@ from eval_pipeline.sandbox.base import (
     ResourceLimits,
     SandboxBackend,
     SandboxError,
+    SandboxSettings,
     ToolChannel,
     Workspace,
 )
@@ -279,11 +281,50 @@ def _installed(package: str) -> bool:
     return query.stdout.strip() == "install ok installed"
 
 
+# The files pytest takes its configuration from, and the section that makes one of them a configuration.
+PYTEST_CONFIGURATIONS = {
+    "pytest.ini": "",
+    ".pytest.ini": "",
+    "pyproject.toml": "[tool.pytest",
+    "tox.ini": "[pytest]",
+    "setup.cfg": "[tool:pytest]",
+}
+
+
+def pytest_configuration_above(directory: Path) -> Path | None:
+    """A pytest configuration file in `directory` or a directory above it. pytest looks for its configuration
+    from the tests up to the file system's root, and takes the first it finds: a repository with none of its own
+    whose workspace lies below one is run with that file's options (its `addopts`, its plugins), not as
+    SWE-bench runs it in a container, where nothing is above the repository."""
+    for folder in (directory, *directory.parents):
+        for name, section in PYTEST_CONFIGURATIONS.items():
+            path = folder / name
+            if not path.is_file():
+                continue
+            try:
+                if not section or section in path.read_text(errors="replace"):
+                    return path
+            except OSError:
+                continue
+    return None
+
+
 class LocalSandbox(SandboxBackend):
     """Environments and workspaces as directories under `root`, commands as local processes."""
 
     name = "local"
     isolation = ""  # no walls (SandboxBackend.isolation)
+
+    def __init__(
+        self, root: Path, limits: ResourceLimits, settings: SandboxSettings, campaign: str, network: bool = False
+    ) -> None:
+        super().__init__(root, limits, settings, campaign, network)
+        if found := pytest_configuration_above(root):
+            raise DeploymentError(
+                f"EVAL_PIPELINE_DATA_DIR: the local sandbox keeps its workspaces in {root}, below {found}, a pytest"
+                " configuration that pytest would read for every repository without one of its own; set"
+                " EVAL_PIPELINE_DATA_DIR to a directory outside it"
+            )
 
     def enforced_limits(self) -> dict[str, bool]:
         return {
