@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from eval_pipeline.config.campaign import Campaign
     from eval_pipeline.defs.progress import Cycle
     from eval_pipeline.orchestration.launchers import Launcher
+    from eval_pipeline.trial.selection import TrialSelection
 
 
 class UsageError(ValueError):
@@ -41,6 +42,40 @@ def _use_dagster_home() -> None:
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+class _LiveLine:
+    """A status line rewritten in place at the bottom of a terminal (stderr), lines said above it."""
+
+    def __init__(self) -> None:
+        self.status = ""
+
+    def say(self, line: str) -> None:
+        sys.stderr.write(f"\r\x1b[K{line}\n{self.status}")
+        sys.stderr.flush()
+
+    def show(self, status: str) -> None:
+        self.status = status
+        sys.stderr.write(f"\r\x1b[K{status}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.status:
+            sys.stderr.write("\n")
+
+
+@contextmanager
+def _telling() -> Iterator[tuple[Callable[[str], None], Callable[[str], None] | None]]:
+    """(say, show): on a terminal a live status line and the lines worth a person's attention above it; elsewhere
+    plain lines, each trial's carrying the tally (orchestration/tally.py)."""
+    if not sys.stderr.isatty():
+        yield _say, None
+        return
+    live = _LiveLine()
+    try:
+        yield live.say, live.show
+    finally:
+        live.close()
 
 
 @contextmanager
@@ -75,8 +110,8 @@ def _run(args: argparse.Namespace) -> int:
     from eval_pipeline.results.markdown import render_summary
 
     campaign = _load(args.campaign)
-    with _campaign_session(args, campaign) as (instance, launcher, cycle):
-        run = run_campaign(campaign, instance, launcher, cycle, Paths.from_env(), _say)
+    with _campaign_session(args, campaign) as (instance, launcher, cycle), _telling() as (say, show):
+        run = run_campaign(campaign, instance, launcher, cycle, Paths.from_env(), say, _selection(args), show)
     if args.json:
         print(json.dumps(run.as_json(), indent=2, sort_keys=True))
     else:
@@ -84,6 +119,25 @@ def _run(args: argparse.Namespace) -> int:
     for line in (failures := run.failures()):
         print(f"eval-pipeline run: {line}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def _grade(args: argparse.Namespace) -> int:
+    """Write the grading campaign's file under the data directory, then run it as `run` runs a campaign."""
+    import yaml
+
+    from eval_pipeline.config.grading import grading_campaign
+    from eval_pipeline.results.report import write_text_atomically
+
+    try:
+        campaign = grading_campaign(Path(args.predictions), args.dataset, args.backend)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    path = Paths.from_env().data_dir / "campaigns" / f"{campaign['name']}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(path, yaml.safe_dump(campaign, sort_keys=False))
+    _say(f"campaign file: {path} (EVAL_PIPELINE_CAMPAIGNS={path} loads it in the Dagster UI)")
+    args.campaign = str(path)
+    return _run(args)
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -152,7 +206,7 @@ def _export(args: argparse.Namespace) -> int:
     if args.instance and args.instance not in {task.instance_id for task in portfolio.instances}:
         raise UsageError(f"--instance {args.instance!r} is not an instance of campaign {campaign.name}")
     store = harness.store.reading_only()
-    folders = export_trials(campaign, portfolio, harness.sandbox_for(campaign), store, Path(args.to), args.instance)
+    folders = export_trials(campaign, portfolio, harness.sandbox_for(campaign), store, Path(args.to), _selection(args))
     if suspicion := store.wrong_key_suspected():
         raise UsageError(suspicion)
     print(f"{len(folders)} trial folder(s) under {args.to}")
@@ -279,11 +333,29 @@ def _workers(command: Any, help: str = "as for run") -> None:
     command.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help=help)
 
 
+def _selection_flags(command: Any) -> None:
+    """Filters of the campaign's trials (trial/selection.py): each repeatable, all of them together."""
+    command.add_argument("--instance", action="append", default=[], metavar="ID", help="only this instance's trials")
+    command.add_argument("--variant", action="append", default=[], metavar="NAME", help="only this variant's trials")
+    command.add_argument("--slice", action="append", default=[], metavar="NAME", help="only this slice's trials")
+    command.add_argument("--seed", action="append", default=[], type=int, metavar="N", help="only this seed's trials")
+    command.add_argument(
+        "--limit", type=int, metavar="N", help="at most N of the trials selected, in the campaign's order"
+    )
+
+
+def _selection(args: argparse.Namespace) -> "TrialSelection":
+    from eval_pipeline.trial.selection import TrialSelection
+
+    return TrialSelection(tuple(args.instance), tuple(args.variant), tuple(args.slice), tuple(args.seed), args.limit)
+
+
 def _add_campaign_commands(commands: Any) -> None:
     """run, validate and calibrate: the commands that run trials through Dagster."""
     run = _command(commands, "run", "run or resume a campaign in process", _run)
     run.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
     _workers(run, "trial runs in parallel processes (default: cores, at most 4)")
+    _selection_flags(run)
     validate = _command(
         commands,
         "validate",
@@ -307,6 +379,27 @@ def _add_campaign_commands(commands: Any) -> None:
     _workers(calibrate)
 
 
+def _add_grade_command(commands: Any) -> None:
+    """grade: a predictions file graded on a dataset, without a campaign file."""
+    grade = commands.add_parser(
+        "grade", help="grade a predictions file (SWE-bench's format) on a dataset, as a campaign of its own"
+    )
+    grade.add_argument("--predictions", required=True, metavar="FILE", help="JSON or JSON Lines, SWE-bench's fields")
+    grade.add_argument(
+        "--dataset", default="demo", help="demo, hf:<name>@<revision>[:<split>], or a file or folder of SWE-bench rows"
+    )
+    grade.add_argument(
+        "--backend",
+        choices=["container", "kubernetes", "local"],
+        default="container",
+        help="the sandbox (default container)",
+    )
+    grade.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
+    _workers(grade)
+    _selection_flags(grade)
+    grade.set_defaults(handler=_grade)
+
+
 def _add_reading_commands(commands: Any) -> None:
     """export and report: the commands that read what a campaign stored."""
     export = _command(
@@ -316,7 +409,7 @@ def _add_reading_commands(commands: Any) -> None:
         _export,
     )
     export.add_argument("--to", required=True, help="the directory to write the folders under")
-    export.add_argument("--instance", help="only this instance's trials")
+    _selection_flags(export)
     report = _command(
         commands,
         "report",
@@ -370,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eval-pipeline", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     _add_campaign_commands(commands)
+    _add_grade_command(commands)
     _add_reading_commands(commands)
     _add_operations_commands(commands)
     return _handle(parser.parse_args(argv))
@@ -380,10 +474,11 @@ def _handle(args: argparse.Namespace) -> int:
     from eval_pipeline.config.campaign import CampaignError
     from eval_pipeline.orchestration.driver import CampaignRunError
     from eval_pipeline.orchestration.launchers import LaunchError
+    from eval_pipeline.trial.selection import SelectionError
 
     try:
         return args.handler(args)
-    except (DeploymentError, CampaignError, UsageError) as error:
+    except (DeploymentError, CampaignError, UsageError, SelectionError) as error:
         print(f"eval-pipeline {args.command}: {error}", file=sys.stderr)
         return 2
     except (CampaignRunError, LaunchError) as error:

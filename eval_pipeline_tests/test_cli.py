@@ -189,3 +189,21 @@ def test_a_run_whose_every_environment_fails_exits_1_naming_each_builds_last_err
     log = Path(lines[0].rsplit("(log: ", 1)[1].rstrip(")"))
     assert "$ echo collecting" in log.read_text()
     assert lines[-1] == "eval-pipeline run: none of the 1 planned trials could be scored"
+
+
+@pytest.mark.slow
+def test_run_with_filters_runs_exactly_the_selected_trials(campaign_env):
+    """`run --instance X --variant Y`, as a smoke test of one instance needs: those trials and nothing else, in
+    the campaign's own partitions; a filter naming what the campaign lacks is refused before anything runs."""
+    refused = eval_pipeline_cli(campaign_env, "run", "--campaign", "demo", "--variant", "gpt")
+    assert refused.returncode == 2 and "--variant gpt: not in the campaign" in refused.stderr, refused.stderr[-2000:]
+    picked = eval_pipeline_cli(
+        campaign_env, "run", "--campaign", "demo", "--instance", "hello-file", "--variant", "oracle", "--json"
+    )
+    assert picked.returncode == 0, picked.stderr[-3000:]
+    summary = json.loads(picked.stdout)
+    assert summary["generation"]["computed"] == 2 and summary["evaluation"]["computed"] == 2, "its two seeds"
+    assert (summary["planned"], summary["scored"]) == (96, 2), "the report is the whole campaign's"
+    told = [line for line in picked.stderr.splitlines() if line.startswith("[")]
+    assert len(told) == 2 and all(line.split()[1] == "hello-file" for line in told), picked.stderr[-3000:]
+    assert "(selected: 2)" in picked.stderr

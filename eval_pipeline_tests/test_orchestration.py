@@ -14,6 +14,7 @@ from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline.orchestration.campaign_run import create_pools, run_campaign
 from eval_pipeline.orchestration.driver import CycleFeed, new_cycle, run_one
 from eval_pipeline.orchestration.launchers import WorkerPoolLauncher
+from eval_pipeline.trial.selection import SelectionError, TrialSelection
 from eval_pipeline_tests.conftest import write_terminal_task
 
 KEPT = ["eval-pipeline-demo__calclib-1", "eval-pipeline-demo__textkit-1"]
@@ -139,3 +140,40 @@ def test_pool_slots_held_by_runs_that_are_over_or_gone_are_freed_at_start():
         assert instance.event_log_storage.get_concurrency_run_ids() == {"a-run-killed-long-ago"}
         create_pools(instance)
         assert instance.event_log_storage.get_concurrency_run_ids() == set()
+
+
+def test_a_selection_runs_exactly_its_trials_and_the_whole_campaign_then_only_the_rest(campaign, tmp_path, monkeypatch):
+    """`run --instance X --variant Y`: the very partitions of the whole campaign, so the next whole run finds them
+    done and runs only the others; the results and the report stay the whole campaign's."""
+    monkeypatch.delenv("EVAL_PIPELINE_ARTIFACTS", raising=False)
+    paths = Paths(tmp_path / "data")
+    selection = TrialSelection(instances=(KEPT[1],), variants=("oracle",))
+    with instance_for_test() as instance:
+        cycle = new_cycle(campaign)
+        launcher = WorkerPoolLauncher(campaign, paths, instance, 1)
+        said, shown = [], []
+        subset = run_campaign(campaign, instance, launcher, cycle, paths, said.append, selection, shown.append)
+        assert len(shown) == 1 and shown[0].startswith("1/1 done · 1 resolved · "), shown
+        assert not [line for line in said if line.startswith("[")], "a scored trial is shown, not said"
+        assert any("(selected: 1)" in line for line in said)
+        evaluated = instance.get_materialized_partitions(AssetKey(["driven", "evaluation"]))
+        assert evaluated == {f"{KEPT[1]}|oracle-s0"}
+        assert (subset.generation.computed, subset.evaluation.computed) == (1, 1)
+        stages = [r.tags[STAGE_TAG] for r in reversed(cycle.runs(instance))]
+        assert stages == ["prepare", "environments", "trials", "results"], "only the selected instance's environment"
+        assert subset.report.planned == 4 and subset.report.scored == 1, "the report is the whole campaign's"
+
+        whole, stages = drive_once(campaign, instance, paths)
+        assert (whole.generation.computed, whole.evaluation.computed) == (3, 3), "the selected trial is not run again"
+        assert whole.report.scored == 4
+
+
+def test_a_selection_naming_what_the_campaign_lacks_is_refused_before_anything_runs(campaign, tmp_path, monkeypatch):
+    monkeypatch.delenv("EVAL_PIPELINE_ARTIFACTS", raising=False)
+    paths = Paths(tmp_path / "data")
+    with instance_for_test() as instance:
+        cycle = new_cycle(campaign)
+        launcher = WorkerPoolLauncher(campaign, paths, instance, 1)
+        with pytest.raises(SelectionError, match="--variant nope: not in the campaign .*oracle"):
+            run_campaign(campaign, instance, launcher, cycle, paths, selection=TrialSelection(variants=("nope",)))
+        assert [r.tags[STAGE_TAG] for r in cycle.runs(instance)] == ["prepare"]

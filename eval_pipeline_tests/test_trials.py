@@ -22,6 +22,7 @@ from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR, load_terminal_task
 from eval_pipeline.trial.evaluation import evaluate
 from eval_pipeline.trial.generation import generate
 from eval_pipeline.trial.pending import pending_trials
+from eval_pipeline.trial.selection import TrialSelection
 from eval_pipeline.trial.spec import GENERATION_VERSION, SCORED, trial_spec, trial_specs
 from eval_pipeline_tests.counting_store import CountingStore
 from eval_pipeline_tests.test_artifacts import overwrite, raw, rehashed
@@ -219,9 +220,23 @@ def test_results_and_folders_come_from_the_store_alone(identities, portfolio, sh
     assert rows[(instance_id, "oracle-s0")].resolved and rows[(instance_id, "none-s0")].outcome == "unresolved"
     assert not any(row.scored for (other, _), row in rows.items() if other != instance_id)
 
-    folders = export_trials(CAMPAIGN, portfolio, lambda task: shared_sandbox, store, tmp_path / "trials", instance_id)
+    sandbox_for = lambda task: shared_sandbox  # noqa: E731 - the one sandbox of every task here
+    folders = export_trials(
+        CAMPAIGN, portfolio, sandbox_for, store, tmp_path / "trials", TrialSelection((instance_id,))
+    )
     assert [f.relative_to(tmp_path / "trials").parts for f in folders] == [
         ("code-issues", instance_id, variant, f"seed-{seed}") for variant in ("oracle", "none") for seed in (0, 1)
+    ]
+    oracles = export_trials(
+        CAMPAIGN,
+        portfolio,
+        sandbox_for,
+        store,
+        tmp_path / "oracles",
+        TrialSelection((instance_id,), ("oracle",), limit=1),
+    )
+    assert [f.relative_to(tmp_path / "oracles").parts for f in oracles] == [
+        ("code-issues", instance_id, "oracle", "seed-0")
     ]
     oracle = folders[0]
     assert sorted(path.name for path in oracle.iterdir()) == sorted(FILES)

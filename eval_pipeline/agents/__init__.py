@@ -1,5 +1,5 @@
 """Agents behind one small interface (base.py), by name: the built-in ones (builtin.py), the llm agent
-(llm.py) and the mini-swe-agent adapter (mini_swe.py).
+(llm.py), the mini-swe-agent adapter (mini_swe.py) and a predictions file's patches (predictions.py).
 
 An agent works on a workspace (the repository at the base commit) and reports its trajectory and usage; the
 harness then takes the agent's patch as the diff of the workspace, so every agent, scripted or model-driven,
@@ -25,6 +25,7 @@ from eval_pipeline.agents.base import (
 from eval_pipeline.agents.builtin import CommandAgent, FlakyAgent, NullAgent, OracleAgent
 from eval_pipeline.agents.llm import LLMAgent
 from eval_pipeline.agents.mini_swe import MiniSweAgent
+from eval_pipeline.agents.predictions import PredictionsAgent
 
 __all__ = [
     "AGENTS",
@@ -42,6 +43,7 @@ __all__ = [
     "MiniSweAgent",
     "NullAgent",
     "OracleAgent",
+    "PredictionsAgent",
     "agent_task",
     "finished",
     "make_agent",
@@ -49,7 +51,8 @@ __all__ = [
 ]
 
 AGENTS: dict[str, type[Agent]] = {
-    agent.name: agent for agent in (OracleAgent, NullAgent, FlakyAgent, CommandAgent, LLMAgent, MiniSweAgent)
+    agent.name: agent
+    for agent in (OracleAgent, NullAgent, FlakyAgent, CommandAgent, LLMAgent, MiniSweAgent, PredictionsAgent)
 }
 
 

@@ -118,6 +118,8 @@ class Agent(ABC):
 
     name: ClassVar[str]
     trusted: ClassVar[bool] = False
+    # Parameters that name files: a campaign file's relative path is read from its own directory.
+    path_params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **params: Any) -> None:
         self.params = params

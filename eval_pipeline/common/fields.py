@@ -76,7 +76,7 @@ class ConfigModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-def _resolve(value: str, info: ValidationInfo, must_exist: bool) -> str:
+def resolve_path(value: str, info: ValidationInfo, must_exist: bool) -> str:
     """`value` as an absolute path: `builtin:` under the package, relative ones under the file's directory.
 
     Without a base directory in the validation context (a mapping given in code, not a file) a relative
@@ -101,11 +101,11 @@ def _resolve(value: str, info: ValidationInfo, must_exist: bool) -> str:
 
 
 def _existing(value: str, info: ValidationInfo) -> str:
-    return _resolve(value, info, must_exist=True)
+    return resolve_path(value, info, must_exist=True)
 
 
 def _anywhere(value: str, info: ValidationInfo) -> str:
-    return _resolve(value, info, must_exist=False)
+    return resolve_path(value, info, must_exist=False)
 
 
 InputPath = Annotated[str, AfterValidator(_existing)]  # read at load or by a run: must exist

@@ -21,6 +21,7 @@ from eval_pipeline.common.fields import (
     Number,
     PositiveCount,
     PositiveNumber,
+    resolve_path,
 )
 from eval_pipeline.common.text import from_environment
 from eval_pipeline.datasets.config import DatasetSource
@@ -60,6 +61,15 @@ class Variant(ConfigModel):
     def _none_is_empty(cls, params: Any) -> Any:
         """`params:` with every line commented out is YAML's null: no parameters."""
         return {} if params is None else params
+
+    @field_validator("params", mode="after")
+    @classmethod
+    def _paths_from_the_files_directory(cls, params: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """The agent's file parameters (a predictions file) as absolute paths, read from the campaign file's
+        directory, so that every process that makes the agent (run workers, the UI's) reads the same file."""
+        agent = AGENTS.get(info.data.get("agent", ""))
+        named = [name for name in (agent.path_params if agent else ()) if isinstance(params.get(name), str)]
+        return {**params, **{name: resolve_path(params[name], info, must_exist=True) for name in named}}
 
     @model_validator(mode="after")
     def _makes_an_agent(self) -> "Variant":

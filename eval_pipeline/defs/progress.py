@@ -33,29 +33,39 @@ class CampaignProgress:
     trials: tuple[str, ...]
     environments_ready: frozenset[str]
     evaluated: frozenset[str]
+    only: frozenset[str] | None = None  # the trial partitions a selection picked (trial/selection.py); None: all
 
     @classmethod
     def read(
-        cls, instance: DagsterInstance, campaign: Campaign, unstored: Set[str] = frozenset()
+        cls,
+        instance: DagsterInstance,
+        campaign: Campaign,
+        unstored: Set[str] = frozenset(),
+        only: frozenset[str] | None = None,
     ) -> "CampaignProgress":
         """`unstored`: trial partitions whose scored evaluation the artifact store no longer holds, which count
-        as not evaluated whatever Dagster recorded."""
+        as not evaluated whatever Dagster recorded; `only`: the trial partitions a cycle is limited to."""
         partitions = CampaignPartitions.for_campaign(campaign)
         evaluated = instance.get_materialized_partitions(AssetKey([campaign.name, "evaluation"]))
+        instances = tuple(instance.get_dynamic_partitions(partitions.instances.name))
+        if only is not None:
+            selected = {key.split("|", 1)[0] for key in only}
+            instances = tuple(i for i in instances if i in selected)
         return cls(
-            tuple(instance.get_dynamic_partitions(partitions.instances.name)),
+            instances,
             tuple(instance.get_dynamic_partitions(partitions.trials.name)),
             frozenset(instance.get_materialized_partitions(AssetKey([campaign.name, "environment"]))),
             frozenset(evaluated - unstored),
+            only,
         )
 
     def missing_environments(self) -> list[str]:
         return [i for i in self.instances if i not in self.environments_ready]
 
     def pending_trials(self) -> list[str]:
-        """Trial partitions not evaluated, instance by instance."""
+        """Trial partitions not evaluated (of those selected), instance by instance."""
         keys = (str(trial_run_key(i, t)) for i in self.instances for t in self.trials)
-        return [key for key in keys if key not in self.evaluated]
+        return [key for key in keys if key not in self.evaluated and (self.only is None or key in self.only)]
 
     def runnable_batches(self, size: int, requested: Set[str] = frozenset(), spread: int = 1) -> list[PartitionBatch]:
         """Pending trials whose environment is ready (one that failed is left for the next cycle), less those
@@ -78,11 +88,12 @@ class Step:
 
 @dataclass(frozen=True)
 class Cycle:
-    """One pass over a campaign: its id, and what started it (cli, nightly)."""
+    """One pass over a campaign: its id, what started it (cli, nightly), and the trials it is limited to."""
 
     campaign: Campaign
     id: str
     trigger: str
+    only: frozenset[str] | None = None  # the trial partitions it runs (a selection's), None: every planned one
 
     def request(self, stage: str, partition_key: str | None = None) -> RunRequest:
         return self._request(stage, partition_key or "", partition_key)
@@ -137,7 +148,7 @@ def next_step(
     in_flight = any(run.status not in FINISHED for run in runs) or any(
         request.tags[REQUEST_TAG] not in finished for request in launched
     )
-    progress = CampaignProgress.read(instance, campaign, unstored)
+    progress = CampaignProgress.read(instance, campaign, unstored, cycle.only)
     batches = progress.runnable_batches(campaign.batches.size, requested_trials(tags, progress.trials), runs_at_once)
     new = [cycle.request_trials(batch) for batch in batches]
     new += [cycle.request("environments", key) for key in progress.missing_environments()]

@@ -5,13 +5,14 @@ and trials not yet evaluated, and a re-run of a finished step costs a lookup in
 the artifact store, not a regeneration.
 """
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 
+from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.common.settings import Paths, dagster_home
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.datasets.sources import load_portfolio
@@ -27,10 +28,12 @@ from eval_pipeline.orchestration.driver import (
     run_one,
 )
 from eval_pipeline.orchestration.launchers import Launcher, free_abandoned_slots
+from eval_pipeline.orchestration.tally import Tally
 from eval_pipeline.results.model import Report, load_report
 from eval_pipeline.trial.harness import Harness
 from eval_pipeline.trial.pending import pending_trials
-from eval_pipeline.trial.spec import trial_specs
+from eval_pipeline.trial.selection import EVERY_TRIAL, TrialSelection
+from eval_pipeline.trial.spec import TrialSpec, trial_specs
 
 
 @dataclass
@@ -93,21 +96,26 @@ def create_pools(instance: DagsterInstance) -> None:
 
 
 class _Teller:
-    """Counts what each trial and run did and tells it in one line: a trial as soon as its evaluation is
-    materialized, one that ended unscored (or whose run ended before telling) when its run has finished."""
+    """Counts what each trial and run did and tells it: a trial as soon as its evaluation is materialized, one
+    that ended unscored (or whose run ended before telling) when its run has finished. With `show` (a terminal's
+    live line) the tally is shown there and only unscored trials are told; without, every trial's line ends with
+    the tally."""
 
-    def __init__(self, run: CampaignRun, trials: int, say: Callable[[str], None]) -> None:
-        self.run, self.trials, self.say = run, trials, say
+    def __init__(
+        self, run: CampaignRun, tally: Tally, say: Callable[[str], None], show: Callable[[str], None] | None
+    ) -> None:
+        self.run, self.tally, self.say, self.show = run, tally, say, show
         self.told: set[str] = set()
-        self.generations: dict[str, bool] = {}  # partition -> whether its materialized generation was reused
+        self.generations: dict[str, Mapping[str, Any]] = {}  # partition -> its materialized generation's metadata
 
     def materialized(self, metadata: Materialized) -> None:
         for (asset, partition), values in metadata.items():
             if asset == "generation":
-                self.generations[partition] = values["reused"]
+                self.generations[partition] = values
         for (asset, partition), values in metadata.items():
             if asset == "evaluation":
-                self._tell_trial(partition, values["outcome"], self.generations.get(partition), values["reused"])
+                generation = self.generations.get(partition, {})
+                self._tell_trial(partition, values["outcome"], generation.get("reused"), values["reused"])
 
     def __call__(self, finished: FinishedRun) -> None:
         if finished.stage == "environments":
@@ -122,6 +130,8 @@ class _Teller:
             if not partitions:  # the run ended before any of its trials did (a crash, a cancel)
                 self.say(f"trials {finished.partition}: {finished.failure}")
             for partition in partitions:
+                if generation := finished.metadata.get(("generation", partition)):
+                    self.generations.setdefault(partition, generation)
                 if partition in finished.outcomes:
                     outcome = f"{finished.outcomes[partition].value} (run {finished.run.run_id})"
                 else:
@@ -135,9 +145,16 @@ class _Teller:
         self.told.add(partition)
         self.run.generation.add(generation)
         self.run.evaluation.add(evaluation)
+        self.tally.add(outcome, self.generations.get(partition))
         instance_id, trial = partition.split("|", 1)
         steps = f"generation {_status(generation)}, evaluation {_status(evaluation)}"
-        self.say(f"[{len(self.told)}/{self.trials}] {instance_id} {trial}: {outcome} ({steps})")
+        line = f"[{len(self.told)}/{self.tally.total}] {instance_id} {trial}: {outcome} ({steps})"
+        if self.show is None:
+            self.say(f"{line} · {self.tally.line()}")
+            return
+        if not Outcome(outcome.split(" ", 1)[0]).is_scored:
+            self.say(line)
+        self.show(self.tally.line())
 
 
 def _last_error(failure: str) -> str:
@@ -153,14 +170,16 @@ def _status(reused: bool | None) -> str:
     return "not stored" if reused is None else "reused" if reused else "computed"
 
 
-def unstored_trials(campaign: Campaign, harness: Harness) -> set[str]:
+def _partition(spec: TrialSpec) -> str:
+    return str(trial_run_key(spec.instance_id, spec.trial))
+
+
+def unstored_trials(specs: list[TrialSpec], harness: Harness) -> set[str]:
     """Trial partitions with no intact scored evaluation in the artifact store (the pending scan: a listing per
     storage prefix and one read per finished trial). Dagster's record of a partition is trusted only when the
     store still holds what it recorded intact: a trial whose evaluation was lost, truncated or forged runs
     again, reusing its patch."""
-    portfolio = load_portfolio(campaign.slices, harness.paths).excluding(campaign.exclude)
-    identities = trial_specs(campaign, portfolio, harness.sandbox_for(campaign))
-    return {str(trial_run_key(i.instance_id, i.trial)) for i in pending_trials(identities, harness.store, verify=True)}
+    return {_partition(spec) for spec in pending_trials(specs, harness.store, verify=True)}
 
 
 def run_campaign(
@@ -170,9 +189,13 @@ def run_campaign(
     cycle: Cycle,
     paths: Paths,
     say: Callable[[str], None] = lambda _: None,
+    selection: TrialSelection = EVERY_TRIAL,
+    show: Callable[[str], None] | None = None,
 ) -> CampaignRun:
-    """Prepare the dataset, then carry the cycle through; raises CampaignRunError when a stage every trial needs
-    (preparing, results) fails."""
+    """Prepare the dataset, then carry the cycle through (over the trials `selection` picks; the results and
+    the report are the whole campaign's), telling each step with `say` and the tally with `show` when given (a
+    terminal's live line: see _Teller); raises CampaignRunError when a stage every trial needs (preparing,
+    results) fails, and SelectionError when the selection names what the campaign does not have."""
     create_pools(instance)
     prepared = run_one(instance, launcher, cycle.request("prepare"))
     if prepared.status != DagsterRunStatus.SUCCESS:
@@ -180,18 +203,23 @@ def run_campaign(
     harness = Harness.from_env(paths)
     for shared in harness.sandbox(campaign).disks_shared_with(harness_storage(paths)):
         say(f"{campaign.name}: warning: {shared}")
-    unstored = unstored_trials(campaign, harness)
-    progress = CampaignProgress.read(instance, campaign, unstored)
+    portfolio = load_portfolio(campaign.slices, harness.paths).excluding(campaign.exclude)
+    specs = trial_specs(campaign, portfolio, harness.sandbox_for(campaign))
+    if not selection.everything:
+        cycle = replace(cycle, only=frozenset(map(_partition, selection.pick(specs))))
+    unstored = unstored_trials(specs, harness)
+    progress = CampaignProgress.read(instance, campaign, unstored, cycle.only)
     pending = progress.pending_trials()
-    planned = len(progress.instances) * len(progress.trials)
+    planned = len(progress.instances) * len(progress.trials) if cycle.only is None else len(cycle.only)
     say(
-        f"{campaign.name}: {len(progress.instances)} instances x {len(progress.trials)} trials;"
+        f"{campaign.name}: {len(progress.instances)} instances x {len(progress.trials)} trials"
+        f"{'' if cycle.only is None else f' (selected: {len(cycle.only)})'};"
         f" {planned - len(pending)} of {planned} trials already done; running {len(pending)},"
         f" {launcher.capacity} at a time"
     )
     run = CampaignRun()
     try:
-        teller = _Teller(run, len(pending), say)
+        teller = _Teller(run, Tally(len(pending)), say, show)
         drive(instance, cycle, launcher, teller, unstored, teller.materialized)
     finally:  # pods are restarted on demand by the next run
         harness.sandbox(campaign).release()

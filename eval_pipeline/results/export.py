@@ -29,6 +29,7 @@ from eval_pipeline.store.artifacts import ArtifactStore
 from eval_pipeline.tasks.task import Task
 from eval_pipeline.trial.evaluation import Evaluation
 from eval_pipeline.trial.records import StoredTrial, read_trials
+from eval_pipeline.trial.selection import EVERY_TRIAL, TrialSelection
 from eval_pipeline.trial.spec import GENERATION_VERSION, TrialSpec
 
 FILES = ("instruction.md", "patch.diff", "test_output.txt", "outcome.json", "lineage.json", "attempts.jsonl")
@@ -127,12 +128,12 @@ def export_trials(
     sandbox_for: Callable[[Task], SandboxBackend],
     store: ArtifactStore,
     dest: Path,
-    instance_id: str | None = None,
+    selection: TrialSelection = EVERY_TRIAL,
 ) -> list[Path]:
-    """Write the folder of every planned trial of the campaign (or only `instance_id`'s) under `dest`, from the
+    """Write the folder of every planned trial of the campaign (or the `selection`'s) under `dest`, from the
     artifact store alone; the folders written, by instance then trial. `sandbox_for` gives a task's sandbox
     (it is not started: it names the environment and resources the trial's keys hold)."""
     return [
         write_trial_folder(records, portfolio.instance(records.identity.instance_id).instruction, dest)
-        for records in read_trials(campaign, portfolio, sandbox_for, store, instance_id)
+        for records in read_trials(campaign, portfolio, sandbox_for, store, selection)
     ]

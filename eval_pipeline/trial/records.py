@@ -22,6 +22,7 @@ from eval_pipeline.tasks.task import Task
 from eval_pipeline.trial.evaluation import Evaluation
 from eval_pipeline.trial.generation import Generation
 from eval_pipeline.trial.limits import ReferencePass
+from eval_pipeline.trial.selection import EVERY_TRIAL, TrialSelection
 from eval_pipeline.trial.spec import TrialSpec, trial_specs
 
 MISSING = "missing"
@@ -270,15 +271,16 @@ def read_trials(
     portfolio: Portfolio,
     sandbox_for: Callable[[Task], SandboxBackend],
     store: ArtifactStore,
-    instance_id: str | None = None,
+    selection: TrialSelection = EVERY_TRIAL,
 ) -> list[StoredTrial]:
-    """Every planned trial's records (or only `instance_id`'s), by instance then trial; the attempt log is
+    """Every planned trial's records (or the `selection`'s), by instance then trial; the attempt log is
     listed once per stage, not once per trial, and the quarantine once, after every read (which rejects what
     fails its checks), to give each trial its rejected records."""
     log = AttemptLog(store)
     sandboxes: dict[str, SandboxBackend] = {}
     records = []
-    for identity in trial_specs(campaign, portfolio, sandbox_for, instance_id):
+    only = selection.instances[0] if len(selection.instances) == 1 else None  # one instance's: only its specs
+    for identity in selection.pick(trial_specs(campaign, portfolio, sandbox_for, only)):
         task = portfolio.instance(identity.instance_id)
         sandbox = sandboxes.setdefault(identity.instance_id, sandbox_for(task))
         records.append(read_trial(identity, task, portfolio, sandbox, store, log))

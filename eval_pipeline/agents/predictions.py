@@ -1,0 +1,120 @@
+"""Patches someone already has, graded like any agent's: a SWE-bench predictions file as a variant's agent.
+
+SWE-bench's harness grades a predictions file (`run_evaluation --predictions_path`): a JSON list, a JSON object
+by instance id, or JSON Lines, each prediction with `instance_id`, `model_name_or_path` and `model_patch`. Here
+the file is the `predictions` agent's (`agent: predictions`, `params: {path: FILE}`): its `solve` applies the
+instance's prediction to the trial's workspace, so the prediction becomes the trial's generation, graded,
+reported and gated like any other. The file's content hash is in the agent's config, so in every generation's
+key and lineage: an edited file is graded anew, an unchanged one never twice.
+
+The file is read whole when the campaign loads, and one that cannot be read as predictions is refused then,
+naming it. A prediction that is not one (no `model_patch` string) is kept as that instance's problem, and its
+trial, like an instance the file has no prediction for, ends as the agent's error, named: every planned trial
+counts, as SWE-bench counts an instance it could not evaluate as not resolved. Its patches come from outside
+the harness: the agent is untrusted, graded only where untrusted code may run.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+from eval_pipeline.agents.base import Agent, AgentOutput, AgentStopped, AgentTask
+from eval_pipeline.common.hashing import sha256_text
+from eval_pipeline.sandbox import Workspace
+from eval_pipeline.sandbox.patches import apply_patch
+
+__all__ = ["PredictionsAgent", "model_names", "read_predictions"]
+
+
+def _rows(text: str, origin: str) -> list[Any]:
+    """The file's predictions as parsed: a JSON list, a JSON object by instance id, or one JSON value a line."""
+    stripped = text.strip()
+    if stripped.startswith(("[", "{")):
+        try:
+            value = json.loads(stripped)
+        except json.JSONDecodeError as error:
+            if not stripped.startswith("{"):
+                raise ValueError(f"{origin}: not JSON ({error})") from None
+        else:
+            if isinstance(value, list):
+                return value
+            if isinstance(value, dict) and "instance_id" not in value:  # an object by instance id
+                return [{"instance_id": key, **row} if isinstance(row, dict) else row for key, row in value.items()]
+            return [value]
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{origin}: line {number} is not JSON ({error})") from None
+    return rows
+
+
+def _read(path: Path) -> tuple[str, list[Any]]:
+    """The file's text and its rows; ValueError naming the file when it cannot be read as predictions."""
+    origin = f"predictions file {path}"
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{origin}: cannot be read ({error})") from None
+    return text, _rows(text, origin)
+
+
+def model_names(path: Path) -> list[str]:
+    """The distinct `model_name_or_path` values of the file's predictions, in the file's order."""
+    rows = _read(path)[1]
+    names = (row.get("model_name_or_path") for row in rows if isinstance(row, dict))
+    return list(dict.fromkeys(name for name in names if isinstance(name, str) and name))
+
+
+def read_predictions(path: Path) -> tuple[dict[str, str], dict[str, str], str]:
+    """(patch by instance id, problem by instance id, the file's content hash). A row without an instance id
+    cannot be anyone's, so it refuses the file; two predictions for one instance too."""
+    origin = f"predictions file {path}"
+    text, rows = _read(path)
+    patches: dict[str, str] = {}
+    problems: dict[str, str] = {}
+    for number, row in enumerate(rows, start=1):
+        instance_id = row.get("instance_id") if isinstance(row, dict) else None
+        if not isinstance(instance_id, str) or not instance_id:
+            raise ValueError(f"{origin}: prediction {number} has no instance_id")
+        if instance_id in patches or instance_id in problems:
+            raise ValueError(f"{origin}: prediction {number}: a second prediction for {instance_id!r}")
+        patch = row.get("model_patch")
+        if patch is None or isinstance(patch, str):
+            patches[instance_id] = patch or ""
+        else:
+            problems[instance_id] = f"prediction {number} ({instance_id!r}): model_patch is not a string"
+    return patches, problems, sha256_text(text)
+
+
+class PredictionsAgent(Agent):
+    """Applies the prediction the file at `path` holds for the task (an empty one changes nothing)."""
+
+    name = "predictions"
+    trusted = False  # patches from outside the harness, run by the tests that grade them
+    path_params = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self.patches, self.problems, content = read_predictions(self.path)
+        # The content, not the path, determines what the agent does: moving the file changes no key.
+        super().__init__(predictions_sha256=content)
+
+    def solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
+        if problem := self.problems.get(task.instance_id):
+            raise AgentStopped(f"predictions file {self.path}: {problem}")
+        if task.instance_id not in self.patches:
+            raise AgentStopped(f"predictions file {self.path} has no prediction for {task.instance_id!r}")
+        patch = self.patches[task.instance_id]
+        if not patch.strip():
+            return AgentOutput(trajectory=[{"action": "apply_prediction", "patch_bytes": 0}], stop_reason="empty")
+        applied = apply_patch(workspace, patch, "prediction.patch")
+        step = {"action": "apply_prediction", "patch_bytes": len(patch.encode()), **applied.summary(tail=500)}
+        if not applied.ok:
+            raise AgentStopped(
+                f"the prediction for {task.instance_id!r} does not apply: {applied.stderr[-500:]}",
+                AgentOutput(trajectory=[step]),
+            )
+        return AgentOutput(trajectory=[step])

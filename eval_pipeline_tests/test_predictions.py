@@ -1,0 +1,160 @@
+"""A predictions file (SWE-bench's format) as a variant's agent: each prediction is its trial's generation."""
+
+import json
+
+import pytest
+
+from eval_pipeline.agents import make_agent
+from eval_pipeline.agents.builtin import CommandAgent
+from eval_pipeline.agents.predictions import PredictionsAgent, read_predictions
+from eval_pipeline.config.campaign import CampaignError, parse_campaign
+from eval_pipeline.config.grading import dataset_source, grading_campaign
+from eval_pipeline_tests.conftest import eval_pipeline_cli, resolve_trial
+
+
+def prediction(instance_id: str, patch: object) -> dict:
+    return {"instance_id": instance_id, "model_name_or_path": "someone/model-1", "model_patch": patch}
+
+
+@pytest.mark.parametrize("form", ["list", "jsonl", "by_id"])
+def test_each_of_swebenchs_file_forms_is_read_and_its_content_hash_keys_the_agent(tmp_path, form):
+    rows = [prediction("a", "diff --git a/x b/x\n"), prediction("b", None), prediction("c", 7)]
+    text = {
+        "list": json.dumps(rows),
+        "jsonl": "\n".join(map(json.dumps, rows)) + "\n",
+        "by_id": json.dumps({row["instance_id"]: {k: v for k, v in row.items() if k != "instance_id"} for row in rows}),
+    }[form]
+    path = tmp_path / f"preds.{form}"
+    path.write_text(text)
+    patches, problems, content = read_predictions(path)
+    assert patches == {"a": "diff --git a/x b/x\n", "b": ""}
+    assert problems == {"c": "prediction 3 ('c'): model_patch is not a string"}
+    agent = make_agent("predictions", {"path": str(path)})
+    moved = tmp_path / "moved.json"
+    moved.write_text(text)
+    assert agent.config == make_agent("predictions", {"path": str(moved)}).config, "the content keys it, not the path"
+    moved.write_text(text.replace("x\\n", "y\\n"))
+    assert agent.config != make_agent("predictions", {"path": str(moved)}).config
+    assert not agent.trusted
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[{", "not JSON"),
+        ('{"instance_id": "a"}\n{oops\n', "line 2 is not JSON"),
+        ('[{"model_patch": ""}]', "prediction 1 has no instance_id"),
+        ('[{"instance_id": "a"}, {"instance_id": "a"}]', "a second prediction for 'a'"),
+    ],
+)
+def test_a_file_that_is_not_predictions_is_refused_at_load_naming_it(tmp_path, text, message):
+    path = tmp_path / "preds.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        PredictionsAgent(str(path))
+    campaign = {
+        "name": "graded",
+        "benchmark": {"kind": "demo"},
+        "variants": [{"name": "theirs", "agent": "predictions", "params": {"path": "preds.json"}}],
+        "sandbox": {"backend": "container"},
+    }
+    with pytest.raises(CampaignError, match=f"variants\\[0\\].params.*{message}"):
+        parse_campaign(campaign, "graded.yaml", base_dir=tmp_path)
+
+
+def test_a_relative_path_is_read_from_the_campaign_files_directory(tmp_path):
+    (tmp_path / "preds.jsonl").write_text(json.dumps(prediction("a", "")) + "\n")
+    campaign = {
+        "name": "graded",
+        "benchmark": {"kind": "demo"},
+        "variants": [{"name": "theirs", "agent": "predictions", "params": {"path": "preds.jsonl"}}],
+        "sandbox": {"backend": "container"},
+    }
+    loaded = parse_campaign(campaign, "graded.yaml", base_dir=tmp_path)
+    assert loaded.variants[0].params["path"] == str(tmp_path / "preds.jsonl")
+    with pytest.raises(CampaignError, match="untrusted"):
+        parse_campaign({**campaign, "sandbox": {"backend": "local"}}, "graded.yaml", base_dir=tmp_path)
+
+
+def test_predictions_grade_as_the_same_patches_applied_by_a_command_agent(
+    tmp_path, demo_benchmark, prepare, shared_sandbox, store
+):
+    """The gold patch resolves, an empty prediction does not, and each grades as the same patch applied by the
+    `command` agent does; a missing and a malformed prediction, and one that does not apply, are the agent's
+    error, named."""
+    tasks = list(demo_benchmark.instances)[:3]
+    gold, empty, broken = tasks
+    rows = [
+        prediction(gold.instance_id, gold.patch),
+        prediction(empty.instance_id, ""),
+        prediction(
+            broken.instance_id, "diff --git a/nope.py b/nope.py\n--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-x\n+y\n"
+        ),
+        prediction(demo_benchmark.instances[4].instance_id, 5),
+    ]
+    path = tmp_path / "preds.jsonl"
+    path.write_text("\n".join(map(json.dumps, rows)) + "\n")
+    agent = PredictionsAgent(str(path))
+    outcomes = {}
+    for task in (gold, empty):
+        environment = prepare(task)
+        ours = resolve_trial(task, agent, 0, environment, shared_sandbox, store, demo_benchmark)[1].outcome
+        patch = tmp_path / f"{task.instance_id}.patch"
+        patch.write_text(dict((r["instance_id"], r["model_patch"]) for r in rows)[task.instance_id])
+        applying = CommandAgent(command=f"test ! -s {patch} || git apply {patch}")
+        theirs = resolve_trial(task, applying, 0, environment, shared_sandbox, store, demo_benchmark)[1].outcome
+        outcomes[task.instance_id] = (ours, theirs)
+    assert outcomes == {gold.instance_id: ("resolved", "resolved"), empty.instance_id: ("unresolved", "unresolved")}
+
+    generation, evaluation = resolve_trial(broken, agent, 0, prepare(broken), shared_sandbox, store, demo_benchmark)
+    assert evaluation.outcome == "agent_error" and "does not apply" in generation.error
+    missing = demo_benchmark.instances[3]
+    generation, evaluation = resolve_trial(missing, agent, 0, prepare(missing), shared_sandbox, store, demo_benchmark)
+    assert evaluation.outcome == "agent_error"
+    assert f"has no prediction for {missing.instance_id!r}" in generation.error and str(path) in generation.error
+    malformed = demo_benchmark.instances[4]
+    generation, evaluation = resolve_trial(
+        malformed, agent, 0, prepare(malformed), shared_sandbox, store, demo_benchmark
+    )
+    assert evaluation.outcome == "agent_error" and "prediction 4" in generation.error
+    assert "model_patch is not a string" in generation.error
+
+
+def test_the_grading_campaign_is_one_variant_of_the_file_named_after_it(tmp_path):
+    path = tmp_path / "my-preds.jsonl"
+    path.write_text(json.dumps(prediction("a", "")) + "\n")
+    campaign = grading_campaign(path, "demo", "container")
+    assert campaign["name"] == "grade_my_preds" and campaign["seeds"] == [0]
+    assert campaign["variants"] == [{"name": "model_1", "agent": "predictions", "params": {"path": str(path)}}]
+    loaded = parse_campaign(campaign, "grade", base_dir=tmp_path)
+    assert loaded.variants[0].make_agent().params["predictions_sha256"]
+    assert grading_campaign(path, "demo", "local")["sandbox"]["allow_untrusted_agents_locally"] is True
+    assert dataset_source("hf:princeton-nlp/SWE-bench_Verified@c104f840:test") == {
+        "kind": "swebench",
+        "hf_name": "princeton-nlp/SWE-bench_Verified",
+        "revision": "c104f840",
+        "split": "test",
+    }
+    assert dataset_source(str(path))["path"] == str(path)
+    with pytest.raises(ValueError, match="pinned to a revision"):
+        dataset_source("hf:princeton-nlp/SWE-bench_Verified")
+
+
+@pytest.mark.slow
+def test_grade_runs_a_predictions_file_with_one_command(campaign_env, tmp_path, demo_benchmark):
+    """`eval-pipeline grade --predictions FILE --dataset demo`: each prediction graded, reported like any
+    variant's; an instance the file has no prediction for is its agent's error, named, and counted."""
+    gold, empty, missing = list(demo_benchmark.instances)[:3]
+    path = tmp_path / "preds.json"
+    path.write_text(json.dumps([prediction(gold.instance_id, gold.patch), prediction(empty.instance_id, "")]))
+    picked = [flag for task in (gold, empty, missing) for flag in ("--instance", task.instance_id)]
+    args = ["grade", "--predictions", str(path), "--dataset", "demo", "--backend", "local", "--json", *picked]
+    graded = eval_pipeline_cli(campaign_env, *args)
+    assert graded.returncode == 0, graded.stderr[-3000:]
+    summary = json.loads(graded.stdout)
+    assert summary["campaign"] == "grade_preds" and summary["scored"] == 3
+    outcomes = summary["variants"]["model_1"]["outcomes"]
+    assert outcomes == {"resolved": 1, "unresolved": 1, "agent_error": 1, "missing": summary["planned"] - 3}
+    assert f"has no prediction for {missing.instance_id!r}" not in graded.stderr  # a result, not a failure
+    again = eval_pipeline_cli(campaign_env, *args)
+    assert json.loads(again.stdout)["generation"]["computed"] == 0, "the same file is graded once"
