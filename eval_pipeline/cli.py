@@ -195,7 +195,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    """Write each trial's folder (instruction, patch, test output, outcome, lineage, attempts) from the store."""
+    """Write each trial's folder (instruction, patch, trajectory, test output, outcome, lineage, attempts) from the store."""
     from eval_pipeline.datasets.sources import load_portfolio
     from eval_pipeline.results.export import export_trials
     from eval_pipeline.trial.harness import Harness
@@ -405,7 +405,7 @@ def _add_reading_commands(commands: Any) -> None:
     export = _command(
         commands,
         "export",
-        "write a folder per trial (instruction, patch, test output, outcome, lineage, attempts)",
+        "write a folder per trial (instruction, patch, trajectory, test output, outcome, lineage, attempts)",
         _export,
     )
     export.add_argument("--to", required=True, help="the directory to write the folders under")

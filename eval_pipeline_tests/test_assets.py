@@ -70,6 +70,10 @@ def test_a_trial_materializes_with_lineage_and_evaluation_never_regenerates(defs
     evaluation = latest(dagster_instance, "evaluation", str(key))
     generation = latest(dagster_instance, "generation", str(key))
     assert evaluation.metadata["outcome"].value == "resolved"
+    assert list(evaluation.metadata)[0] == "outcome", "the verdict is the first thing a partition shows"
+    assert (
+        list(generation.metadata)[:1] == ["trial_outcome"] and generation.metadata["trial_outcome"].value == "resolved"
+    )
     assert LINEAGE <= set(evaluation.metadata) and LINEAGE <= set(generation.metadata)
     assert (
         evaluation.metadata["resources"].value["requested"]["memory_ceiling_mb"] == CAMPAIGN.resources.memory_ceiling_mb

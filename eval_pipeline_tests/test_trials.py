@@ -240,6 +240,7 @@ def test_results_and_folders_come_from_the_store_alone(identities, portfolio, sh
     ]
     oracle = folders[0]
     assert sorted(path.name for path in oracle.iterdir()) == sorted(FILES)
+    assert json.loads((oracle / "trajectory.json").read_text())[0]["action"] == "apply_reference"
     assert portfolio.instance(instance_id).problem_statement in (oracle / "instruction.md").read_text()
     assert (oracle / "patch.diff").read_text().startswith("diff --git")
     assert "run_tests" in (oracle / "test_output.txt").read_text()

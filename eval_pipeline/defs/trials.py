@@ -80,6 +80,7 @@ def _trial_materializations(
         partition=partition,
         tags={DATA_VERSION_TAG: generation.patch_sha256},
         metadata={
+            "trial_outcome": result.outcome.value,  # first: what a person opening the partition looks for
             **lineage,
             "status": generation.status,
             "reused": generation.reused,
@@ -101,8 +102,8 @@ def _trial_materializations(
         partition=partition,
         tags={DATA_VERSION_TAG: stable_hash([evaluation.key, evaluation.outcome])},
         metadata={
+            "outcome": evaluation.outcome,  # first: what a person opening the partition looks for
             **lineage,
-            "outcome": evaluation.outcome,
             "reused": evaluation.reused,
             "artifact": evaluation.key,
             "attempt_id": evaluation.attempt_id,

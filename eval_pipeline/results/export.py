@@ -32,7 +32,15 @@ from eval_pipeline.trial.records import StoredTrial, read_trials
 from eval_pipeline.trial.selection import EVERY_TRIAL, TrialSelection
 from eval_pipeline.trial.spec import GENERATION_VERSION, TrialSpec
 
-FILES = ("instruction.md", "patch.diff", "test_output.txt", "outcome.json", "lineage.json", "attempts.jsonl")
+FILES = (
+    "instruction.md",
+    "patch.diff",
+    "trajectory.json",
+    "test_output.txt",
+    "outcome.json",
+    "lineage.json",
+    "attempts.jsonl",
+)
 # What a grading step's record holds beyond its command and exit, in the order a reader wants it.
 _STEP_OUTPUTS = ("log_tail", "stdout_tail", "stderr_tail")
 
@@ -112,6 +120,8 @@ def write_trial_folder(records: StoredTrial, instruction: str, dest: Path) -> Pa
     (folder / "instruction.md").write_text(instruction)
     if records.generation:
         (folder / "patch.diff").write_text(records.generation.patch)
+        trajectory = json.dumps(records.generation.trajectory, indent=2, ensure_ascii=False)
+        (folder / "trajectory.json").write_text(trajectory + "\n")
     if records.evaluation:
         (folder / "test_output.txt").write_text(_test_output(records.evaluation))
     (folder / "outcome.json").write_text(json.dumps(_outcome(records), indent=2, sort_keys=True) + "\n")
