@@ -203,8 +203,6 @@ def _export(args: argparse.Namespace) -> int:
     campaign = _load(args.campaign)
     harness = Harness.from_env()
     portfolio = load_portfolio(campaign.slices, harness.paths).excluding(campaign.exclude)
-    if args.instance and args.instance not in {task.instance_id for task in portfolio.instances}:
-        raise UsageError(f"--instance {args.instance!r} is not an instance of campaign {campaign.name}")
     store = harness.store.reading_only()
     folders = export_trials(campaign, portfolio, harness.sandbox_for(campaign), store, Path(args.to), _selection(args))
     if suspicion := store.wrong_key_suspected():

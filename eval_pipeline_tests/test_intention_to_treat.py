@@ -8,6 +8,7 @@ reference fails too, the fault is the harness's and the trial stays out of the s
 """
 
 import shlex
+import subprocess
 from dataclasses import replace
 
 import pytest
@@ -69,15 +70,31 @@ def walled(request, instance, demo_benchmark, shared_sandbox, prepare):
     return sandbox, prepare_on(sandbox, demo_benchmark, instance)
 
 
+@pytest.fixture
+def own_disk(tmp_path):
+    """A directory on a file system of its own (a tmpfs) where this user may mount one. The disk quota's trigger
+    is the file system's free space, which other tests deleting files on a shared disk would raise at the very
+    moment a trial fills it (seen in CI: a fill passed unjudged); elsewhere the shared directory."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4g", "tmpfs", str(disk)], capture_output=True).returncode
+        == 0
+    )
+    yield disk
+    if mounted:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
 @pytest.fixture(params=["local", pytest.param("pod", marks=ENGINE)])
-def limited(request, tmp_path, instance, demo_benchmark):
+def limited(request, own_disk, instance, demo_benchmark):
     """A factory of the instance's environment under given limits, locally and in a pod: (sandbox, environment).
     (Strict containers count a command's memory and disk as pods do: `walled` and test_hostile_containers.py
     try them.)"""
 
     def make(limits: ResourceLimits):
         if request.param == "local":
-            sandbox = LocalSandbox(tmp_path / "sb", limits, SandboxSettings(), "itt")
+            sandbox = LocalSandbox(own_disk / "sb", limits, SandboxSettings(), "itt")
         else:
             sandbox = request.getfixturevalue("container_sandbox")(mode=request.param, limits=limits)
         return sandbox, prepare_on(sandbox, demo_benchmark, instance)
