@@ -15,6 +15,7 @@ the harness: the agent is untrusted, graded only where untrusted code may run.
 """
 
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,21 @@ def read_predictions(path: Path) -> tuple[dict[str, str], dict[str, str], str]:
     return patches, problems, sha256_text(text)
 
 
+def _read_once(path: Path) -> tuple[dict[str, str], dict[str, str], str]:
+    """`read_predictions`, once per version of the file and process: the agent is made for every trial of a
+    batch, and a whole dataset's predictions are megabytes to read and hash."""
+    try:
+        status = path.stat()
+    except OSError:
+        return read_predictions(path)  # names the file and why it cannot be read
+    return _read_version(str(path.resolve()), status.st_mtime_ns, status.st_size)
+
+
+@lru_cache(maxsize=8)
+def _read_version(path: str, mtime_ns: int, size: int) -> tuple[dict[str, str], dict[str, str], str]:
+    return read_predictions(Path(path))
+
+
 class PredictionsAgent(Agent):
     """Applies the prediction the file at `path` holds for the task (an empty one changes nothing)."""
 
@@ -98,7 +114,7 @@ class PredictionsAgent(Agent):
 
     def __init__(self, path: str) -> None:
         self.path = Path(path)
-        self.patches, self.problems, content = read_predictions(self.path)
+        self.patches, self.problems, content = _read_once(self.path)
         # The content, not the path, determines what the agent does: moving the file changes no key.
         super().__init__(predictions_sha256=content)
 
