@@ -211,14 +211,42 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _view(args: argparse.Namespace) -> int:
+    """Serve the campaign's trials as web pages (results/viewer.py) until interrupted."""
+    from eval_pipeline.datasets.sources import load_portfolio
+    from eval_pipeline.results.viewer import TrialPages, serve
+    from eval_pipeline.trial.harness import Harness
+    from eval_pipeline.trial.records import read_trials
+
+    campaign = _load(args.campaign)
+    harness = Harness.from_env()
+    portfolio = load_portfolio(campaign.slices, harness.paths).excluding(campaign.exclude)
+    store, sandbox_for = harness.store.reading_only(), harness.sandbox_for(campaign)
+    pages = TrialPages(
+        campaign.name,
+        lambda selection: read_trials(campaign, portfolio, sandbox_for, store, selection),
+        lambda instance_id: portfolio.instance(instance_id).instruction,
+    )
+    try:
+        server = serve(pages, args.host, args.port)
+    except OSError as error:
+        raise UsageError(f"cannot serve on {args.host}:{args.port}: {error.strerror}") from None
+    host, port = server.server_address[:2]
+    print(f"Trials of campaign {campaign.name}: http://{host}:{port}/ (Ctrl-C stops)", flush=True)
+    with server:
+        server.serve_forever()
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     """Write a campaign's report.html again from its stored report and results, with the trajectories of the
     trials chosen by --trial (default: the failed ones), at most --limit of them."""
     from eval_pipeline.config.campaign import load_campaign
     from eval_pipeline.results.html import write_html_report
+    from eval_pipeline.results.matrix import trial_id, unscored_reasons
     from eval_pipeline.results.model import REPORT_FILES, ReportError, load_report
-    from eval_pipeline.results.trajectory import trajectories_for, trial_id
-    from eval_pipeline.results.warehouse import read_results_table
+    from eval_pipeline.results.trajectory import trajectories_for
+    from eval_pipeline.results.warehouse import read_attempts_table, read_results_table
     from eval_pipeline.trial.harness import Harness
 
     if args.limit < 0:
@@ -244,7 +272,8 @@ def _report(args: argparse.Namespace) -> int:
     trajectories = trajectories_for(rows, store, chosen, args.limit)
     if suspicion := store.wrong_key_suspected():
         raise UsageError(suspicion)
-    path = write_html_report(report.model_copy(update={"directory": str(directory)}), rows, trajectories)
+    reasons = unscored_reasons(read_attempts_table(results_path))
+    path = write_html_report(report.model_copy(update={"directory": str(directory)}), rows, trajectories, reasons)
     shown = f"{len(trajectories)} trajector{'y' if len(trajectories) == 1 else 'ies'}"
     print(f"HTML report: {harness.publish(path)} ({shown})")
     return 0
@@ -399,7 +428,7 @@ def _add_grade_command(commands: Any) -> None:
 
 
 def _add_reading_commands(commands: Any) -> None:
-    """export and report: the commands that read what a campaign stored."""
+    """export, view and report: the commands that read what a campaign stored."""
     export = _command(
         commands,
         "export",
@@ -408,6 +437,9 @@ def _add_reading_commands(commands: Any) -> None:
     )
     export.add_argument("--to", required=True, help="the directory to write the folders under")
     _selection_flags(export)
+    view = _command(commands, "view", "serve the campaign's trials as web pages: a matrix and a page per trial", _view)
+    view.add_argument("--port", type=int, default=8765, help="the port to serve on (default 8765; 0: any free one)")
+    view.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1: this machine only)")
     report = _command(
         commands,
         "report",

@@ -370,3 +370,52 @@ def test_the_cli_writes_the_report_again_with_the_chosen_trials_trajectories(
     assert re.findall(r'<section class="trajectory" id="([^"]+)"', page.read_text()) == ["trajectory-i1-cand-s0"]
     assert main(["report", "--campaign", "demo", "--trial", "cand-s0"]) == 2
     assert "has no trial 'cand-s0' (a trial is named <instance id>|<variant>-s<seed>)" in capsys.readouterr().err
+
+
+def test_the_report_has_the_matrix_and_names_each_unscored_trial_with_why(failed_campaign, store):
+    report, trials = failed_campaign
+    views = trajectories_for(trials, store)
+    reason = "the tests were OOM-killed at the memory ceiling"
+    html = render_html(report, trials, views, {"i3|cand-s0": reason})
+    [matrix] = re.findall(r'<table class="matrix">.*?</table>', html)
+    cells = re.findall(r'<span class="trial" data-outcome="(\w+)">(?:<a href="([^"]*)">)?', matrix)
+    assert sorted(cells) == sorted(
+        [
+            ("unresolved", "#trajectory-i1-cand-s0"),  # its trajectory is shown: the cell links to it
+            ("resolved", ""),
+            ("oom_killed", ""),
+            ("unresolved", ""),
+            ("unresolved", ""),
+            ("patch_apply_failed", "#trajectory-i0-ref-s0"),
+        ]
+    )
+    assert "<td>1/5 resolved</td><td>0/1 resolved</td>" in matrix
+    [unscored] = re.findall(r'<ul class="unscored">.*?</ul>', html)
+    assert re.findall(r"<li>.*?</li>", unscored) == [
+        '<li><span class="trial" data-outcome="oom_killed"><span class="swatch" style="background:#9b2c2c"></span>'
+        f"i3|cand-s0</span>: <strong>oom_killed</strong>: {reason}</li>"
+    ]
+
+
+def test_a_trajectory_shows_the_final_patch_and_failing_tests_and_no_step_count_without_a_model(failed_campaign, store):
+    report, trials = failed_campaign
+    graded = replace(trials[0], generation_key="generation/i1-patched.json", evaluation_key="evaluation/i1.json")
+    store.put("evaluation/i1.json", {"tests": {"t::ok": "PASSED", "t::bad": "FAILED", "t::gone": "MISSING"}})
+    patched = {**llm_generation("generation/i1-patched.json"), "patch": "diff --git a/x b/x\n-old\n+new\n"}
+    store.put("generation/i1-patched.json", patched)
+    silent = replace(trial("i9", "cand", 0, "unresolved"), generation_key="generation/null.json")
+    store.put("generation/null.json", {"key": "generation/null.json", "trajectory": [], "patch": "", "steps": 0})
+    reference = replace(trials[5], steps=0, input_tokens=0, output_tokens=0, cost_usd=0.0)  # no model
+    trials = [graded, *trials[1:5], reference, silent]
+    views = trajectories_for(trials, store)
+    assert "i9|cand-s0" not in views, "a failure with nothing to read takes no slot"
+    assert list(trajectories_for(trials, store, chosen={"i9|cand-s0"})) == ["i9|cand-s0"], "unless chosen"
+    html = render_html(report, trials, views)
+    [section] = re.findall(r'<section class="trajectory" id="trajectory-i1-cand-s0">.*?</section>', html, re.S)
+    assert "failing tests: <code>t::bad</code>, <code>t::gone</code></p>" in section
+    assert (
+        '<span class="del">-old</span>\n<span class="add">+new</span>' in section and "final patch (3 lines)" in section
+    )
+    [reference] = re.findall(r'<section class="trajectory" id="trajectory-i0-ref-s0">.*?</section>', html, re.S)
+    assert "steps" not in reference and "tokens" not in reference, "an agent without a model: no '0 steps'"
+    assert "The agent left no patch." in reference

@@ -78,6 +78,9 @@ class Portfolio:
             )
         return Portfolio(slices)
 
+    def __contains__(self, instance_id: object) -> bool:
+        return instance_id in self._slice_of
+
     def slice_of(self, instance_id: str) -> str:
         try:
             return self._slice_of[instance_id]

@@ -10,11 +10,13 @@ from eval_pipeline.defs.group import RESULTS_CODE_VERSION, CampaignGroup, lineag
 from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.results.html import write_html_report
 from eval_pipeline.results.markdown import render_markdown
+from eval_pipeline.results.matrix import unscored_reasons
 from eval_pipeline.results.model import REPORT_SCHEMA_VERSION, Report
 from eval_pipeline.results.report import build_report, write_report
 from eval_pipeline.results.trajectory import trajectories_for
 from eval_pipeline.results.warehouse import (
     collect_warehouse,
+    read_attempts_table,
     read_rejected_table,
     read_results_table,
     read_validation_table,
@@ -94,7 +96,8 @@ def report_asset(group: CampaignGroup) -> AssetsDefinition:
         )
         path = write_report(summary)
         # The failed trials' trajectories (at most TRAJECTORY_LIMIT), read from their generation records.
-        html = write_html_report(summary, rows, trajectories_for(rows, eval_pipeline.harness.store))
+        reasons = unscored_reasons(read_attempts_table(warehouse))
+        html = write_html_report(summary, rows, trajectories_for(rows, eval_pipeline.harness.store), reasons)
         return Output(
             summary,
             metadata={

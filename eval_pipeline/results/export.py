@@ -49,7 +49,7 @@ def trial_folder(dest: Path, identity: TrialSpec) -> Path:
     return dest / identity.slice / identity.instance_id / identity.variant / f"seed-{identity.seed}"
 
 
-def _test_output(evaluation: Evaluation) -> str:
+def grading_output(evaluation: Evaluation) -> str:
     """The grading's steps as text: each step's command, how it ended, and the end of its output."""
     parts = [f"outcome: {evaluation.outcome}", *([evaluation.detail.strip()] if evaluation.detail.strip() else []), ""]
     for step in evaluation.steps:
@@ -62,7 +62,8 @@ def _test_output(evaluation: Evaluation) -> str:
     return "\n".join(parts)
 
 
-def _outcome(records: StoredTrial) -> dict[str, Any]:
+def outcome_summary(records: StoredTrial) -> dict[str, Any]:
+    """How the trial ended and what it used: outcome, kind, scoring, durations, resources and usage."""
     result = records.result
     return {
         "outcome": result.outcome,
@@ -86,7 +87,8 @@ def _outcome(records: StoredTrial) -> dict[str, Any]:
     }
 
 
-def _lineage(records: StoredTrial) -> dict[str, Any]:
+def trial_lineage(records: StoredTrial) -> dict[str, Any]:
+    """What the trial's result depends on: every version, the environment, the agent's config, the artifact keys."""
     identity, result, generation = records.identity, records.result, records.generation
     return {
         "campaign": identity.campaign,
@@ -123,9 +125,9 @@ def write_trial_folder(records: StoredTrial, instruction: str, dest: Path) -> Pa
         trajectory = json.dumps(records.generation.trajectory, indent=2, ensure_ascii=False)
         (folder / "trajectory.json").write_text(trajectory + "\n")
     if records.evaluation:
-        (folder / "test_output.txt").write_text(_test_output(records.evaluation))
-    (folder / "outcome.json").write_text(json.dumps(_outcome(records), indent=2, sort_keys=True) + "\n")
-    (folder / "lineage.json").write_text(json.dumps(_lineage(records), indent=2, sort_keys=True) + "\n")
+        (folder / "test_output.txt").write_text(grading_output(records.evaluation))
+    (folder / "outcome.json").write_text(json.dumps(outcome_summary(records), indent=2, sort_keys=True) + "\n")
+    (folder / "lineage.json").write_text(json.dumps(trial_lineage(records), indent=2, sort_keys=True) + "\n")
     (folder / "attempts.jsonl").write_text(
         "".join(json.dumps(asdict(a), sort_keys=True) + "\n" for a in records.attempts)
     )

@@ -18,7 +18,6 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.results.markdown import (
     TIME_COST_HEADERS,
     clip,
@@ -28,39 +27,16 @@ from eval_pipeline.results.markdown import (
     format_rate_interval,
     time_cost_cells,
 )
+from eval_pipeline.results.matrix import OUTCOME_COLOURS, render_matrix, render_unscored, trial_id
+from eval_pipeline.results.matrix import STYLE as MATRIX_STYLE
 from eval_pipeline.results.model import REPORT_FILES, Report, ReportRow
 from eval_pipeline.results.report import report_directory, write_text_atomically
 from eval_pipeline.results.trajectory import STYLE as TRAJECTORY_STYLE
-from eval_pipeline.results.trajectory import is_failed, render_trajectories
-from eval_pipeline.results.warehouse import MISSING, ResultRow
+from eval_pipeline.results.trajectory import anchor, is_failed, render_trajectories
+from eval_pipeline.results.warehouse import ResultRow
 
 WIDTH, ROW, LABEL, MARGIN = 760, 26, 220, 30
 MAX_DOTS = 300  # per variant: beyond it, evenly spaced quantiles keep the file small and the shape intact
-# One colour per outcome, in families by kind: agent verdicts green, grey and blues; infrastructure
-# outcomes oranges, reds and browns; the harness's purple. Two outcomes never share a colour.
-OUTCOME_COLOURS = {
-    Outcome.RESOLVED: "#2f855a",
-    Outcome.UNRESOLVED: "#a0aec0",
-    Outcome.PATCH_APPLY_FAILED: "#4299e1",
-    Outcome.AGENT_ERROR: "#2c5282",
-    Outcome.AGENT_TIMEOUT: "#90cdf4",
-    Outcome.AGENT_LIMIT: "#63b3ed",
-    Outcome.TESTS_MISSING: "#319795",
-    Outcome.REPORT_FORGED: "#1a202c",
-    Outcome.PATCH_TEST_TIMEOUT: "#718096",
-    Outcome.PATCH_OOM_KILLED: "#4a5568",
-    Outcome.PATCH_BROKE_TEST_RUN: "#2d3748",
-    Outcome.TEST_TIMEOUT: "#dd6b20",
-    Outcome.OOM_KILLED: "#9b2c2c",
-    Outcome.SANDBOX_LOST: "#f6ad55",
-    Outcome.ENGINE_ERROR: "#e53e3e",
-    Outcome.MODEL_API_ERROR: "#c05621",
-    Outcome.IMAGE_BUILD_FAILED: "#744210",
-    Outcome.STORAGE_ERROR: "#d69e2e",
-    Outcome.GRADING_ERROR: "#6b46c1",
-    Outcome.MODEL_API_REFUSED: "#9f7aea",
-    MISSING: "#e2e8f0",
-}
 STYLE = """body{font:14px system-ui,sans-serif;margin:2em;color:#1a202c}h1,h2{font-weight:600}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #cbd5e0;padding:4px 8px;text-align:right}
 td:first-child,td:nth-child(2),th{text-align:left}svg{display:block;margin:1em 0}text{font:12px sans-serif}
@@ -217,8 +193,8 @@ def _trajectories(trials: Sequence[ResultRow], trajectories: Mapping[str, Mappin
     failed = sum(is_failed(trial) for trial in trials)
     return (
         f"<h2>Trajectories</h2><p>{len(trajectories)} trial(s) shown; {failed} trial(s) failed (scored, not"
-        " resolved). Each step opens to show its text, truncated; costs in US dollars.</p>"
-        + render_trajectories(trajectories)
+        " resolved); failed trials whose agent left neither a trajectory nor a patch are not shown. Each step"
+        " opens to show its text, truncated; costs in US dollars.</p>" + render_trajectories(trajectories)
     )
 
 
@@ -243,10 +219,31 @@ def _label(row: ReportRow) -> str:
     return f"{row.slice} / {row.variant}"
 
 
-def render_html(
-    report: Report, trials: Sequence[ResultRow], trajectories: Mapping[str, Mapping[str, Any]] | None = None
+def _trials(
+    trials: Sequence[ResultRow], reasons: Mapping[str, str], trajectories: Mapping[str, Mapping[str, Any]]
 ) -> str:
-    """The report's page; with `trajectories` (trajectory.py: trajectories_for), a section per trial."""
+    """The matrix of instances × variants (a trial links to its trajectory when the page shows it), then the
+    unscored trials with their reasons."""
+
+    def href(trial: ResultRow) -> str | None:
+        return f"#{anchor(trial_id(trial))}" if trial_id(trial) in trajectories else None
+
+    return (
+        "<h2>Trials</h2>"
+        + render_matrix(trials, href)
+        + "<h2>Unscored trials</h2>"
+        + render_unscored(trials, reasons, href)
+    )
+
+
+def render_html(
+    report: Report,
+    trials: Sequence[ResultRow],
+    trajectories: Mapping[str, Mapping[str, Any]] | None = None,
+    reasons: Mapping[str, str] | None = None,
+) -> str:
+    """The report's page; with `trajectories` (trajectory.py: trajectories_for), a section per trial; `reasons`
+    (matrix.py: unscored_reasons) say why each unscored trial ended as it did."""
     rows = report.rows()
     rates = [(_label(row), row.summary.resolved_rate, row.summary.ci_low, row.summary.ci_high) for row in rows]
     differences = [(_label(row), d.diff, d.ci_low, d.ci_high) for row in rows if (d := row.summary.vs_baseline)]
@@ -270,19 +267,24 @@ def render_html(
         _time_cost_table(report),
         "<h2>Release gates</h2>",
         _gates(report),
+        _trials(trials, reasons or {}, trajectories or {}),
     ]
     if trajectories is not None:
         sections.append(_trajectories(trials, trajectories))
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Campaign {escape(report.campaign)}'
-        f"</title><style>{STYLE}\n{TRAJECTORY_STYLE}</style></head><body>{''.join(sections)}</body></html>\n"
+        f"</title><style>{STYLE}\n{MATRIX_STYLE}\n{TRAJECTORY_STYLE}</style></head><body>{''.join(sections)}"
+        "</body></html>\n"
     )
 
 
 def write_html_report(
-    report: Report, trials: Sequence[ResultRow], trajectories: Mapping[str, Mapping[str, Any]] | None = None
+    report: Report,
+    trials: Sequence[ResultRow],
+    trajectories: Mapping[str, Mapping[str, Any]] | None = None,
+    reasons: Mapping[str, str] | None = None,
 ) -> Path:
     """Write report.html into the report's directory; return its path."""
     path = report_directory(report) / REPORT_FILES["html"]
-    write_text_atomically(path, render_html(report, trials, trajectories))
+    write_text_atomically(path, render_html(report, trials, trajectories, reasons))
     return path

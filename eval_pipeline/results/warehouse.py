@@ -187,6 +187,14 @@ def read_rejected_table(path: Path) -> list[RejectedRow]:
         return [RejectedRow(**dict(zip(columns, row, strict=True))) for row in cursor.fetchall()]
 
 
+def read_attempts_table(path: Path) -> list[AttemptRecord]:
+    """The warehouse's kept attempts, oldest first."""
+    with duckdb.connect(str(path), read_only=True) as connection:
+        cursor = connection.execute("SELECT * FROM attempts ORDER BY started_at")
+        columns = [column[0] for column in cursor.description]
+        return [AttemptRecord(**dict(zip(columns, row, strict=True))) for row in cursor.fetchall()]
+
+
 def read_results_table(path: Path) -> list[ResultRow]:
     with duckdb.connect(str(path), read_only=True) as connection:
         cursor = connection.execute("SELECT * FROM trials ORDER BY instance_id, trial")

@@ -279,7 +279,8 @@ def read_trials(
     log = AttemptLog(store)
     sandboxes: dict[str, SandboxBackend] = {}
     records = []
-    only = selection.instances[0] if len(selection.instances) == 1 else None  # one instance's: only its specs
+    # One instance's: only its specs (an instance the portfolio lacks is left for the selection to name).
+    only = selection.instances[0] if len(selection.instances) == 1 and selection.instances[0] in portfolio else None
     for identity in selection.pick(trial_specs(campaign, portfolio, sandbox_for, only)):
         task = portfolio.instance(identity.instance_id)
         sandbox = sandboxes.setdefault(identity.instance_id, sandbox_for(task))
