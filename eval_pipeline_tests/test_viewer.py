@@ -1,6 +1,7 @@
 """The trial viewer: its pages served over HTTP from a store of real demo trials, read in headless Chromium."""
 
 import re
+import socket
 import subprocess
 import threading
 import urllib.error
@@ -9,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from eval_pipeline.cli import main
 from eval_pipeline.common.outcomes import ImageBuildFailed
 from eval_pipeline.results.trajectory import as_text
 from eval_pipeline.results.viewer import TrialPages, parse_trial_id, serve
@@ -160,3 +162,14 @@ def test_an_unknown_trial_is_not_found_and_a_failed_environment_says_why(viewer,
     page = urllib.request.urlopen(f"{base}/trial?id={broken}%7Coracle-s0", timeout=30).read().decode()
     assert "image_build_failed</span> (infrastructure), not scored" in page
     assert "no such base image: python:2.4" in page and "No patch." in page and "Not graded yet." in page
+
+
+def test_the_command_says_when_its_port_is_taken(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("EVAL_PIPELINE_DATA_DIR", raising=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["view", "--campaign", "demo", "--port", str(port)]) == 2
+    assert f"eval-pipeline view: cannot serve on 127.0.0.1:{port}: Address already in use" in capsys.readouterr().err
