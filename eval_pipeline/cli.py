@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import logging
 import os
 import sys
 import warnings
@@ -38,6 +39,15 @@ def _use_dagster_home() -> None:
     from dagster import BetaWarning
 
     warnings.filterwarnings("ignore", category=BetaWarning)  # data versions are beta; we rely on them knowingly
+
+
+def _quiet_libraries() -> None:
+    """Keep the libraries' own chatter off the user's terminal, unless they ask for it by setting the variables
+    themselves: the datasets and hub libraries' download progress bars (one per file of a dataset), and
+    migrations' INFO lines when a storage is created (alembic, under Dagster's SQL storages)."""
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def _say(line: str) -> None:
@@ -496,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_grade_command(commands)
     _add_reading_commands(commands)
     _add_operations_commands(commands)
+    _quiet_libraries()
     return _handle(parser.parse_args(argv))
 
 

@@ -1,6 +1,8 @@
 """The CLI end to end, as a user runs it: a real console script against a fresh DAGSTER_HOME."""
 
 import json
+import logging
+import os
 import re
 from pathlib import Path
 
@@ -9,6 +11,7 @@ import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
 from eval_pipeline import HARNESS_VERSION
+from eval_pipeline.cli import main
 from eval_pipeline_tests.conftest import eval_pipeline_cli
 
 
@@ -207,3 +210,13 @@ def test_run_with_filters_runs_exactly_the_selected_trials(campaign_env):
     told = [line for line in picked.stderr.splitlines() if line.startswith("[")]
     assert len(told) == 2 and all(line.split()[1] == "hello-file" for line in told), picked.stderr[-3000:]
     assert "(selected: 2)" in picked.stderr
+
+
+def test_library_chatter_is_off_unless_the_user_turns_it_on(monkeypatch, capsys):
+    monkeypatch.delenv("HF_DATASETS_DISABLE_PROGRESS_BARS", raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")  # the user's own choice stands
+    monkeypatch.setattr(logging.getLogger("alembic"), "level", logging.NOTSET)
+    assert main(["instance-config"]) == 0
+    assert os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1" and os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "0"
+    assert not logging.getLogger("alembic").isEnabledFor(logging.INFO)
+    assert "telemetry:" in capsys.readouterr().out

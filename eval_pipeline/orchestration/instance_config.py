@@ -19,7 +19,9 @@ from eval_pipeline.results.report import write_text_atomically
 
 # The header that marks a dagster.yaml as ours, to rewrite: it keeps the module's old path, so that the files
 # written before the package move are still recognised.
-GENERATED_HEADER = "# Written by eval-pipeline from its environment variables (eval_pipeline/instance_config.py)."
+# A file starting with the mark is ours to rewrite (files written before the module moved name its old path).
+GENERATED_MARK = "# Written by eval-pipeline from its environment variables"
+GENERATED_HEADER = f"{GENERATED_MARK} (eval_pipeline/orchestration/instance_config.py)."
 
 
 def instance_config(deployment: Deployment) -> dict[str, Any]:
@@ -74,7 +76,7 @@ def ensure_instance_config(home: Path, deployment: Deployment) -> bool:
     variable (say, EVAL_PIPELINE_POSTGRES_URL set for the first time) takes effect on the next run.
     """
     path = home / "dagster.yaml"
-    if path.exists() and not path.read_text().startswith(GENERATED_HEADER):
+    if path.exists() and not path.read_text().startswith(GENERATED_MARK):
         return False
     text = instance_yaml(deployment)
     if not path.exists() or path.read_text() != text:
