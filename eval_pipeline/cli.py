@@ -154,7 +154,7 @@ def _validate(args: argparse.Namespace) -> int:
     """Exit 0 when every instance is valid, 1 when some are not (or could not be validated), 2 when the
     campaign or its dataset cannot be used."""
     from eval_pipeline.orchestration.validation_run import DatasetNotLoaded, run_validation
-    from eval_pipeline.results.markdown import render_validation
+    from eval_pipeline.results.markdown import render_selected_validation, render_validation
     from eval_pipeline.trial.validation import VALIDATION_FILE, all_valid
 
     if args.repeats < 1:
@@ -162,11 +162,15 @@ def _validate(args: argparse.Namespace) -> int:
     campaign = _load(args.campaign)
     try:
         with _campaign_session(args, campaign) as (instance, launcher, cycle):
-            validation = run_validation(campaign, instance, launcher, cycle, Paths.from_env(), args.repeats, _say)
+            validation = run_validation(
+                campaign, instance, launcher, cycle, Paths.from_env(), args.repeats, _say, _selection(args)
+            )
     except DatasetNotLoaded as error:
         raise UsageError(str(error)) from None
     if args.json:
         print(json.dumps(validation, indent=2, sort_keys=True))
+    elif "selected" in validation:
+        print(render_selected_validation(validation["selected"]))
     else:
         print(render_validation(validation))
         print(f"Validation: {Paths.from_env().reports / campaign.name / VALIDATION_FILE}")
@@ -250,7 +254,8 @@ def _view(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     """Write a campaign's report.html again from its stored report and results, with the trajectories of the
-    trials chosen by --trial (default: the failed ones), at most --limit of them."""
+    trials chosen by --trial (default: the failed ones) among those the filters select, at most --limit of them;
+    the rest of the page stays the whole campaign's."""
     from eval_pipeline.config.campaign import load_campaign
     from eval_pipeline.results.html import write_html_report
     from eval_pipeline.results.matrix import trial_id, unscored_reasons
@@ -279,7 +284,7 @@ def _report(args: argparse.Namespace) -> int:
             " (a trial is named <instance id>|<variant>-s<seed>)"
         )
     store = harness.store.reading_only()
-    trajectories = trajectories_for(rows, store, chosen, args.limit)
+    trajectories = trajectories_for(_selection(args).pick(rows), store, chosen, args.limit)
     if suspicion := store.wrong_key_suspected():
         raise UsageError(suspicion)
     reasons = unscored_reasons(read_attempts_table(results_path))
@@ -370,21 +375,24 @@ def _workers(command: Any, help: str = "as for run") -> None:
     command.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help=help)
 
 
-def _selection_flags(command: Any) -> None:
-    """Filters of the campaign's trials (trial/selection.py): each repeatable, all of them together."""
+def _selection_flags(command: Any, limit: bool = True) -> None:
+    """Filters of the campaign's trials (trial/selection.py): each repeatable, all of them together; `--limit`
+    unless the command has a limit of its own."""
     command.add_argument("--instance", action="append", default=[], metavar="ID", help="only this instance's trials")
     command.add_argument("--variant", action="append", default=[], metavar="NAME", help="only this variant's trials")
     command.add_argument("--slice", action="append", default=[], metavar="NAME", help="only this slice's trials")
     command.add_argument("--seed", action="append", default=[], type=int, metavar="N", help="only this seed's trials")
-    command.add_argument(
-        "--limit", type=int, metavar="N", help="at most N of the trials selected, in the campaign's order"
-    )
+    if limit:
+        command.add_argument(
+            "--limit", type=int, metavar="N", help="at most N of the trials selected, in the campaign's order"
+        )
 
 
 def _selection(args: argparse.Namespace) -> "TrialSelection":
     from eval_pipeline.trial.selection import TrialSelection
 
-    return TrialSelection(tuple(args.instance), tuple(args.variant), tuple(args.slice), tuple(args.seed), args.limit)
+    limit = args.limit if args.command != "report" else None  # report's --limit counts trajectories
+    return TrialSelection(tuple(args.instance), tuple(args.variant), tuple(args.slice), tuple(args.seed), limit)
 
 
 def _add_campaign_commands(commands: Any) -> None:
@@ -405,6 +413,7 @@ def _add_campaign_commands(commands: Any) -> None:
     )
     validate.add_argument("--json", action="store_true", help="print the validation report as JSON")
     _workers(validate)
+    _selection_flags(validate)
     calibrate = _command(
         commands,
         "calibrate",
@@ -465,6 +474,7 @@ def _add_reading_commands(commands: Any) -> None:
         " (default: the failed trials, scored and not resolved)",
     )
     report.add_argument("--limit", type=int, default=20, help="at most this many trajectories (default 20)")
+    _selection_flags(report, limit=False)
 
 
 def _add_operations_commands(commands: Any) -> None:

@@ -368,6 +368,14 @@ def test_the_cli_writes_the_report_again_with_the_chosen_trials_trajectories(
     assert re.findall(r'<section class="trajectory" id="([^"]+)"', page.read_text()) == ["trajectory-i2-cand-s0"]
     assert main(["report", "--campaign", "demo"]) == 0, "by default the failed trials"
     assert re.findall(r'<section class="trajectory" id="([^"]+)"', page.read_text()) == ["trajectory-i1-cand-s0"]
+    capsys.readouterr()
+    assert main(["report", "--campaign", "demo", "--variant", "ref", "--limit", "5"]) == 0, "the filters of run"
+    assert capsys.readouterr().out == f"HTML report: {page} (0 trajectories)\n", "ref's failure has no generation"
+    assert main(["report", "--campaign", "demo", "--instance", "i1"]) == 0
+    assert re.findall(r'<section class="trajectory" id="([^"]+)"', page.read_text()) == ["trajectory-i1-cand-s0"]
+    assert page.read_text().count('<span class="trial" data-outcome=') >= 6, "the matrix stays the campaign's"
+    assert main(["report", "--campaign", "demo", "--variant", "nope"]) == 2
+    assert "--variant nope: not in the campaign (it has cand, ref)" in capsys.readouterr().err
     assert main(["report", "--campaign", "demo", "--trial", "cand-s0"]) == 2
     assert "has no trial 'cand-s0' (a trial is named <instance id>|<variant>-s<seed>)" in capsys.readouterr().err
 

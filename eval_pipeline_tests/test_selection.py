@@ -54,3 +54,14 @@ def test_a_filter_naming_what_the_campaign_lacks_is_an_error_not_an_empty_run(se
     with pytest.raises(SelectionError) as error:
         selection.pick(PLAN)
     assert message in str(error.value)
+
+
+def test_a_command_over_instances_selects_by_instance_and_slice_only():
+    slice_of = {"b": "code", "a": "code", "t": "terminal"}
+    assert EVERY_TRIAL.pick_instances(slice_of) == ["a", "b", "t"]
+    assert TrialSelection(slices=("code",), limit=1).pick_instances(slice_of) == ["a"]
+    assert TrialSelection(instances=("t", "b")).pick_instances(slice_of) == ["b", "t"]
+    with pytest.raises(SelectionError, match="--variant and --seed select trials, not instances"):
+        TrialSelection(seeds=(0,)).pick_instances(slice_of)
+    with pytest.raises(SelectionError, match=r"--slice docs: not in the campaign \(it has code, terminal\)"):
+        TrialSelection(slices=("docs",)).pick_instances(slice_of)

@@ -130,6 +130,22 @@ def validate(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.slow
+def test_validate_a_selection_validates_those_instances_and_leaves_the_report(campaign_env, campaign_file, capsys):
+    selected = ("--instance", "calclib-2-gold-does-not-apply", "--slice", "code", "--repeats", "1")
+    code, out, err = validate(capsys, "--campaign", str(campaign_file), *selected)
+    assert code == 1, err[-3000:]
+    assert re.findall(r"^\[(\d)/(\d)\] (\S+): ", err, re.M) == [("1", "1", "calclib-2-gold-does-not-apply")]
+    assert "| calclib-2-gold-does-not-apply | code | gold_fails | 0/1 | 0/1 |" in out
+    assert "1 selected instance(s) validated. The validation report (validation.json)" in out
+    reports = Path(campaign_env["DAGSTER_HOME"]) / "eval_pipeline" / "reports" / "checked"
+    assert not (reports / "validation.json").exists(), "a quarantine is decided from every instance only"
+    code, out, _ = validate(capsys, "--campaign", str(campaign_file), "--slice", "terminal", "--repeats", "1", "--json")
+    assert code == 0 and json.loads(out)["selected"]["make-greeting"]["status"] == "valid"
+    code, _, err = validate(capsys, "--campaign", str(campaign_file), "--variant", "oracle")
+    assert code == 2 and "--variant and --seed select trials, not instances" in err
+
+
+@pytest.mark.slow
 def test_validate_quarantines_broken_instances_and_a_campaign_excludes_them(campaign_env, campaign_file, capsys):
     code, out, err = validate(capsys, "--campaign", str(campaign_file), "--json")
     assert code == 1, err[-3000:]

@@ -1,6 +1,6 @@
 """`eval-pipeline validate`: the dataset prepared, one validation run per instance, then the validation report."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dagster import DagsterInstance, DagsterRunStatus
@@ -8,11 +8,13 @@ from dagster import DagsterInstance, DagsterRunStatus
 from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.config.quarantine import read_validation
+from eval_pipeline.datasets.sources import load_portfolio
 from eval_pipeline.defs.progress import CampaignProgress, Cycle
 from eval_pipeline.defs.stages import VALIDATION_REPORT_STAGE, VALIDATION_STAGE
 from eval_pipeline.orchestration.driver import CampaignRunError, FinishedRun, failure_message, run_all, run_one
 from eval_pipeline.orchestration.launchers import Launcher
 from eval_pipeline.trial.harness import Harness
+from eval_pipeline.trial.selection import EVERY_TRIAL, TrialSelection
 from eval_pipeline.trial.validation import VALIDATION_FILE
 
 
@@ -28,23 +30,26 @@ def run_validation(
     paths: Paths,
     repeats: int,
     say: Callable[[str], None] = lambda _: None,
+    selection: TrialSelection = EVERY_TRIAL,
 ) -> dict[str, Any]:
-    """Validate every instance of the campaign and return the validation report. Raises DatasetNotLoaded when the
-    dataset cannot be loaded, CampaignRunError when the report cannot be made."""
+    """Validate every instance of the campaign (or the `selection`'s) and return the validation report; for a
+    selection, only the selected instances' results (`{"campaign", "selected"}`): the report, and the quarantine
+    it decides, are made only from every instance's validation. Raises DatasetNotLoaded when the dataset cannot
+    be loaded, CampaignRunError when the report cannot be made."""
     prepared = run_one(instance, launcher, cycle.request("prepare"))
     if prepared.status != DagsterRunStatus.SUCCESS:
         raise DatasetNotLoaded(
             str(failure_message(instance, prepared, f"campaign {campaign.name}: preparing the dataset"))
         )
-    instances = CampaignProgress.read(instance, campaign).instances
+    instances = _selected(CampaignProgress.read(instance, campaign).instances, campaign, paths, selection)
     run_config = {"ops": {f"{campaign.name}__validation": {"config": {"repeats": repeats}}}}
-    told = 0
+    told, selected = 0, {}
 
     def tell(finished: FinishedRun) -> None:
         nonlocal told
         told += 1
         if finished.success:
-            result = finished.metadata[("validation", finished.partition)]
+            result = selected[finished.partition] = finished.metadata[("validation", finished.partition)]
             said = f"{result['status']} (gold {result['gold_resolved']}, empty {result['empty_resolved']})"
         else:
             said = f"failed: {finished.failure}"
@@ -55,7 +60,28 @@ def run_validation(
         run_all(instance, launcher, requests, tell, run_config)
     finally:  # pods are restarted on demand by the next run
         Harness.from_env(paths).sandbox(campaign).release()
+    if not selection.everything:
+        return {"campaign": campaign.name, "selected": {i: _result(selected.get(i)) for i in instances}}
     reported = run_one(instance, launcher, cycle.request(VALIDATION_REPORT_STAGE))
     if reported.status != DagsterRunStatus.SUCCESS:
         raise failure_message(instance, reported, f"campaign {campaign.name}: the validation report")
     return read_validation(paths.reports / campaign.name / VALIDATION_FILE)
+
+
+def _selected(instances: Sequence[str], campaign: Campaign, paths: Paths, selection: TrialSelection) -> list[str]:
+    """The registered instances the selection picks (by instance id and slice), all of them for no selection."""
+    if selection.everything:
+        return list(instances)
+    portfolio = load_portfolio(campaign.slices, paths).excluding(campaign.exclude)
+    chosen = set(
+        selection.pick_instances({t.instance_id: portfolio.slice_of(t.instance_id) for t in portfolio.instances})
+    )
+    return [i for i in instances if i in chosen]
+
+
+def _result(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A selected instance's validation as its run recorded it; `failed` when its run failed."""
+    if metadata is None:
+        return {"status": "failed", "detail": "its validation run failed (see the line above)"}
+    fields = ("status", "slice", "gold_resolved", "empty_resolved", "detail")
+    return {field: metadata[field] for field in fields}

@@ -234,6 +234,27 @@ def render_validation(validation: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_selected_validation(selected: Mapping[str, Mapping[str, Any]]) -> str:
+    """The selected instances' validations (`validate` with filters) as markdown, and why the report is not
+    rewritten: its quarantine is decided from every instance's validation."""
+    rows = [
+        [i, r.get("slice", ""), r["status"], r.get("gold_resolved", ""), r.get("empty_resolved", "")]
+        for i, r in selected.items()
+    ]
+    lines = [
+        *markdown_table(["instance", "slice", "status", "gold resolved", "empty resolved"], rows),
+        "",
+        f"{len(selected)} selected instance(s) validated. The validation report (validation.json) and its"
+        " quarantine are rewritten only by a validation of every instance.",
+    ]
+    lines += [
+        f"- {i} ({r['status']}): {_one_line(r['detail'], 300)}"
+        for i, r in selected.items()
+        if r["status"] != Status.VALID
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def render_markdown(report: Report) -> str:
     lines = [
         f"# Campaign `{report.campaign}`",

@@ -258,5 +258,7 @@ def build_validation(
 
 
 def all_valid(validation: Mapping[str, Any]) -> bool:
-    """Whether every instance the report validated is valid (instances the campaign excludes were not validated)."""
-    return all(record["status"] == Status.VALID for record in validation["instances"])
+    """Whether every instance the report validated (or the selection's, `selected`) is valid (instances the
+    campaign excludes were not validated)."""
+    records = validation["selected"].values() if "selected" in validation else validation["instances"]
+    return all(record["status"] == Status.VALID for record in records)
