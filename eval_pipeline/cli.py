@@ -139,7 +139,8 @@ def _grade(args: argparse.Namespace) -> int:
     from eval_pipeline.results.report import write_text_atomically
 
     try:
-        campaign = grading_campaign(Path(args.predictions), args.dataset, args.backend)
+        mirrors = Path(args.mirror_dir) if args.mirror_dir else None
+        campaign = grading_campaign(Path(args.predictions), args.dataset, args.backend, mirrors)
     except ValueError as error:
         raise UsageError(str(error)) from None
     path = Paths.from_env().data_dir / "campaigns" / f"{campaign['name']}.yaml"
@@ -433,6 +434,9 @@ def _add_grade_command(commands: Any) -> None:
     grade.add_argument("--predictions", required=True, metavar="FILE", help="JSON or JSON Lines, SWE-bench's fields")
     grade.add_argument(
         "--dataset", default="demo", help="demo, hf:<name>@<revision>[:<split>], or a file or folder of SWE-bench rows"
+    )
+    grade.add_argument(
+        "--mirror-dir", metavar="DIR", help="clone the rows' repositories from the mirrors in DIR, not from GitHub"
     )
     grade.add_argument(
         "--backend",

@@ -9,13 +9,16 @@ patch must not, on the local and the container backend; and no workspace can
 reach a later commit, the gold patch or the test patch.
 """
 
+import base64
 import json
 import os
 import shlex
 import subprocess
 from pathlib import Path
 
+import duckdb
 import pytest
+import yaml
 
 from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.grading.verdict import FAILED, MISSING, Verdict
@@ -239,6 +242,71 @@ def test_real_rows_on_the_container_backend(engine, real_rows, real_benchmark, c
         with sandbox.workspace(environment, "agent") as workspace:
             assert_answer_unreachable(workspace, instance, mirrors)
             assert workspace_diff(workspace, instance.base_commit) == "", "the null agent's patch is 0 bytes"
+
+
+def test_a_predictions_file_of_real_rows_grades_with_one_command(engine, real_rows, tmp_path):
+    """SWE-bench's `run_evaluation --predictions_path`, here: `grade` on real rows in containers. The gold patch
+    as a prediction grades as the same patch applied by a `command` agent does; a malformed prediction and a
+    missing one are their agent's error, each counted and named in its trial's record, never dropped."""
+    _, mirrors, rows = real_rows
+    rows = [row for row in rows if row["instance_id"] in SWEBENCH_ROWS]
+    rows_file = write_rows(rows, tmp_path / "verified.jsonl")
+    flask, requests, pylint = SWEBENCH_ROWS
+    gold = next(row["patch"] for row in rows if row["instance_id"] == flask)
+    predictions = tmp_path / "preds.jsonl"
+    predictions.write_text(
+        "".join(
+            json.dumps({"instance_id": i, "model_name_or_path": "someone/model-1", "model_patch": patch}) + "\n"
+            for i, patch in ((flask, gold), (requests, 5))  # requests' is malformed; pylint has none
+        )
+    )
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home")}
+    args = ("--predictions", str(predictions), "--dataset", str(rows_file), "--mirror-dir", str(mirrors), "--json")
+    graded = eval_pipeline_cli(env, "grade", *args)
+    assert graded.returncode == 0, graded.stderr[-3000:]
+    summary = json.loads(graded.stdout)
+    assert (summary["campaign"], summary["planned"], summary["scored"]) == ("grade_preds", 3, 3)
+    assert summary["variants"]["model_1"]["outcomes"] == {"resolved": 1, "agent_error": 2}
+    trials, why = warehouse_trials(tmp_path / "home", "grade_preds")
+    assert {i: outcome for i, (outcome, _) in trials.items()} == {
+        flask: "resolved",
+        requests: "agent_error",
+        pylint: "agent_error",
+    }
+    assert f"has no prediction for {pylint!r}" in why[pylint] and str(predictions) in why[pylint]
+    assert "model_patch is not a string" in why[requests]
+
+    applying = tmp_path / "applied.yaml"
+    command = f'[ "$EVAL_INSTANCE_ID" != {flask} ] || printf %s "$GOLD" | base64 -d | git apply'
+    applying.write_text(
+        yaml.safe_dump(
+            {
+                "name": "applied",
+                "benchmark": {"kind": "swebench", "path": str(rows_file), "mirror_dir": str(mirrors)},
+                "variants": [
+                    {
+                        "name": "command",
+                        "agent": "command",
+                        "params": {"command": command, "env": {"GOLD": base64.b64encode(gold.encode()).decode()}},
+                    }
+                ],
+                "seeds": [0],
+                "sandbox": {"backend": "container"},
+            }
+        )
+    )
+    applied = eval_pipeline_cli(env, "run", "--campaign", str(applying), "--instance", flask, "--json")
+    assert applied.returncode == 0, applied.stderr[-3000:]
+    by_command, _ = warehouse_trials(tmp_path / "home", "applied")
+    assert by_command[flask] == trials[flask], "the same patch (by its hash), the same verdict"
+
+
+def warehouse_trials(home: Path, campaign: str) -> tuple[dict[str, tuple], dict[str, str]]:
+    """By instance, the campaign's trials' (outcome, patch hash), and their generation's error."""
+    with duckdb.connect(str(home / "eval_pipeline" / "results" / f"{campaign}.duckdb"), read_only=True) as db:
+        trials = db.execute("SELECT instance_id, outcome, patch_sha256 FROM trials WHERE scored").fetchall()
+        errors = db.execute("SELECT instance_id, detail FROM attempts WHERE stage = 'generation'").fetchall()
+    return {i: (outcome, sha) for i, outcome, sha in trials}, dict(errors)
 
 
 @pytest.mark.timeout(3600)  # a first run builds SWE-bench's system layer and the rows' requirements

@@ -23,26 +23,32 @@ def _identifier(text: str, fallback: str) -> str:
     return name if name[:1].isalpha() else f"{fallback}_{name}".rstrip("_")
 
 
-def dataset_source(dataset: str) -> dict[str, Any]:
+def dataset_source(dataset: str, mirror_dir: Path | None = None) -> dict[str, Any]:
     """`--dataset`: `demo`, `hf:<name>@<revision>[:<split>]` (a Hub dataset at an exact revision), or the path of
-    a file or folder of SWE-bench rows."""
+    a file or folder of SWE-bench rows; with `mirror_dir` (`--mirror-dir`), SWE-bench rows' repositories are
+    cloned from the mirrors there instead of from GitHub."""
     if dataset == "demo":
+        if mirror_dir is not None:
+            raise ValueError("--mirror-dir: the demo dataset makes its own repositories")
         return {"kind": "demo"}
+    mirrors = {"mirror_dir": str(mirror_dir.resolve())} if mirror_dir is not None else {}
     if match := HUB_DATASET.match(dataset):
         return {
             "kind": "swebench",
             "hf_name": match["name"],
             "revision": match["revision"],
             "split": match["split"] or "test",
+            **mirrors,
         }
     if dataset.startswith("hf:"):
         raise ValueError(f"--dataset {dataset}: a Hub dataset is hf:<name>@<revision>[:<split>], pinned to a revision")
-    return {"kind": "swebench", "path": str(Path(dataset).resolve())}
+    return {"kind": "swebench", "path": str(Path(dataset).resolve()), **mirrors}
 
 
-def grading_campaign(predictions: Path, dataset: str, backend: str) -> dict[str, Any]:
-    """The campaign grading `predictions` on `dataset`, in the sandbox `backend` (the local one only when asked
-    for by name: the predictions' code runs in it when their tests do)."""
+def grading_campaign(predictions: Path, dataset: str, backend: str, mirror_dir: Path | None = None) -> dict[str, Any]:
+    """The campaign grading `predictions` on `dataset` (its repositories from `mirror_dir`, if given), in the
+    sandbox `backend` (the local one only when asked for by name: the predictions' code runs in it when their
+    tests do)."""
     names = model_names(predictions)
     variant = _identifier(names[0].rsplit("/", 1)[-1], "model") if len(names) == 1 else "predictions"
     sandbox: dict[str, Any] = {"backend": backend}
@@ -51,7 +57,7 @@ def grading_campaign(predictions: Path, dataset: str, backend: str) -> dict[str,
     return {
         "name": _identifier(f"grade_{predictions.stem}", "grade"),
         "description": f"{predictions} graded on {dataset}",
-        "benchmark": dataset_source(dataset),
+        "benchmark": dataset_source(dataset, mirror_dir),
         "variants": [{"name": variant, "agent": "predictions", "params": {"path": str(predictions.resolve())}}],
         "seeds": [0],
         "sandbox": sandbox,
