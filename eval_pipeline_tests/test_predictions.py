@@ -136,6 +136,9 @@ def test_the_grading_campaign_is_one_variant_of_the_file_named_after_it(tmp_path
         "split": "test",
     }
     assert dataset_source(str(path))["path"] == str(path)
+    assert dataset_source(str(path), tmp_path / "mirrors")["mirror_dir"] == str(tmp_path / "mirrors")
+    with pytest.raises(ValueError, match="--mirror-dir: the demo dataset makes its own repositories"):
+        dataset_source("demo", tmp_path)
     with pytest.raises(ValueError, match="pinned to a revision"):
         dataset_source("hf:princeton-nlp/SWE-bench_Verified")
 
