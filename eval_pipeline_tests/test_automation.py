@@ -1,5 +1,6 @@
 """The nightly schedule and the infrastructure-retry sensor, through Dagster's own test contexts."""
 
+import time
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -13,6 +14,10 @@ from dagster import (
     build_sensor_context,
     instance_for_test,
 )
+
+# Test set-up only: Dagster exports no way to record a backfill but through its GraphQL API.
+from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemotePartitionSetOrigin, RemoteRepositoryOrigin
 
 from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import parse_campaign
@@ -145,3 +150,66 @@ def test_the_sensor_never_requests_a_grading_error_again(tmp_path, dagster_insta
     sensor = defs.resolve_sensor_def("small__infrastructure_retries")
     (verdict,) = sensor(sensor_context(dagster_instance, failed.run_id, sensor.name))
     assert isinstance(verdict, SkipReason) and "grading_error" in verdict.skip_message
+
+
+def backfill_of(defs, instance, backfill_id: str, partitions: list[str]) -> PartitionBackfill:
+    """An asset backfill of the trial assets over `partitions`, as the UI's "Launch backfill" records one."""
+    return PartitionBackfill.from_asset_partitions(
+        backfill_id=backfill_id,
+        asset_graph=defs.resolve_asset_graph(),
+        partition_names=partitions,
+        asset_selection=[AssetKey(["small", "generation"]), AssetKey(["small", "evaluation"])],
+        backfill_timestamp=time.time(),
+        tags={},
+        dynamic_partitions_store=instance,
+        all_partitions=False,
+        title=None,
+        description=None,
+        run_config=None,
+    )
+
+
+def job_backfill_of(backfill_id: str, job_name: str, partitions: list[str]) -> PartitionBackfill:
+    """A backfill of a partitioned job over `partitions` (as `dagster job backfill` records one)."""
+    location = RegisteredCodeLocationOrigin(location_name="eval_pipeline")
+    repository = RemoteRepositoryOrigin(code_location_origin=location, repository_name="__repository__")
+    return PartitionBackfill(
+        backfill_id=backfill_id,
+        status=BulkActionStatus.REQUESTED,
+        from_failure=False,
+        tags={},
+        backfill_timestamp=time.time(),
+        partition_set_origin=RemotePartitionSetOrigin(
+            repository_origin=repository, partition_set_name=f"{job_name}_partition_set"
+        ),
+        partition_names=partitions,
+    )
+
+
+def test_the_sensor_leaves_a_partition_to_a_backfill_in_progress_but_not_to_the_failed_runs_own(
+    tmp_path, dagster_instance
+):
+    campaign = campaign_of(timeouts={"tests_s": 0.05}, retries={"max_retries": 0, "delay_s": 0, "max_rerequests": 3})
+    defs = build_definitions([campaign], Paths(tmp_path / "data"))
+    sensor = defs.resolve_sensor_def("small__infrastructure_retries")
+    key = str(trial_run_key(INSTANCE_ID, "oracle-s0"))
+    failed = run_trial(defs, campaign, dagster_instance, INSTANCE_ID)
+    assert not failed.success
+
+    users = backfill_of(defs, dagster_instance, "users", [key])
+    dagster_instance.add_backfill(users)
+    (verdict,) = sensor(sensor_context(dagster_instance, failed.run_id, sensor.name))
+    assert isinstance(verdict, SkipReason) and "a backfill in progress runs them" in verdict.skip_message
+
+    own = run_trial(defs, campaign, dagster_instance, INSTANCE_ID, tags={"dagster/backfill": "users"})
+    assert not own.success
+    requests = list(sensor(sensor_context(dagster_instance, own.run_id, sensor.name)))
+    assert [r.partition_key for r in requests] == [key], "its own backfill has tried it already"
+
+    dagster_instance.update_backfill(users.with_status(BulkActionStatus.COMPLETED_FAILED))
+    requests = list(sensor(sensor_context(dagster_instance, failed.run_id, sensor.name)))
+    assert [r.partition_key for r in requests] == [key], "a finished backfill covers nothing"
+
+    dagster_instance.add_backfill(job_backfill_of("of-the-job", stage_job_name(campaign, "trials"), [key]))
+    (verdict,) = sensor(sensor_context(dagster_instance, failed.run_id, sensor.name))
+    assert isinstance(verdict, SkipReason), "a backfill of the trials job covers its partitions too"

@@ -1,5 +1,5 @@
 """The package's shape: packages by concept in layers that only point down, no import circle anywhere, a plain
-core that never loads Dagster, and only Dagster's public API in the layer that uses it.
+core that never loads Dagster, and only Dagster's public API in the layer that uses it (with one named exception).
 
 Imports are read from the source, including those inside functions (which is where a circle hides), but not
 those under `if TYPE_CHECKING:` (never executed).
@@ -180,12 +180,24 @@ def test_the_code_location_loads_no_backend_it_does_not_use():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 
+# The one exception, by module: Dagster 1.13 exports no way to name the materialization a check evaluation is
+# about, which a step over a range of partitions must do for each partition's verdict (defs/verdicts.py). The
+# record is what the event log stores, so Dagster cannot change it without a migration.
+PRIVATE_DAGSTER_MODULE = "dagster._core.definitions.asset_checks.asset_check_evaluation"
+PRIVATE_DAGSTER_ALLOWED = {
+    "eval_pipeline.defs.verdicts": [
+        PRIVATE_DAGSTER_MODULE,
+        f"{PRIVATE_DAGSTER_MODULE}.AssetCheckEvaluationTargetMaterializationData",
+    ]
+}
+
+
 def test_no_module_imports_a_private_dagster_module():
     private = {
         name: [m for m in imports if m.split(".")[0].startswith("dagster") and "._" in m]
         for name, imports in MODULES.items()
     }
-    assert {name: found for name, found in private.items() if found} == {}
+    assert {name: found for name, found in private.items() if found} == PRIVATE_DAGSTER_ALLOWED
 
 
 def test_only_the_dagster_layer_imports_dagster():

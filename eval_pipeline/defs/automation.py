@@ -11,13 +11,17 @@ sensor that retries infrastructure failures. Dagster launches every run; nothing
   left trial partitions failed on an infrastructure outcome after their in-run
   retries (a long engine outage, say), it requests each of them again, at most
   `retries.max_rerequests` times per partition; agent outcomes and grading
-  errors are never re-requested.
+  errors are never re-requested, nor a partition that a backfill still in
+  progress targets (a user's "backfill failed partitions", say): that
+  backfill runs it, and a run of the sensor's would race it.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Set
+from typing import TYPE_CHECKING
 
 from dagster import (
     AssetKey,
+    DagsterInstance,
     DagsterRunStatus,
     DefaultScheduleStatus,
     DefaultSensorStatus,
@@ -41,7 +45,14 @@ from eval_pipeline.defs.failures import failure_outcomes
 from eval_pipeline.defs.progress import Cycle, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, TRIGGER_TAG
 
+if TYPE_CHECKING:  # what DagsterInstance.get_backfills returns; Dagster does not export its type
+    from dagster._core.execution.backfill import PartitionBackfill
+
 REREQUEST_TAG = "eval_pipeline/rerequest"
+BACKFILL_TAG = "dagster/backfill"  # the backfill a run belongs to
+# The status of a backfill whose runs are still being requested or run (BulkActionStatus.REQUESTED, which Dagster
+# does not export); any other status is over or being cancelled.
+BACKFILL_IN_PROGRESS = "REQUESTED"
 NIGHTLY = "nightly"
 # How often the sensors look: a re-request waits up to this long past the in-run backoff, a night's next stage too.
 SENSOR_INTERVAL_S = 30
@@ -93,6 +104,30 @@ def campaign_sensor(campaign: Campaign, jobs: dict[str, JobDefinition]) -> Senso
     return advance_nightly_cycle
 
 
+def _backfill_partitions(backfill: "PartitionBackfill", asset_keys: Set[AssetKey], job_name: str) -> set[str]:
+    """The partitions of `asset_keys` (an asset backfill) or of the job `job_name` (a job backfill) that a
+    backfill targets."""
+    if backfill.asset_backfill_data is not None:
+        subsets = backfill.asset_backfill_data.target_subset.partitions_subsets_by_asset_key
+        return {
+            str(key) for asset_key in asset_keys & subsets.keys() for key in subsets[asset_key].get_partition_keys()
+        }
+    return set(backfill.partition_names or ()) if backfill.job_name == job_name else set()
+
+
+def backfilled_partitions(
+    instance: DagsterInstance, asset_keys: Set[AssetKey], job_name: str, but: str | None = None
+) -> set[str]:
+    """The partitions of `asset_keys` or `job_name` that backfills in progress target, but those of the
+    backfill `but` (a failed run's own, which does not try a partition twice)."""
+    return {
+        partition
+        for backfill in instance.get_backfills()
+        if backfill.status.value == BACKFILL_IN_PROGRESS and backfill.backfill_id != but
+        for partition in _backfill_partitions(backfill, asset_keys, job_name)
+    }
+
+
 def infrastructure_retry_sensor(campaign: Campaign, trials_job: JobDefinition) -> SensorDefinition:
     trial_assets = {AssetKey([campaign.name, "generation"]), AssetKey([campaign.name, "evaluation"])}
 
@@ -118,7 +153,12 @@ def infrastructure_retry_sensor(campaign: Campaign, trials_job: JobDefinition) -
         elif previous >= campaign.retries.max_rerequests:
             yield SkipReason(f"{retried}: requested again {previous} times already, the most allowed")
         else:
-            for key in retried:
+            own_backfill = run.tags.get(BACKFILL_TAG)
+            covered = backfilled_partitions(context.instance, trial_assets, trials_job.name, own_backfill)
+            requested = [key for key in retried if key not in covered]
+            if not requested:
+                yield SkipReason(f"{retried}: a backfill in progress runs them")
+            for key in requested:
                 yield RunRequest(
                     run_key=f"{run.run_id}-rerequest-{key}",
                     partition_key=key,

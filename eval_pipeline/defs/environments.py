@@ -42,7 +42,7 @@ def _environment_step(
         return sandbox, prepare_environment(sandbox, portfolio, eval_pipeline.harness.store, instance, work)
     except InfrastructureError as error:
         raise outcome_failure(
-            f"{instance.instance_id}: {describe_outcome(error.outcome, str(error))}",
+            describe_outcome(error.outcome, str(error)),
             {instance.instance_id: error.outcome},
             lineage_metadata(portfolio, sandbox),
         ) from error

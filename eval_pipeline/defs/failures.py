@@ -2,9 +2,11 @@
 
 A step whose partitions did not all end in a scored outcome fails after
 materializing the ones that did, so that exactly the others are failed
-partitions ("backfill failed partitions" re-runs those alone). The outcome of
-each failed partition rides in the failure's metadata, where the retry sensor
-and the CLI read it back.
+partitions ("backfill failed partitions" re-runs those alone). The failure's
+description starts with the typed outcome and its detail ("oom_killed: ..."),
+which is the first line the UI shows of the failed step and of its run. The
+outcome of each failed partition rides in the failure's metadata, where the
+retry sensor and the CLI read it back.
 """
 
 from collections.abc import Mapping, Sequence
@@ -13,6 +15,9 @@ from typing import Any
 from dagster import DagsterEvent, Failure, MetadataValue
 
 from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.common.text import truncate
+
+DETAIL_CHARS = 2000  # of an outcome's detail in a failure: its head, where the error's own message is
 
 
 def outcome_failure(description: str, outcomes: Mapping[str, Outcome], metadata: Mapping[str, Any]) -> Failure:
@@ -28,7 +33,17 @@ def outcome_failure(description: str, outcomes: Mapping[str, Outcome], metadata:
 
 
 def describe_outcome(outcome: Outcome, detail: str) -> str:
-    return f"{outcome.value} ({outcome.kind.value} outcome, not scored): {detail}"
+    """An outcome and its detail, outcome first: as a failure's description, its first line is what Dagster
+    shows first of a failed step and run (after the exception's class)."""
+    detail = detail.strip()
+    return f"{outcome.value}: {detail}" if detail else outcome.value
+
+
+def describe_trial_outcome(partition: str, outcome: Outcome, detail: str) -> str:
+    """A trial partition's unscored outcome, as `describe_outcome` with the head of its detail, then which trial
+    and what its kind means."""
+    described = describe_outcome(outcome, truncate(detail, DETAIL_CHARS))
+    return f"{described}\n(trial {partition}: {outcome.kind.value} outcome, not scored)"
 
 
 def failure_outcomes(step_failures: Sequence[DagsterEvent]) -> dict[str, Outcome]:

@@ -38,7 +38,11 @@ def campaign_definitions(campaign: Campaign, deployment: Deployment) -> Definiti
     jobs = {
         stage: define_asset_job(
             stage_job_name(campaign, stage),
-            selection=AssetSelection.assets(*(AssetKey([campaign.name, name]) for name in names)).without_checks(),
+            # Without the gate checks on the report (the release stage's), with the checks a step evaluates itself
+            # (the trials' `resolved`, defs/verdicts.py).
+            selection=AssetSelection.assets(*(AssetKey([campaign.name, name]) for name in names))
+            .without_checks()
+            .required_multi_asset_neighbors(),
             tags={STAGE_TAG: stage, **(trial_tags if stage == "trials" else {})},
         )
         for stage, names in STAGES.items()

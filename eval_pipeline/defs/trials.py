@@ -4,6 +4,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetDep,
     AssetExecutionContext,
     AssetIn,
@@ -14,16 +15,18 @@ from dagster import (
     BackfillPolicy,
     MetadataValue,
     MultiToSingleDimensionPartitionMapping,
+    Output,
     multi_asset,
 )
 
 from eval_pipeline.common.hashing import stable_hash
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.datasets.portfolio import Portfolio
-from eval_pipeline.defs.failures import describe_outcome, outcome_failure
+from eval_pipeline.defs.failures import describe_trial_outcome, outcome_failure
 from eval_pipeline.defs.group import DATA_VERSION_TAG, MODEL_API_POOL, CampaignGroup, lineage_metadata
 from eval_pipeline.defs.partitions import INSTANCE
 from eval_pipeline.defs.resources import EvalPipelineResource
+from eval_pipeline.defs.verdicts import resolved_check_spec, trial_verdict, verdicts_output
 from eval_pipeline.grading.verdict import GRADING_VERSION
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.sandbox.kubernetes.manifest import pod_resources
@@ -152,6 +155,7 @@ def trials_asset(group: CampaignGroup) -> AssetsDefinition:
     @multi_asset(
         name=f"{campaign.name}__trials",
         specs=_trial_specs(group),
+        check_specs=[resolved_check_spec(group)],
         ins={"portfolio": group.snapshot_in, "environment": AssetIn(key=group.key("environment"))},
         backfill_policy=BackfillPolicy.multi_run(max_partitions_per_run=campaign.batches.size),
         pool=MODEL_API_POOL,
@@ -162,9 +166,9 @@ def trials_asset(group: CampaignGroup) -> AssetsDefinition:
         portfolio: Portfolio,
         environment: Any,  # one EnvironmentHandle, or a dict of them by instance when the range has several
         eval_pipeline: EvalPipelineResource,
-    ) -> Iterator[AssetMaterialization]:
+    ) -> Iterator[AssetMaterialization | AssetCheckEvaluation | Output[None]]:
         """A batch of trial partitions (a partition range), `batches.concurrency` at a time: each partition's
-        generation and evaluation are materialized as its trial ends.
+        generation and evaluation are materialized as its trial ends, and its verdict checked (defs/verdicts.py).
 
         A trial whose infrastructure failed is retried with backoff within the run (trial/batch.py); an
         agent's own failure is stored like any patch and scored. A trial that still ends unscored is left
@@ -192,10 +196,13 @@ def trials_asset(group: CampaignGroup) -> AssetsDefinition:
                 yield from _trial_materializations(
                     generation_key, evaluation_key, result, generation, lineage, setup.store.uri(generation.key)
                 )
-            if not result.outcome.is_scored:
+            if result.outcome.is_scored:
+                yield trial_verdict(context.instance, evaluation_key, result)
+            else:
                 unscored[result.work.partition] = result
         if unscored:
-            lines = [f"{key}: {describe_outcome(r.outcome, r.detail[-2000:])}" for key, r in unscored.items()]
-            raise outcome_failure("\n".join(lines), {key: r.outcome for key, r in unscored.items()}, {})
+            described = [describe_trial_outcome(key, r.outcome, r.detail) for key, r in unscored.items()]
+            raise outcome_failure("\n\n".join(described), {key: r.outcome for key, r in unscored.items()}, {})
+        yield verdicts_output(context, evaluation_key)
 
     return trials

@@ -1,0 +1,99 @@
+"""Each trial's verdict where the Dagster UI shows it partition by partition: the check `resolved` on a
+campaign's `evaluation` asset.
+
+A partition's colour in Dagster says only whether it was materialized, so an
+unresolved trial is as green as a resolved one. The check's partitions (the
+asset's Checks tab, then `resolved`, then Partitions) tell the three apart,
+each with a status of its own to count and filter by:
+
+- Passed: the trial resolved its instance.
+- Failed (severity WARN: the pipeline worked, the agent did not): the trial
+  was scored and did not resolve it; the description names its outcome.
+- Execution Failed: the trial ended unscored (an infrastructure or harness
+  outcome), so there is no verdict; its run's failure says why
+  (defs/failures.py).
+
+The trials step evaluates the check for each partition of its batch as that
+trial ends. Dagster's `AssetCheckResult` would take the step's one partition
+key, which a step over a range of partitions has not, so the step yields the
+`AssetCheckEvaluation` itself, partition and target materialization named.
+A partition left unevaluated in a failed run is what Dagster resolves to
+Execution Failed.
+"""
+
+import warnings
+
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterInstance,
+    Output,
+    PreviewWarning,
+)
+
+# Not exported by Dagster 1.13, but what AssetCheckEvaluation requires to count as the check of a given
+# materialization (without it the UI treats the result as stale and shows the partition as not evaluated).
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,
+)
+
+from eval_pipeline.common.text import truncate
+from eval_pipeline.defs.failures import DETAIL_CHARS, describe_outcome
+from eval_pipeline.defs.group import CampaignGroup
+from eval_pipeline.trial.batch import BatchItemResult
+
+__all__ = ["RESOLVED_CHECK", "resolved_check_spec", "trial_verdict", "verdicts_output"]
+
+RESOLVED_CHECK = "resolved"
+
+
+def resolved_check_spec(group: CampaignGroup) -> AssetCheckSpec:
+    """The check `resolved` on the evaluation, one partition per trial as the evaluation has."""
+    with warnings.catch_warnings():
+        # A check per partition is a preview feature in Dagster 1.13; we rely on it knowingly.
+        warnings.simplefilter("ignore", PreviewWarning)
+        return AssetCheckSpec(
+            RESOLVED_CHECK,
+            asset=group.key("evaluation"),
+            partitions_def=group.partitions.trial_runs,
+            description=(
+                "Passed: the trial resolved its instance. Failed (warning): it was scored and did not."
+                " Execution failed: it ended unscored, and its run's failure says why."
+            ),
+        )
+
+
+def _target(instance: DagsterInstance, key: AssetKey, partition: str) -> AssetCheckEvaluationTargetMaterializationData:
+    """The partition's latest materialization, which the verdict is about (the step has just recorded it)."""
+    [record] = instance.fetch_materializations(AssetRecordsFilter(key, asset_partitions=[partition]), limit=1).records
+    return AssetCheckEvaluationTargetMaterializationData(
+        storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp
+    )
+
+
+def trial_verdict(instance: DagsterInstance, evaluation_key: AssetKey, result: BatchItemResult) -> AssetCheckEvaluation:
+    """The check `resolved` on a scored trial's evaluation partition, just materialized: passed when it
+    resolved, else failed with its outcome and detail, as a warning."""
+    partition, outcome = result.work.partition, result.outcome
+    return AssetCheckEvaluation(
+        asset_key=evaluation_key,
+        check_name=RESOLVED_CHECK,
+        passed=outcome.is_resolved,
+        severity=AssetCheckSeverity.WARN,  # what a failure is: the pipeline worked, the agent did not
+        description=describe_outcome(outcome, truncate(result.detail, DETAIL_CHARS)),
+        metadata={"outcome": outcome.value},
+        target_materialization_data=_target(instance, evaluation_key, partition),
+        partition=partition,
+    )
+
+
+def verdicts_output(context: AssetExecutionContext, evaluation_key: AssetKey) -> Output[None]:
+    """The check's step output, which Dagster requires of a step that completes (and does not store): the
+    verdicts themselves are the evaluations `trial_verdict` made, partition by partition."""
+    check_key = AssetCheckKey(evaluation_key, RESOLVED_CHECK)
+    return Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(check_key))
