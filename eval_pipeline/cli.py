@@ -361,7 +361,7 @@ def _instance_config(args: argparse.Namespace) -> int:
     return 0
 
 
-CAMPAIGN_HELP = "a built-in campaign name or a campaign YAML path"
+CAMPAIGN_HELP = "a built-in campaign name or a campaign YAML path (default: demo)"
 
 
 def _command(commands: Any, name: str, help: str, handler: Callable[[argparse.Namespace], int]) -> Any:

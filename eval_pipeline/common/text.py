@@ -4,7 +4,7 @@ cut to a length that says how much was left out."""
 import os
 import re
 
-__all__ = ["TRAJECTORY_TEXT_CHARS", "from_environment", "truncate"]
+__all__ = ["TRAJECTORY_TEXT_CHARS", "counted", "from_environment", "truncate"]
 
 # What a trajectory keeps of each message and tool output: enough to read, bounded for the store.
 TRAJECTORY_TEXT_CHARS = 4000
@@ -27,3 +27,8 @@ def from_environment(value: str) -> str:
 def truncate(text: str, limit: int = TRAJECTORY_TEXT_CHARS) -> str:
     """The text's first `limit` characters, saying how many more there were."""
     return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} more characters]"
+
+
+def counted(number: int, noun: str) -> str:
+    """`1 instance`, `16 instances`: a count with its noun in the number it takes."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"

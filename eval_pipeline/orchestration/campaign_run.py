@@ -14,6 +14,7 @@ from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 
 from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.common.settings import Paths, dagster_home
+from eval_pipeline.common.text import counted
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.datasets.sources import load_portfolio
 from eval_pipeline.defs.group import ENVIRONMENT_POOL, MODEL_API_POOL
@@ -212,7 +213,7 @@ def run_campaign(
     pending = progress.pending_trials()
     planned = len(progress.instances) * len(progress.trials) if cycle.only is None else len(cycle.only)
     say(
-        f"{campaign.name}: {len(progress.instances)} instances x {len(progress.trials)} trials"
+        f"{campaign.name}: {counted(len(progress.instances), 'instance')} x {counted(len(progress.trials), 'trial')}"
         f"{'' if cycle.only is None else f' (selected: {len(cycle.only)})'};"
         f" {planned - len(pending)} of {planned} trials already done; running {len(pending)},"
         f" {launcher.capacity} at a time"
