@@ -70,6 +70,30 @@ STRIP_HISTORY = (
 )
 
 
+# Leaves a checkout with the checked-out commit, its ancestors and the refs on them (tags an install may read), and
+# no object of a later commit: run on the repository copied into an image, so that no image layer ever holds the fix.
+KEEP_ANCESTORS = (
+    "git for-each-ref --no-merged=HEAD --format='delete %(refname)' | git update-ref --stdin"
+    " && git reflog expire --expire=now --all"
+    " && git -c gc.auto=0 gc -q --prune=now"
+)
+
+# Refreshes the index's stat data, comparing contents without writing them. Run before COMMIT_BASELINE in an image: a
+# repository copied in no longer matches its index, so `git add` would write every file again as an object, and
+# writing an object a pack holds touches the pack's mtime, which copies the whole pack into the step's layer.
+REFRESH_INDEX = "{ git update-index -q --refresh >/dev/null || true; }"
+
+# STRIP_HISTORY for a repository KEEP_ANCESTORS has already pruned, inside an image: the same refs and reflogs go,
+# and the objects made since (the baseline commit) are packed on their own, without rewriting the copied pack,
+# which in a layer above it would store the whole history a second time.
+STRIP_REFS = (
+    "git for-each-ref --format='delete %(refname)' | git update-ref --stdin"
+    " && git reflog expire --expire=now --all"
+    " && git -c gc.auto=0 repack -d -q && git prune --expire=now"
+    " && rm -f .git/ORIG_HEAD .git/FETCH_HEAD"
+)
+
+
 # Who committed a terminal task's working tree, and when: fixed, so that its commit (and every key made from it)
 # is the same on every machine.
 COMMIT_ENV = {

@@ -35,7 +35,7 @@ import docker
 import docker.errors
 import pytest
 
-from eval_pipeline.common.git import COMMIT_BASELINE, STRIP_HISTORY
+from eval_pipeline.common.git import COMMIT_BASELINE, REFRESH_INDEX, STRIP_REFS
 from eval_pipeline.common.git import COMMIT_ENV as TASK_COMMIT_ENV
 from eval_pipeline.common.hashing import stable_hash
 from eval_pipeline.common.outcomes import ImageBuildFailed
@@ -226,6 +226,13 @@ def env_layer(
     )
 
 
+def readable_by_all(directory: str) -> str:
+    """`chmod -R a+rX directory` for only the entries that lack those bits: chmod copies every file it touches into
+    the layer it runs in, even when the mode does not change, which stored the whole repository twice."""
+    lacking = r"\( ! -perm -0444 -o \( -perm /0111 ! -perm -0111 \) \)"
+    return f"find {directory} {lacking} -exec chmod a+rX {{}} +"
+
+
 def instance_layer(env: ImageLayer, instance: Task, spec: EnvironmentSpec, checkout: Path) -> ImageLayer:
     steps = [*spec.pre_install, *spec.install]
     harness_pytest = (
@@ -238,7 +245,8 @@ def instance_layer(env: ImageLayer, instance: Task, spec: EnvironmentSpec, check
         f"FROM {env.tag}\nCOPY repo {TESTBED}\nWORKDIR {TESTBED}\n"
         + "".join(f"RUN {command}\n" for command in steps)
         + harness_pytest
-        + f"RUN {COMMIT_BASELINE} && {STRIP_HISTORY} && chmod -R a+rX {TESTBED}\n"
+        # The checkout holds no later commit already (KEEP_ANCESTORS); its refs go once the install has read them.
+        + f"RUN {REFRESH_INDEX} && {COMMIT_BASELINE} && {STRIP_REFS} && {readable_by_all(TESTBED)}\n"
     )
     return ImageLayer(
         "instance",

@@ -35,6 +35,7 @@ import os
 import re
 import socket
 import struct
+import subprocess
 import tarfile
 import tempfile
 import threading
@@ -50,7 +51,7 @@ import docker.errors
 import requests.exceptions
 from docker.models.containers import Container
 
-from eval_pipeline.common.git import clone_at
+from eval_pipeline.common.git import KEEP_ANCESTORS, clone_at
 from eval_pipeline.common.hashing import stable_hash
 from eval_pipeline.common.outcomes import InfrastructureError, SandboxLost
 from eval_pipeline.sandbox.base import (
@@ -353,6 +354,9 @@ class ContainerSandbox(SandboxBackend):
     def _checkout_dir(self, instance: Task) -> Path:
         return self.root / "checkouts" / _slug(f"{instance.repo}@{instance.base_commit}")
 
+    def _image_checkout_dir(self, instance: Task) -> Path:
+        return self.root / "image-checkouts" / _slug(f"{instance.repo}@{instance.base_commit}")
+
     def _requirements_dir(self, instance: Task) -> Path:
         return self.root / "requirements" / _slug(f"{instance.repo}@{instance.environment_setup_commit}")
 
@@ -364,7 +368,7 @@ class ContainerSandbox(SandboxBackend):
         base, interpreter = base_layer(python, spec.python, settings.extra_ca_bundle, self._image_id)
         requirements = self._requirements_dir(instance) if spec.requirements else None
         env = env_layer(base, interpreter, instance, spec, requirements)
-        return instance_layer(env, instance, spec, self._checkout_dir(instance))
+        return instance_layer(env, instance, spec, self._image_checkout_dir(instance))
 
     def environment_key(self, instance: Task, spec: EnvironmentSpec) -> str:
         return self._layers(instance, spec).tag
@@ -404,21 +408,22 @@ class ContainerSandbox(SandboxBackend):
         return kwargs
 
     def _checkout(self, instance: Task, source: RepoSource) -> Path:
-        """The repository at the base commit with its full history (installs may read tags), made once."""
-        target = self._checkout_dir(instance)
-        if not (target / ".git").exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-                clone_at(source.location(instance.repo), instance.base_commit, Path(scratch) / "repo")
-                os.replace(Path(scratch) / "repo", target)
-        return target
+        """The repository at the base commit with its full history (requirements are read at the environment's
+        setup commit, which may be later), made once; it never goes into an image."""
+        return _cloned_once(source.location(instance.repo), instance.base_commit, self._checkout_dir(instance))
+
+    def _image_checkout(self, instance: Task, source: RepoSource) -> Path:
+        """What the instance image copies: the base commit, its ancestors and the tags on them (an install may read
+        them), and no object of a later commit (KEEP_ANCESTORS), made once from the full checkout."""
+        full = self._checkout(instance, source)
+        return _cloned_once(str(full), instance.base_commit, self._image_checkout_dir(instance), KEEP_ANCESTORS)
 
     def build(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
         def prepare_context(layer: ImageLayer) -> None:
             if instance.own_image is not None:  # its context is the task's own environment/ directory
                 return
             if layer.kind == "instance":
-                self._checkout(instance, source)
+                self._image_checkout(instance, source)
             elif layer.kind == "env" and spec.requirements:
                 text = instance.requirements(spec, self._checkout(instance, source))
                 directory = self._requirements_dir(instance)
@@ -685,3 +690,16 @@ class ContainerSandbox(SandboxBackend):
                 all=True, filters={"label": [f"{MANAGED_LABEL}=true", f"{CAMPAIGN_LABEL}={self.campaign}"]}
             ):
                 container.remove(force=True)
+
+
+def _cloned_once(location: str, commit: str, target: Path, then: str = "") -> Path:
+    """`location` cloned at `commit` into `target` (then the shell command `then` run in it), unless it is there:
+    made in a scratch directory beside it and moved into place, so a crash never leaves half a clone."""
+    if not (target / ".git").exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+            clone_at(location, commit, Path(scratch) / "repo")
+            if then:
+                subprocess.run(["sh", "-c", then], cwd=Path(scratch) / "repo", check=True, capture_output=True)
+            os.replace(Path(scratch) / "repo", target)
+    return target
