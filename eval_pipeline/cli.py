@@ -265,8 +265,8 @@ def _report(args: argparse.Namespace) -> int:
     from eval_pipeline.results.warehouse import read_attempts_table, read_results_table
     from eval_pipeline.trial.harness import Harness
 
-    if args.limit < 0:
-        raise UsageError(f"--limit must be at least 0, got {args.limit}")
+    if args.trajectories < 0:
+        raise UsageError(f"--limit must be at least 0, got {args.trajectories}")
     campaign = load_campaign(args.campaign)
     harness = Harness.from_env()
     directory = harness.paths.reports / campaign.name
@@ -285,7 +285,7 @@ def _report(args: argparse.Namespace) -> int:
             " (a trial is named <instance id>|<variant>-s<seed>)"
         )
     store = harness.store.reading_only()
-    trajectories = trajectories_for(_selection(args).pick(rows), store, chosen, args.limit)
+    trajectories = trajectories_for(_selection(args).pick(rows), store, chosen, args.trajectories)
     if suspicion := store.wrong_key_suspected():
         raise UsageError(suspicion)
     reasons = unscored_reasons(read_attempts_table(results_path))
@@ -392,7 +392,7 @@ def _selection_flags(command: Any, limit: bool = True) -> None:
 def _selection(args: argparse.Namespace) -> "TrialSelection":
     from eval_pipeline.trial.selection import TrialSelection
 
-    limit = args.limit if args.command != "report" else None  # report's --limit counts trajectories
+    limit = getattr(args, "limit", None)  # a command with a --limit of its own (report) has no selection limit
     return TrialSelection(tuple(args.instance), tuple(args.variant), tuple(args.slice), tuple(args.seed), limit)
 
 
@@ -477,7 +477,9 @@ def _add_reading_commands(commands: Any) -> None:
         help="a trial whose trajectory to show, as <instance id>|<variant>-s<seed>; repeat for more"
         " (default: the failed trials, scored and not resolved)",
     )
-    report.add_argument("--limit", type=int, default=20, help="at most this many trajectories (default 20)")
+    report.add_argument(
+        "--limit", dest="trajectories", type=int, default=20, help="at most this many trajectories (default 20)"
+    )
     _selection_flags(report, limit=False)
 
 
