@@ -64,7 +64,7 @@ def test_demo_portfolio_end_to_end_then_resume_regrades_only_the_unscored(campai
     assert second.returncode == 0, second.stderr[-3000:]
     again = json.loads(second.stdout)
     assert again["generation"] == {"computed": 0, "reused": 12, "failed": 0}, "re-grading never regenerates"
-    assert again["evaluation"] == {"computed": 0, "reused": 0, "failed": 12}
+    assert again["evaluation"] == {"computed": 0, "reused": 0, "failed": 12}, second.stderr[-3000:]
     assert again["variants"] == summary["variants"]
     assert "84 of 96 trials already done" in second.stderr
     assert assert_warehouse(home, again) == 2 * unscored_attempts, "a re-grade adds attempts and deletes none"
