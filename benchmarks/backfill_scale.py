@@ -2,6 +2,7 @@
 queued, how Dagster cuts it into runs, and how fast a cancel stops it.
 
     PYTHONPATH=$PWD python benchmarks/backfill_scale.py [--instances 500] [--seeds 32] [--batch-size 64]
+        [--postgres URL] [--planned-per-partition]
 
 The campaign: `instances` synthetic SWE-bench rows (a JSONL file) x `seeds` seeds
 of the null agent, `batches.size` = `batch-size`, on a fresh DAGSTER_HOME with
@@ -30,6 +31,14 @@ other, launched through GraphQL's `launchPartitionBackfill` as the UI does:
   (from the cancel to the last run created), `canceled_s` (until its status is
   CANCELED), and `runs` in all. Its runs are counted until no new one appears
   for `--settle-s` seconds.
+
+The instance is SQLite under the fresh DAGSTER_HOME, or a fresh database on
+the PostgreSQL server at `--postgres` (a URL as scripts/start_postgres.sh
+prints; the role may create databases). `dagster dev` runs with the
+environment eval-pipeline sets for itself and k8s/values.yaml sets for the
+daemon (`PROCESS_ENVIRONMENT`: one planned event per asset and run);
+`--planned-per-partition` leaves it out, for Dagster's default of one per
+asset and partition.
 
 Issue 20's targets: every run of a 16k-partition backfill queued within 2
 minutes (`all_runs_s` <= 120); a cancel stops new runs within 30 s
@@ -60,6 +69,7 @@ from dagster._core.execution.backfill import BulkActionStatus  # not exported by
 from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import load_campaign
 from eval_pipeline.defs import build_definitions, stage_job_name
+from eval_pipeline.orchestration.instance_config import PROCESS_ENVIRONMENT
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[1]
@@ -313,12 +323,33 @@ def measure_cancel(
     }
 
 
-def write_instance_config(home: Path, run_queue: int) -> None:
+def write_instance_config(home: Path, run_queue: int, postgres_url: str | None) -> None:
     """The repository's dagster.yaml, with at most `run_queue` runs dequeued at once (0: none, as when runs
-    execute on a cluster rather than on the daemon's own 2 cores; -1: no limit)."""
+    execute on a cluster rather than on the daemon's own 2 cores; -1: no limit), on PostgreSQL if given."""
     config = yaml.safe_load((REPO / "dagster.yaml").read_text())
     config["concurrency"]["runs"]["max_concurrent_runs"] = run_queue
+    if postgres_url:
+        config["storage"] = {"postgres": {"postgres_url": postgres_url}}
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+
+
+@contextmanager
+def fresh_database(server_url: str | None) -> Iterator[str | None]:
+    """A new database on the PostgreSQL server at `server_url` (dropped afterwards), or None for SQLite."""
+    if not server_url:
+        yield None
+        return
+    import psycopg2
+
+    name = f"backfill_scale_{os.getpid()}_{int(time.time())}"
+    admin = psycopg2.connect(server_url.replace("+psycopg2", ""))
+    admin.autocommit = True
+    admin.cursor().execute(f"CREATE DATABASE {name}")
+    try:
+        yield f"{server_url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()
 
 
 def prepare(campaign_path: Path, home: Path) -> float:
@@ -333,15 +364,16 @@ def prepare(campaign_path: Path, home: Path) -> float:
     return round(time.time() - started, 2)
 
 
-def benchmark(root: Path, args: argparse.Namespace) -> dict[str, Any]:
+def benchmark(root: Path, args: argparse.Namespace, postgres_url: str | None) -> dict[str, Any]:
     home = root / "dagster_home"
     home.mkdir()
-    write_instance_config(home, args.run_queue)
+    write_instance_config(home, args.run_queue, postgres_url)
     campaign = write_campaign(root, args.instances, args.seeds, args.batch_size)
     partitions = trial_partitions(campaign, args.instances)
     prepare_s = prepare(campaign, home)
     env = {
-        **os.environ,
+        **{name: value for name, value in os.environ.items() if name not in PROCESS_ENVIRONMENT},
+        **({} if args.planned_per_partition else PROCESS_ENVIRONMENT),
         "DAGSTER_HOME": str(home),
         "EVAL_PIPELINE_CAMPAIGNS": str(campaign),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
@@ -357,6 +389,8 @@ def benchmark(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         print(log.read_text()[-5000:], file=sys.stderr)
         raise
     return {
+        "storage": "postgres" if postgres_url else "sqlite",
+        "planned_events": "per asset and partition" if args.planned_per_partition else "per asset and run",
         "instances": args.instances,
         "seeds": args.seeds,
         "batch_size": args.batch_size,
@@ -379,9 +413,11 @@ def main() -> None:
     parser.add_argument("--settle-s", type=float, default=10.0)
     parser.add_argument("--timeout-s", type=float, default=900.0)
     parser.add_argument("--run-queue", type=int, default=0, help="runs dequeued at once (0: none; -1: no limit)")
+    parser.add_argument("--postgres", help="a PostgreSQL server's URL: the instance on a new database there")
+    parser.add_argument("--planned-per-partition", action="store_true", help="Dagster's default planned events")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as scratch:
-        figures = benchmark(Path(scratch), args)
+    with tempfile.TemporaryDirectory() as scratch, fresh_database(args.postgres) as postgres_url:
+        figures = benchmark(Path(scratch), args, postgres_url)
     print(json.dumps(figures, indent=2))
 
 

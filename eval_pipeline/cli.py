@@ -30,12 +30,13 @@ class UsageError(ValueError):
 def _use_dagster_home() -> None:
     """Point Dagster at the CLI's instance (DAGSTER_HOME, or the default) before it reads the variable,
     with the instance settings the deployment's variables choose (unless the user keeps their own)."""
-    from eval_pipeline.orchestration.instance_config import ensure_instance_config
+    from eval_pipeline.orchestration.instance_config import ensure_instance_config, use_process_environment
 
     home = dagster_home()
     home.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(home)
     ensure_instance_config(home, Deployment.from_env())
+    use_process_environment()
     from dagster import BetaWarning
 
     warnings.filterwarnings("ignore", category=BetaWarning)  # data versions are beta; we rely on them knowingly

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from dagster import AssetCheckKey, AssetKey, DagsterInstance
+from dagster import AssetCheckKey, AssetKey, DagsterEventType, DagsterInstance
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.cli import main
@@ -210,6 +210,20 @@ def test_run_with_filters_runs_exactly_the_selected_trials(campaign_env):
     told = [line for line in picked.stderr.splitlines() if line.startswith("[")]
     assert len(told) == 2 and all(line.split()[1] == "hello-file" for line in told), picked.stderr[-3000:]
     assert "(selected: 2)" in picked.stderr
+    assert_planned_once_per_asset(Path(campaign_env["DAGSTER_HOME"]))
+
+
+def assert_planned_once_per_asset(home: Path) -> None:
+    """A run of a range of trials records one planned event per asset, naming the range, not one per asset and
+    trial (which made a 64-trial run write 128 events before it started): the CLI sets Dagster's flag."""
+    with DagsterInstance.from_config(str(home)) as instance:
+        ranged = 0
+        for run in instance.get_runs():
+            planned = instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION_PLANNED)
+            data = [event.get_dagster_event().event_specific_data for event in planned]
+            assert len(data) == len({item.asset_key for item in data}), f"run {run.run_id}: one per asset"
+            ranged += sum(1 for item in data if item.partitions_subset and len(item.partitions_subset) > 1)
+    assert ranged, "a run of several trials names them as a subset"
 
 
 def test_library_chatter_is_off_unless_the_user_turns_it_on(monkeypatch, capsys):

@@ -17,6 +17,7 @@ from kubernetes.client import ApiClient
 
 from eval_pipeline.config.campaign import load_campaign
 from eval_pipeline.defs import STAGE_TAG, build_definitions, stage_job_name
+from eval_pipeline.orchestration.instance_config import PROCESS_ENVIRONMENT
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.kubernetes.manifest import MANAGED_BY, NETWORK_LABEL, NETWORK_OPTED_IN, label_value
 from eval_pipeline.sandbox.kubernetes.sandbox import KubernetesSandbox
@@ -211,6 +212,13 @@ def test_the_helm_values_configure_runs_storage_and_queues_and_their_pods_are_va
     assert {limit["key"] for limit in queue["tagConcurrencyLimits"]} == {STAGE_TAG}
     assert daemon["runMonitoring"]["enabled"] and daemon["runRetries"]["enabled"]
     assert daemon["runRetries"]["retryOnAssetOrOpFailure"] is False, "agent failures are never retried"
+
+
+def test_the_webserver_and_the_daemon_create_runs_with_the_clis_process_environment():
+    chart = values()
+    for component in ("dagsterWebserver", "dagsterDaemon"):
+        env = {item["name"]: item["value"] for item in chart[component]["env"]}
+        assert env.items() >= PROCESS_ENVIRONMENT.items(), component
 
 
 def test_a_trial_runs_pod_gets_the_floor_as_request_and_the_ceiling_as_limit(monkeypatch, tmp_path):

@@ -8,6 +8,7 @@ On Kubernetes the Dagster Helm chart writes dagster.yaml; k8s/values.yaml sets
 the same policies there.
 """
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,22 @@ from eval_pipeline.results.report import write_text_atomically
 # A file starting with the mark is ours to rewrite (files written before the module moved name its old path).
 GENERATED_MARK = "# Written by eval-pipeline from its environment variables"
 GENERATED_HEADER = f"{GENERATED_MARK} (eval_pipeline/orchestration/instance_config.py)."
+
+
+# Settings Dagster reads from the environment of the process that creates runs (this CLI, the daemon for
+# backfills, sensors and run retries, the webserver for runs launched from the UI), never from dagster.yaml.
+# DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS: a run of a range of trial partitions records one "planned"
+# event per asset and the range, not one per asset and partition. Without it, a 64-trial run writes 128 events
+# (on SQLite a connection and a commit each) before it starts, and Dagster's daemon queues a 16k-trial backfill
+# at about 45 partitions a second (docs/SCALE.md). The cost: the asset's Partitions tab no longer marks a
+# failed run's partitions failed, only missing; the `resolved` check's partitions show why, by trial.
+PROCESS_ENVIRONMENT = {"DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS": "1"}
+
+
+def use_process_environment() -> None:
+    """Set PROCESS_ENVIRONMENT in this process, leaving any variable the user set as it is."""
+    for name, value in PROCESS_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
 
 
 def instance_config(deployment: Deployment) -> dict[str, Any]:
@@ -66,7 +83,9 @@ def instance_config(deployment: Deployment) -> dict[str, Any]:
 
 
 def instance_yaml(deployment: Deployment) -> str:
-    return f"{GENERATED_HEADER}\n" + yaml.safe_dump(instance_config(deployment), sort_keys=False)
+    environment = "".join(f"#   {name}={value}\n" for name, value in PROCESS_ENVIRONMENT.items())
+    note = f"# Also set for dagster dev, the daemon and the webserver (eval-pipeline sets it itself):\n{environment}"
+    return f"{GENERATED_HEADER}\n{note}" + yaml.safe_dump(instance_config(deployment), sort_keys=False)
 
 
 def ensure_instance_config(home: Path, deployment: Deployment) -> bool:
