@@ -139,6 +139,9 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
+        # The campaign's DAGSTER_HOME holds its results key: this process reads the campaign's records with it
+        # (a record read under another key counts as forged, and is quarantined).
+        os.environ["DAGSTER_HOME"] = str(root / "home")
         seeds = list(range(100, 100 + args.seeds))
         warmup = write_campaign(root, args.rows, [0], args.batch_size, args.concurrency)
         measured = write_campaign(root, args.rows, seeds, args.batch_size, args.concurrency)
