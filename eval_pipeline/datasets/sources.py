@@ -26,8 +26,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import pandas
-
 from eval_pipeline.common.settings import Paths
 from eval_pipeline.datasets.config import DatasetSource, SweBenchSource, TerminalSource, parse_source
 from eval_pipeline.datasets.portfolio import DuplicateInstanceError, Portfolio
@@ -97,6 +95,8 @@ def write_snapshot(benchmark: Benchmark, directory: Path) -> Path:
     """The evaluated rows as `<version>.parquet`, written once and atomically: what a run pinned."""
     path = directory / f"{benchmark.version}.parquet"
     if not path.exists():
+        import pandas  # here, not at the top: every run worker imports this module, few write a snapshot
+
         directory.mkdir(parents=True, exist_ok=True)
         scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         pandas.DataFrame([instance.to_row() for instance in benchmark.instances]).to_parquet(scratch, index=False)

@@ -9,12 +9,13 @@ Every function takes plain mappings (instance id -> scored trials' resolved
 flags, or seed -> flag) so that each number can be checked by hand.
 """
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
-from scipy import stats
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,19 @@ class RateEstimate:
     ci_repo_high: float | None = None
 
 
-# z(0.975) + z(0.80): a two-sided test at alpha 0.05 with power 0.8.
-MDE_MULTIPLIER = float(stats.norm.ppf(0.975) + stats.norm.ppf(0.80))
+@functools.cache
+def _stats() -> ModuleType:
+    """scipy.stats, imported when a number first needs it: the import takes about 0.4 s, which every run worker
+    and every command would otherwise pay at start-up, though only the results step computes statistics."""
+    from scipy import stats
+
+    return stats
+
+
+@functools.cache
+def _mde_multiplier() -> float:
+    """z(0.975) + z(0.80): a two-sided test at alpha 0.05 with power 0.8."""
+    return float(_stats().norm.ppf(0.975) + _stats().norm.ppf(0.80))
 
 
 def instance_means(scores: Mapping[str, Sequence[bool]]) -> dict[str, float]:
@@ -42,7 +54,7 @@ def instance_means(scores: Mapping[str, Sequence[bool]]) -> dict[str, float]:
 
 
 def _interval(centre: float, se: float, dof: int) -> tuple[float, float]:
-    half = float(stats.t.ppf(0.975, dof)) * se
+    half = float(_stats().t.ppf(0.975, dof)) * se
     return centre - half, centre + half
 
 
@@ -152,10 +164,10 @@ def paired_difference(
     if se == 0:
         p_value = 1.0 if diff == 0 else 0.0
     else:
-        p_value = float(stats.ttest_rel(a, b).pvalue)
+        p_value = float(_stats().ttest_rel(a, b).pvalue)
     constant = a.std() == 0 or b.std() == 0
-    correlation = None if constant else float(stats.pearsonr(a, b).statistic)
-    return PairedDifference(diff, n, se, ci_low, ci_high, p_value, correlation, MDE_MULTIPLIER * se)
+    correlation = None if constant else float(_stats().pearsonr(a, b).statistic)
+    return PairedDifference(diff, n, se, ci_low, ci_high, p_value, correlation, _mde_multiplier() * se)
 
 
 def planning_mde(scores: Mapping[str, Sequence[bool]]) -> float | None:
@@ -166,7 +178,7 @@ def planning_mde(scores: Mapping[str, Sequence[bool]]) -> float | None:
     means = np.array(list(instance_means(scores).values()))
     if len(means) < 2:
         return None
-    return MDE_MULTIPLIER * float(means.std(ddof=1)) / math.sqrt(len(means))
+    return _mde_multiplier() * float(means.std(ddof=1)) / math.sqrt(len(means))
 
 
 @dataclass(frozen=True)

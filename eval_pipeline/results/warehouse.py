@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pandas as pd
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.config.campaign import Campaign
@@ -139,6 +138,8 @@ def collect_warehouse(
 
 def write_warehouse(warehouse: Warehouse, path: Path) -> Path:
     """Write every table to a DuckDB file at a temporary path, then move it into place; return its path."""
+    import pandas as pd  # here, not at the top: every run worker imports this module; only the results step writes
+
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     scratch.unlink(missing_ok=True)

@@ -28,12 +28,12 @@ import tarfile
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import docker
 import docker.errors
-import pytest
 
 from eval_pipeline.common.git import COMMIT_BASELINE, REFRESH_INDEX, STRIP_REFS
 from eval_pipeline.common.git import COMMIT_ENV as TASK_COMMIT_ENV
@@ -237,7 +237,7 @@ def instance_layer(env: ImageLayer, instance: Task, spec: EnvironmentSpec, check
     steps = [*spec.pre_install, *spec.install]
     harness_pytest = (
         f"RUN {ENV_VENV}/bin/python -c 'import pytest' 2>/dev/null || {ENV_VENV}/bin/python -m pip install"
-        f" --no-cache-dir pytest=={pytest.__version__} || {ENV_VENV}/bin/python -m pip install --no-cache-dir pytest\n"
+        f" --no-cache-dir pytest=={version('pytest')} || {ENV_VENV}/bin/python -m pip install --no-cache-dir pytest\n"
         if spec.uses_pytest
         else ""
     )
