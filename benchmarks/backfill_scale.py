@@ -106,11 +106,15 @@ def write_rows(path: Path, instances: int) -> None:
             rows.write(json.dumps(row) + "\n")
 
 
-def write_campaign(directory: Path, instances: int, seeds: int, batch_size: int) -> Path:
+def write_campaign(
+    directory: Path, instances: int, seeds: int, batch_size: int, name: str = CAMPAIGN, **settings: Any
+) -> Path:
+    """`instances` synthetic rows x `seeds` seeds of the null agent, batches of `batch_size`, and `settings`
+    (by default none of the retry sensor's own runs, which would add runs as trials fail)."""
     rows = directory / "rows.jsonl"
     write_rows(rows, instances)
     campaign = {
-        "name": CAMPAIGN,
+        "name": name,
         "benchmark": {
             "kind": "swebench",
             "path": str(rows),
@@ -119,9 +123,9 @@ def write_campaign(directory: Path, instances: int, seeds: int, batch_size: int)
         "variants": [{"name": "null", "agent": "null"}],
         "seeds": seeds,
         "batches": {"size": batch_size},
-        "retries": {"max_rerequests": 0},  # the retry sensor would add runs of its own as trials fail
+        **(settings or {"retries": {"max_rerequests": 0}}),
     }
-    path = directory / f"{CAMPAIGN}.yaml"
+    path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(campaign))
     return path
 
@@ -138,18 +142,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class DagsterDev:
+class DagsterServer:
+    """A Dagster webserver's GraphQL API, as the UI calls it."""
+
     def __init__(self, url: str) -> None:
         self.url = url
 
     def query(self, text: str, **variables: Any) -> dict:
-        response = requests.post(f"{self.url}/graphql", json={"query": text, "variables": variables}, timeout=600)
+        response = requests.post(f"{self.url}/graphql", json={"query": text, "variables": variables}, timeout=900)
         response.raise_for_status()
         body = response.json()
         if "errors" in body:
             raise RuntimeError(f"GraphQL errors: {body['errors']}")
         return body["data"]
 
+
+class DagsterDev(DagsterServer):
     def launch_backfill(self, assets: list[str], partitions: list[str]) -> str:
         selection = [{"path": [CAMPAIGN, name]} for name in assets]
         params = {"assetSelection": selection, "partitionNames": partitions, "title": "backfill_scale"}
@@ -175,23 +183,23 @@ def wait_for(probe: Callable[[], T], done: Callable[[T], bool], timeout_s: float
 
 
 @contextmanager
-def running_dagster_dev(env: dict[str, str], log: Path) -> Iterator[DagsterDev]:
-    """`dagster dev` (webserver and daemon) from the repository root with `env`; its process group is
-    killed when the block ends, however it ends."""
+def running_server(command: list[str], env: dict[str, str], log: Path) -> Iterator[str]:
+    """`command` (a Dagster server taking -h and -p) from the repository root with `env`, until it serves; its
+    URL. Its process group is killed when the block ends, however it ends."""
     port = free_port()
     with log.open("w") as log_file:
         process = subprocess.Popen(
-            ["dagster", "dev", "-p", str(port), "-h", "127.0.0.1"],
+            [*command, "-h", "127.0.0.1", "-p", str(port)],
             cwd=REPO,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=log_file,
             start_new_session=True,
         )
-    server = DagsterDev(f"http://127.0.0.1:{port}")
+    url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: serving(server, process), bool, 300, "dagster dev to serve")
-        yield server
+        wait_for(lambda: serving(url, process, command), bool, 300, f"{command[-1]} to serve")
+        yield url
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -201,11 +209,11 @@ def running_dagster_dev(env: dict[str, str], log: Path) -> Iterator[DagsterDev]:
             process.wait()
 
 
-def serving(server: DagsterDev, process: subprocess.Popen) -> bool:
+def serving(url: str, process: subprocess.Popen, command: list[str]) -> bool:
     if process.poll() is not None:
-        raise RuntimeError(f"dagster dev exited with code {process.returncode}")
+        raise RuntimeError(f"{' '.join(command)} exited with code {process.returncode}")
     try:
-        return requests.get(f"{server.url}/server_info", timeout=5).ok
+        return requests.get(f"{url}/server_info", timeout=5).ok
     except requests.ConnectionError:
         return False
 
@@ -323,11 +331,13 @@ def measure_cancel(
     }
 
 
-def write_instance_config(home: Path, run_queue: int, postgres_url: str | None) -> None:
+def write_instance_config(home: Path, run_queue: int | None, postgres_url: str | None) -> None:
     """The repository's dagster.yaml, with at most `run_queue` runs dequeued at once (0: none, as when runs
-    execute on a cluster rather than on the daemon's own 2 cores; -1: no limit), on PostgreSQL if given."""
+    execute on a cluster rather than on the daemon's own 2 cores; -1: no limit; None: as it is), on PostgreSQL
+    if given."""
     config = yaml.safe_load((REPO / "dagster.yaml").read_text())
-    config["concurrency"]["runs"]["max_concurrent_runs"] = run_queue
+    if run_queue is not None:
+        config["concurrency"]["runs"]["max_concurrent_runs"] = run_queue
     if postgres_url:
         config["storage"] = {"postgres": {"postgres_url": postgres_url}}
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
@@ -341,7 +351,7 @@ def fresh_database(server_url: str | None) -> Iterator[str | None]:
         return
     import psycopg2
 
-    name = f"backfill_scale_{os.getpid()}_{int(time.time())}"
+    name = f"benchmark_{os.getpid()}_{int(time.time())}"
     admin = psycopg2.connect(server_url.replace("+psycopg2", ""))
     admin.autocommit = True
     admin.cursor().execute(f"CREATE DATABASE {name}")
@@ -381,7 +391,8 @@ def benchmark(root: Path, args: argparse.Namespace, postgres_url: str | None) ->
     env.pop("EVAL_PIPELINE_DATA_DIR", None)
     log = root / "dagster_dev.log"
     try:
-        with running_dagster_dev(env, log) as server, DagsterInstance.from_config(str(home)) as instance:
+        with running_server(["dagster", "dev"], env, log) as url, DagsterInstance.from_config(str(home)) as instance:
+            server = DagsterDev(url)
             first_id, creation = measure_creation(server, instance, partitions, args.instances, args.timeout_s)
             creation["cancel_queued_s"] = cancel_and_wait(server, instance, first_id, args.timeout_s)
             cancel = measure_cancel(server, instance, partitions, args.settle_s, args.timeout_s)

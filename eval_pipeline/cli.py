@@ -97,12 +97,10 @@ def _campaign_session(
     from dagster import DagsterInstance
 
     from eval_pipeline.orchestration.driver import new_cycle
-    from eval_pipeline.orchestration.launchers import open_launcher
+    from eval_pipeline.orchestration.launchers import hold_connections, open_launcher
 
     with DagsterInstance.get() as instance:
-        # Hold database connections open across this process's many queries, as Dagster's webserver does:
-        # Dagster's PostgreSQL storage otherwise connects anew for every one. SQLite storage ignores this.
-        instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
+        hold_connections(instance)
         with open_launcher(campaign, Paths.from_env(), instance, args.workers) as launcher:
             yield instance, launcher, new_cycle(campaign)
 
