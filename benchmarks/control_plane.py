@@ -72,6 +72,8 @@ writers idle:
   a `dagster-webserver` started once on the same instance:
   `PartitionHealthQuery` (the evaluation asset), `AssetCheckPartitionHealthQuery`
   (its check `resolved`) and `AssetPartitionDetailQuery` (the last partition);
+  a query that took over 20 s is not timed again (`ui_retired` says when):
+  the check's grows quadratically, and would take longer than the writing;
 - `sensor_*_s`: one evaluation of each of the campaign's sensors
   (`defs/automation.py`), as a daemon tick evaluates it: the nightly cycle's
   (`next_step` over the whole campaign) and the infrastructure-retry run
@@ -174,6 +176,7 @@ EVALUATION = AssetKey([CAMPAIGN, "evaluation"])
 Unit = tuple[str, tuple[tuple[str, ...], ...]]  # an instance and its batches' trials: what a writer is given
 PLANNED = frozenset({"ASSET_MATERIALIZATION_PLANNED", "ASSET_CHECK_EVALUATION_PLANNED"})
 PER_TRIAL = frozenset({"ASSET_MATERIALIZATION", "ASSET_CHECK_EVALUATION"})
+RETIRE_AFTER_S = 20.0  # a UI query over 4 x its threshold is not timed again (Webserver)
 THRESHOLDS = {
     "ui_s": 5.0,  # any one Partitions-tab query
     "sensor_s": 30.0,  # one tick of a sensor (the daemon's interval is 30 s: SENSOR_INTERVAL_S)
@@ -732,22 +735,32 @@ def scan(specs: list[TrialSpec], store: CountedStore) -> dict[str, Any]:
 
 
 class Webserver(DagsterServer):
-    """`dagster-webserver` on the campaign's instance, queried as the UI's Partitions tabs query it."""
+    """`dagster-webserver` on the campaign's instance, queried as the UI's Partitions tabs query it. A query that
+    took over RETIRE_AFTER_S is not timed again: its limit is found, and at 200k trials the check's page alone
+    (quadratic in the trials) would take longer than the rest of the run."""
 
-    def figures(self, last_partition: str) -> dict[str, Any]:
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.retired: dict[str, str] = {}  # figure -> why it is no longer timed
+
+    def figures(self, last_partition: str, trials: int) -> dict[str, Any]:
         key = {"path": EVALUATION.path}
-        health_s, health = timed(lambda: self.query(PARTITION_HEALTH, assetKey=key))
-        check_s, check = timed(lambda: self.query(CHECK_PARTITION_HEALTH, assetKey=key, checkName="resolved"))
         detail_s, _ = timed(lambda: self.query(PARTITION_DETAIL, assetKey=key, partitionKey=last_partition))
-        node = health["assetNodeOrError"]
-        checked = check["assetNodeOrError"]["assetCheckOrError"]
-        return {
-            "ui_partition_health_s": health_s,
-            "ui_check_partition_health_s": check_s,
-            "ui_partition_detail_s": detail_s,
-            "ui_materialized": counted_partitions(node["partitionKeysByDimension"], node["assetPartitionStatuses"]),
-            "ui_check_evaluated": counted_partitions(checked["partitionKeysByDimension"], checked["partitionStatuses"]),
-        }
+        figures: dict[str, Any] = {"ui_partition_detail_s": detail_s}
+        for name, query, variables, counted in (
+            ("ui_partition_health_s", PARTITION_HEALTH, {}, "ui_materialized"),
+            ("ui_check_partition_health_s", CHECK_PARTITION_HEALTH, {"checkName": "resolved"}, "ui_check_evaluated"),
+        ):
+            if name in self.retired:
+                continue
+            seconds, answer = timed(lambda q=query, v=variables: self.query(q, assetKey=key, **v))
+            node = answer["assetNodeOrError"]
+            node = node["assetCheckOrError"] if "checkName" in variables else node
+            statuses = node["partitionStatuses"] if "checkName" in variables else node["assetPartitionStatuses"]
+            figures |= {name: seconds, counted: counted_partitions(node["partitionKeysByDimension"], statuses)}
+            if seconds > RETIRE_AFTER_S:
+                self.retired[name] = f"{seconds} s at {trials} trials: not timed again"
+        return figures | ({"ui_retired": dict(self.retired)} if self.retired else {})
 
 
 def counted_partitions(dimensions: list[dict[str, Any]], statuses: dict[str, Any]) -> int:
@@ -822,7 +835,7 @@ class Measurer:
             "materialized_partitions_s": materialized_s,
             "materialized_partitions": len(materialized),
             **scan(self.specs, self.store),
-            **self.webserver.figures(last_partition),
+            **self.webserver.figures(last_partition, trials),
             **self.sensors.figures(self.instance),
             "rows": rows,
         }
