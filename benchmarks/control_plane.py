@@ -158,7 +158,7 @@ from eval_pipeline.defs.progress import Cycle
 from eval_pipeline.defs.stages import CYCLE_TAG, TRIGGER_TAG
 from eval_pipeline.defs.verdicts import _target  # the query a trials step makes for each verdict's target
 from eval_pipeline.orchestration.instance_config import PROCESS_ENVIRONMENT
-from eval_pipeline.orchestration.launchers import QUIET_RUN_CONFIG
+from eval_pipeline.orchestration.launchers import QUIET_RUN_CONFIG, hold_connections
 from eval_pipeline.store.artifacts import LocalArtifactStore, S3ArtifactStore, attempts_prefix
 from eval_pipeline.store.attempts import Attempt, keep, now
 from eval_pipeline.tasks.demo import build_demo_benchmark
@@ -440,16 +440,17 @@ def s3_client(endpoint: str) -> Any:
 CONNECTIONS = ("held", "webserver", "new")
 
 
-def hold_connections(instance: DagsterInstance, connections: str) -> None:
+def hold_writer_connections(instance: DagsterInstance, connections: str) -> None:
     """Keep the instance's PostgreSQL connections open as `connections` says (CONNECTIONS).
 
-    `webserver` is Dagster's `optimize_for_webserver`: a pool of one, so that a query made while another holds
-    the connection (the event log's `has_table` inside each asset event's index transaction) connects anew.
-    `held` is the same with a pool of two, so that no query connects (Dagster has no setting for it: the
-    storages' engines are replaced). `new` leaves Dagster's default, a connection per query."""
+    `webserver` is what the CLI and its run workers hold (`hold_connections`: Dagster's `optimize_for_webserver`),
+    a pool of one, so that a query made while another holds the connection (the event log's `has_table` inside
+    each asset event's index transaction) connects anew. `held` is the same with a pool of two, so that no query
+    connects (Dagster has no setting for it: the storages' engines are replaced). `new` leaves Dagster's
+    default, a connection per query."""
     if connections == "new":
         return
-    instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
+    hold_connections(instance)
     if connections == "webserver":
         return
     from dagster_postgres.utils import create_pg_engine
@@ -469,7 +470,7 @@ class Writer:
         paths = Paths(Path(settings.data_dir))
         definitions = build_definitions([self.campaign], paths)
         self.instance = DagsterInstance.from_ref(settings.instance_ref)
-        hold_connections(self.instance, settings.connections)
+        hold_writer_connections(self.instance, settings.connections)
         self.store = S3ArtifactStore(BUCKET, settings.prefix, client=s3_client(settings.endpoint))
         self.cycle = Cycle(self.campaign, settings.cycle_id, NIGHTLY)
         self.jobs = {stage: self._in_process(definitions, stage) for stage in ("environments", "trials")}
