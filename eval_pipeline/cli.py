@@ -356,7 +356,7 @@ def _gate(args: argparse.Namespace) -> int:
 def _instance_config(args: argparse.Namespace) -> int:
     from eval_pipeline.orchestration.instance_config import instance_yaml
 
-    print(instance_yaml(Deployment.from_env()), end="")
+    print(instance_yaml(Deployment.from_env(), dagster_home()), end="")
     return 0
 
 

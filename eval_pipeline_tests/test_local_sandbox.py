@@ -1,6 +1,8 @@
 """The local sandbox: one environment per instance, isolated workspaces, enforced limits."""
 
+import json
 import os
+import resource
 import shlex
 import sys
 import time
@@ -13,7 +15,7 @@ import pytest
 from eval_pipeline.common.git import git
 from eval_pipeline.common.outcomes import ImageBuildFailed
 from eval_pipeline.common.settings import DeploymentError
-from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
+from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, local
 from eval_pipeline.sandbox.interpreters import UPGRADE_PIP
 from eval_pipeline.sandbox.limited_exec import INODE_CHARGE, allocated_bytes, run_limited
 from eval_pipeline.sandbox.local import LocalSandbox, missing_system_packages
@@ -206,10 +208,17 @@ def test_memory_ceiling_kills_a_command_above_it_as_oom(tmp_path, prepare, insta
 
 
 def test_commands_are_the_oom_killers_first_choice(shared_sandbox, environment):
-    """Under memory pressure the kernel kills a trial's command before the harness that reports on it."""
-    with shared_sandbox.workspace(environment, "oom-score") as workspace:
-        score = workspace.run("cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'", timeout_s=30)
-    assert score.stdout.split() == ["1000", "1000"], "the command and what it starts"
+    """Under memory pressure the kernel kills a trial's command before the harness that reports on it; and a
+    crashing command leaves no core file, whatever the harness's own limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+    try:
+        with shared_sandbox.workspace(environment, "oom-score") as workspace:
+            command = "cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'; ulimit -c"
+            score = workspace.run(command, timeout_s=30)
+    finally:
+        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
+    assert score.stdout.split() == ["1000", "1000", "0"], "the command and what it starts; and it dumps no core"
 
 
 def test_cpu_ceiling_pins_commands_to_that_many_cores(tmp_path, prepare, instance):
@@ -280,6 +289,43 @@ def test_an_opt_in_campaigns_trials_write_nowhere_but_their_workspace_and_share_
     finally:
         for path in [*elsewhere, Path(f"/dev/shm/{leak}"), Path(f"/dev/mqueue/{leak}")]:
             path.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize(
+    ("untrusted", "views"), [(False, True), (True, True), (False, False)], ids=["trusted", "opt-in walls", "no views"]
+)
+def test_a_command_cannot_talk_to_the_runner_that_started_it(
+    tmp_path, demo_benchmark, instance, untrusted, views, monkeypatch
+):
+    """The attack that knows the design: a trial's commands are started by a small runner process
+    (sandbox/command_runner.py) that reads a JSON request per line on its stdin and answers on its stdout.
+    Its command, a child of the same uid, writes through /proc/<its parent>/fd: a request without walls
+    into the runner's stdin, and forged answers into its stdout, where the harness reads its next commands'
+    (a test run's, say). The runner is not dumpable, so /proc refuses its descriptors to the command: each
+    command's answer is its own. A command in a view is refused by its user namespace too; one on a system
+    without views only by the runner's guard, and not as root, whose CAP_SYS_PTRACE no guard refuses."""
+    settings = SandboxSettings(allow_untrusted_agents_locally=untrusted)
+    sandbox = LocalSandbox(tmp_path / "sb", ResourceLimits(), settings, "runner")
+    if not views:
+        if os.geteuid() == 0:
+            pytest.skip("a root command outside any namespace holds CAP_SYS_PTRACE: nothing here walls it off")
+        monkeypatch.setattr(local, "views_unavailable", lambda: "refused here, for the test")
+    environment = sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    if views and environment.details["trial_view"] == "copy":
+        pytest.skip("this system refuses the namespaces a command's view takes")
+    escaped = tmp_path / "escaped"
+    request = {"command": f"touch {escaped}", "cwd": "/", "env": {}, "timeout_s": 10, "output_bytes": 100}
+    forged = {"command": "", "exit_code": 0, "stdout": "forged", "stderr": "", "duration_s": 0.1, "timed_out": False}
+    forged |= {"output_truncated": False, "peak_memory_mb": None, "oom_killed": False, "storage_exceeded": False}
+    lines = {0: json.dumps(request), 1: json.dumps({"result": forged})}
+    attack = " ; ".join(
+        f"printf '%s\\n' {shlex.quote(line)} {shlex.quote(line)} > /proc/$PPID/fd/{fd}" for fd, line in lines.items()
+    )
+    with sandbox.workspace(environment, "attacker") as workspace:
+        sent = workspace.run(f"{attack} ; echo attacked", timeout_s=30)
+        after = [workspace.run(f"echo mine-{n}", timeout_s=30).stdout for n in range(3)]
+    assert sent.stdout == "attacked\n" and sent.stderr.count("Permission denied") == 2, sent.summary()
+    assert after == ["mine-0\n", "mine-1\n", "mine-2\n"] and not escaped.exists()
 
 
 def writable_mount_points() -> list[Path]:

@@ -54,9 +54,9 @@ def test_the_instance_config_command_prints_what_the_variables_choose(campaign_e
 
 def test_a_users_own_dagster_yaml_is_left_alone_and_a_generated_one_follows_the_variables(tmp_path):
     ensure_instance_config(tmp_path, Deployment())
-    assert "storage" not in yaml.safe_load((tmp_path / "dagster.yaml").read_text())
+    assert "custom" in yaml.safe_load((tmp_path / "dagster.yaml").read_text())["storage"]
     ensure_instance_config(tmp_path, Deployment.from_env(PRODUCTION))
-    assert "storage" in yaml.safe_load((tmp_path / "dagster.yaml").read_text())
+    assert "postgres" in yaml.safe_load((tmp_path / "dagster.yaml").read_text())["storage"]
     (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: true\n")
     assert not ensure_instance_config(tmp_path, Deployment.from_env(PRODUCTION))
     assert (tmp_path / "dagster.yaml").read_text() == "telemetry:\n  enabled: true\n"
@@ -69,6 +69,7 @@ def test_the_embedded_default_loads_as_a_dagster_instance(tmp_path):
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
         assert instance.run_retries_enabled and instance.run_monitoring_enabled
         assert type(instance.run_storage).__name__ == "SqliteRunStorage"
+        assert type(instance.event_log_storage).__name__ == "HeldSqliteEventLogStorage"
 
 
 @pytest.mark.parametrize(

@@ -185,15 +185,35 @@ def test_the_code_location_loads_no_backend_it_does_not_use():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
 
 
-# The one exception, by module: Dagster 1.13 exports no way to name the materialization a check evaluation is
-# about, which a step over a range of partitions must do for each partition's verdict (defs/verdicts.py). The
-# record is what the event log stores, so Dagster cannot change it without a migration.
+# The exceptions, by module. Dagster 1.13 exports no way to name the materialization a check evaluation is
+# about, which a step over a range of partitions must do for each partition's verdict (defs/verdicts.py); the
+# record is what the event log stores, so Dagster cannot change it without a migration. Nor does it export its
+# storages, which the embedded default's held SQLite storage extends (orchestration/sqlite_storage.py;
+# pyproject pins Dagster to 1.13, and test_sqlite_storage.py reads a home Dagster's own storage wrote).
 PRIVATE_DAGSTER_MODULE = "dagster._core.definitions.asset_checks.asset_check_evaluation"
+SQLITE_STORAGES = "dagster._core.storage"
 PRIVATE_DAGSTER_ALLOWED = {
     "eval_pipeline.defs.verdicts": [
         PRIVATE_DAGSTER_MODULE,
         f"{PRIVATE_DAGSTER_MODULE}.AssetCheckEvaluationTargetMaterializationData",
-    ]
+    ],
+    "eval_pipeline.orchestration.sqlite_storage": [
+        f"{SQLITE_STORAGES}.base_storage",
+        f"{SQLITE_STORAGES}.base_storage.DagsterStorage",
+        f"{SQLITE_STORAGES}.event_log.sqlite.sqlite_event_log",
+        f"{SQLITE_STORAGES}.event_log.sqlite.sqlite_event_log.INDEX_SHARD_NAME",
+        f"{SQLITE_STORAGES}.event_log.sqlite.sqlite_event_log.SQLITE_BUSY_TIMEOUT_SECONDS",
+        f"{SQLITE_STORAGES}.event_log.sqlite.sqlite_event_log.SqliteEventLogStorage",
+        f"{SQLITE_STORAGES}.runs.sqlite.sqlite_run_storage",
+        f"{SQLITE_STORAGES}.runs.sqlite.sqlite_run_storage.SqliteRunStorage",
+        f"{SQLITE_STORAGES}.schedules.sqlite.sqlite_schedule_storage",
+        f"{SQLITE_STORAGES}.schedules.sqlite.sqlite_schedule_storage.SqliteScheduleStorage",
+        f"{SQLITE_STORAGES}.sqlite_storage",
+        f"{SQLITE_STORAGES}.sqlite_storage.DagsterSqliteStorage",
+        f"{SQLITE_STORAGES}.sqlite_storage._event_logs_directory",
+        f"{SQLITE_STORAGES}.sqlite_storage._runs_directory",
+        f"{SQLITE_STORAGES}.sqlite_storage._schedule_directory",
+    ],
 }
 
 

@@ -35,13 +35,24 @@ GENERATED_HEADER = f"{GENERATED_MARK} (eval_pipeline/orchestration/instance_conf
 PROCESS_ENVIRONMENT = {"DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS": "1"}
 
 
+def held_sqlite_storage(home: Path) -> dict[str, Any]:
+    """The embedded default's storage in the DAGSTER_HOME `home`: Dagster's SQLite files in their usual places,
+    their connections held (orchestration/sqlite_storage.py). The eval-pipeline command rewrites the path
+    whenever the home it runs in has moved."""
+    module = "eval_pipeline.orchestration.sqlite_storage"
+    return {"custom": {"module": module, "class": "HeldSqliteStorage", "config": {"base_dir": str(home.resolve())}}}
+
+
 def use_process_environment() -> None:
     """Set PROCESS_ENVIRONMENT in this process, leaving any variable the user set as it is."""
     for name, value in PROCESS_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
 
 
-def instance_config(deployment: Deployment) -> dict[str, Any]:
+def instance_config(deployment: Deployment, home: Path | None = None) -> dict[str, Any]:
+    """The settings for `deployment`, in the DAGSTER_HOME `home` when given: on the embedded default, its storage
+    is then the held SQLite storage there. Without a home (the repository's file, which `dagster dev` reads for a
+    temporary home of its own), Dagster's own SQLite storage."""
     config: dict[str, Any] = {
         "telemetry": {"enabled": False},
         # Runs wait in a queue; the daemon starts them within the limits under `concurrency`.
@@ -64,6 +75,8 @@ def instance_config(deployment: Deployment) -> dict[str, Any]:
             "pools": {"default_limit": 4, "granularity": "op"},
         },
     }
+    if home and not deployment.postgres_url:
+        config["storage"] = held_sqlite_storage(home)
     if deployment.postgres_url:
         # A reference, not the URL: the password stays in the environment, out of the file.
         config["storage"] = {"postgres": {"postgres_url": {"env": "EVAL_PIPELINE_POSTGRES_URL"}}}
@@ -82,10 +95,10 @@ def instance_config(deployment: Deployment) -> dict[str, Any]:
     return config
 
 
-def instance_yaml(deployment: Deployment) -> str:
+def instance_yaml(deployment: Deployment, home: Path | None = None) -> str:
     environment = "".join(f"#   {name}={value}\n" for name, value in PROCESS_ENVIRONMENT.items())
     note = f"# Also set for dagster dev, the daemon and the webserver (eval-pipeline sets it itself):\n{environment}"
-    return f"{GENERATED_HEADER}\n{note}" + yaml.safe_dump(instance_config(deployment), sort_keys=False)
+    return f"{GENERATED_HEADER}\n{note}" + yaml.safe_dump(instance_config(deployment, home), sort_keys=False)
 
 
 def ensure_instance_config(home: Path, deployment: Deployment) -> bool:
@@ -97,7 +110,7 @@ def ensure_instance_config(home: Path, deployment: Deployment) -> bool:
     path = home / "dagster.yaml"
     if path.exists() and not path.read_text().startswith(GENERATED_MARK):
         return False
-    text = instance_yaml(deployment)
+    text = instance_yaml(deployment, home)
     if not path.exists() or path.read_text() != text:
         write_text_atomically(path, text)
     return True

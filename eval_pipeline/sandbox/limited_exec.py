@@ -5,7 +5,8 @@ imports it, and the container backend runs it as root on the harness's own
 interpreter, from the runtime every container mounts (tool_runtime.py; never
 the environment's `python3`, which may be 3.6), where it drops to the trial's
 uid for the command and prints one JSON result (`--reap` makes it an
-environment pod's PID 1; `--sweep UID` ends a trial, see `sweep_uid`). The
+environment pod's PID 1; `--sweep UID` ends a trial, see `sweep_uid`; `--serve`
+is the local backend's runner, see `serve`). The
 request (command, environment, limits) arrives as one line on stdin, never
 as an argument or in the exec's environment: a process's command line is
 readable by every uid in the pod, and the request carries the agent's secrets
@@ -41,6 +42,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import warnings
 
 _HAS_AFFINITY = hasattr(os, "sched_setaffinity")  # Linux; not macOS
@@ -48,6 +50,7 @@ _OOM_COUNTERS = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/mem
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _WATCH_INTERVAL_S = 0.02
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4
 _REAP_GRACE_S = 2.0
 _MAPS_TIMEOUT_S = 30.0  # how long a command's child waits for its parent to write its id maps
 _CLONE_NEWNS = 0x00020000
@@ -596,6 +599,8 @@ def _prefer_for_oom_kill():
 def _limit_child(cpu_ceiling, uid, view):
     """Runs in the forked child before exec: enter the view, apply the ceilings the kernel can enforce, then
     drop privileges."""
+    if sys.platform == "linux":  # a runner's child (serve) is not dumpable: its id maps could not be written
+        _LIBC.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
     _prefer_for_oom_kill()
     if view is not None:
         view.enter()
@@ -816,6 +821,29 @@ def reap_forever():
             time.sleep(1)
 
 
+def serve():
+    """`--serve`: run requests in turn, one JSON line in and one out, until stdin closes; a request's
+    ViewUnavailable comes back as {"view_unavailable": why}, any other error as {"error": its traceback}.
+
+    The local backend's command runner (sandbox/command_runner.py): a fork copies the whole page table of
+    the process that forks, and this process is small (about 20 MB) where a run worker with Dagster loaded
+    is 260 MB and more, 20 ms a command or more. It dies with the thread that started it (Linux)."""
+    if sys.platform == "linux":
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # Not dumpable: /proc/<this pid>/fd is then closed to every process without CAP_SYS_PTRACE here, so a
+        # trial's command (its child, of the same uid) cannot write requests into this process's stdin.
+        _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    for line in sys.stdin:
+        try:
+            reply = {"result": run_limited(**json.loads(line))}
+        except ViewUnavailable as error:
+            reply = {"view_unavailable": str(error)}
+        except Exception:  # noqa: BLE001 - the caller raises it, with this process's traceback
+            reply = {"error": traceback.format_exc()}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
 def read_request():
     """The request: one line of stdin (JSON has no raw newline)."""
     return json.loads(sys.stdin.readline())
@@ -826,6 +854,8 @@ if __name__ == "__main__":
         reap_forever()
     if sys.argv[1:2] == ["--sweep"]:
         sys.exit(sweep_uid(int(sys.argv[2])))
+    if sys.argv[1:2] == ["--serve"]:
+        sys.exit(serve())
     if sys.argv[1:2] == ["--usage"]:
         sys.exit(print(allocated_bytes(sys.argv[2:])))
     try:

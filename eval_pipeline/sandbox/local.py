@@ -11,7 +11,8 @@ trial's files while the shared environment stays untouched, and with no
 network but its own loopback unless the trial's variant opted in. Commands run in
 their own process group with a timeout, a memory ceiling (watched on the
 group's resident memory), the CPU ceiling as a core affinity, and capped
-output. An environment directory that vanished is SandboxLost, as a lost pod
+output, started by a small runner process rather than the harness's own
+(command_runner.py: a fork from a run worker copies 260 MB of page tables). An environment directory that vanished is SandboxLost, as a lost pod
 is.
 
 Where the system refuses user namespaces (macOS, hardened kernels), commands
@@ -57,6 +58,7 @@ from eval_pipeline.sandbox.base import (
     ToolChannel,
     Workspace,
 )
+from eval_pipeline.sandbox.command_runner import run_command
 from eval_pipeline.sandbox.interpreters import (
     UPGRADE_PIP,
     Interpreter,
@@ -64,7 +66,7 @@ from eval_pipeline.sandbox.interpreters import (
     find_interpreter,
     installs_with_pip,
 )
-from eval_pipeline.sandbox.limited_exec import ViewUnavailable, allocated_bytes, run_limited
+from eval_pipeline.sandbox.limited_exec import ViewUnavailable, allocated_bytes
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
 from eval_pipeline.tasks.task import Task
 
@@ -105,8 +107,8 @@ def views_unavailable() -> str:
     """Why this system cannot give a command its own mount namespace ('' when it can), probed once."""
     with tempfile.TemporaryDirectory() as scratch:
         try:
-            run_limited(
-                "true",
+            run_command(
+                command="true",
                 cwd=scratch,
                 env={},
                 timeout_s=10,
@@ -233,7 +235,7 @@ class LocalWorkspace(Workspace):
     def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
         placement = self.command_placement()
         try:
-            result = run_limited(
+            result = run_command(
                 command=command, timeout_s=timeout_s, **{**placement, "env": {**placement["env"], **(env or {})}}
             )
         except ViewUnavailable as error:

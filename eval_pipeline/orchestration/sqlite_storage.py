@@ -1,0 +1,108 @@
+"""Dagster's SQLite storage, with the event log's database connections held rather than opened per write.
+
+Dagster's `SqliteEventLogStorage` creates an engine, connects, writes and disposes of the engine for every
+event, and twice for an asset event (the run's database, then the index). A trial writes three asset events
+(its generation, its evaluation, its `resolved` check) and a run about twenty more, so on the embedded default
+this opening and closing was most of what Dagster cost a trial: 14 ms an event, against 4 ms with the
+engine kept (benchmarks/orchestration_overhead.py, docs/SCALE.md).
+
+`HeldSqliteStorage` is Dagster's `DagsterSqliteStorage` with the same files in the same places (an existing
+DAGSTER_HOME reads the same), whose event log keeps one engine per database file: the index and the most
+recent runs'. A held SQLite connection holds no lock between transactions, so other processes (run workers,
+the daemon, the webserver) read and write the same files as before. PostgreSQL deployments do not use it:
+their connections are the database server's to limit (docs/SCALE.md).
+"""
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dagster._core.storage.base_storage import DagsterStorage
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
+    INDEX_SHARD_NAME,
+    SQLITE_BUSY_TIMEOUT_SECONDS,
+    SqliteEventLogStorage,
+)
+from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
+from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
+from dagster._core.storage.sqlite_storage import (
+    DagsterSqliteStorage,
+    _event_logs_directory,
+    _runs_directory,
+    _schedule_directory,
+)
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Connection, Engine
+
+__all__ = ["HeldSqliteEventLogStorage", "HeldSqliteStorage"]
+
+# Run databases whose engines stay open besides the index's: the runs this process is writing, and a few more.
+HELD_RUN_DATABASES = 8
+
+
+class HeldSqliteEventLogStorage(SqliteEventLogStorage):
+    """Dagster's SQLite event log, one engine per database file (one connection kept open) rather than one per query."""
+
+    def __init__(self, base_dir: str, inst_data: Any = None) -> None:
+        self._engines: OrderedDict[str, Engine] = OrderedDict()
+        super().__init__(base_dir, inst_data)
+
+    def _engine(self, shard: str) -> Engine:
+        """The shard's engine, created (and its database initialised) on first use; the least recently used run
+        database's engine is closed past HELD_RUN_DATABASES."""
+        engine = self._engines.pop(shard, None)
+        if engine is None:
+            engine = create_engine(
+                self.conn_string_for_shard(shard),
+                pool_size=1,
+                max_overflow=4,  # Dagster opens more than one while it creates a database (_initdb)
+                connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
+            )
+            if shard not in self._initialized_dbs:
+                self._initdb(engine)
+                self._initialized_dbs.add(shard)
+        self._engines[shard] = engine
+        runs = [name for name in self._engines if name != INDEX_SHARD_NAME]
+        for name in runs[: max(0, len(runs) - HELD_RUN_DATABASES)]:
+            self._engines.pop(name).dispose()
+        return engine
+
+    @contextmanager
+    def _connect(self, shard: str) -> Iterator[Connection]:
+        # Dagster's lock: one connection of this storage at a time, so one pooled connection per file suffices.
+        with self._db_lock, self._engine(shard).connect() as connection, connection.begin():
+            yield connection
+
+    def _close_engines(self) -> None:
+        with self._db_lock:
+            while self._engines:
+                self._engines.popitem()[1].dispose()
+
+    def wipe(self) -> None:
+        self._close_engines()  # before the run databases' files are removed
+        super().wipe()
+
+    def dispose(self) -> None:
+        self._close_engines()
+        super().dispose()
+
+
+class HeldSqliteStorage(DagsterSqliteStorage):
+    """`DagsterSqliteStorage` (the same directories under `base_dir`) with the held event log."""
+
+    def __init__(self, base_dir: str, inst_data: Any = None) -> None:
+        self.base_dir = base_dir
+        self._run_storage = SqliteRunStorage.from_local(_runs_directory(base_dir))
+        self._event_log_storage = HeldSqliteEventLogStorage(_event_logs_directory(base_dir))
+        self._schedule_storage = SqliteScheduleStorage.from_local(_schedule_directory(base_dir))
+        self._inst_data = inst_data
+        DagsterStorage.__init__(self)
+
+    @classmethod
+    def from_config_value(  # ty: ignore[invalid-method-override]
+        cls, inst_data: Any, config_value: dict[str, Any]
+    ) -> "HeldSqliteStorage":
+        Path(config_value["base_dir"]).mkdir(parents=True, exist_ok=True)
+        return cls(config_value["base_dir"], inst_data=inst_data)

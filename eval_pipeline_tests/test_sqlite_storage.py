@@ -1,0 +1,91 @@
+"""The embedded default's SQLite storage with held connections: Dagster's files, read and written by several
+processes at once, with a bounded number of open databases."""
+
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+from dagster import AssetKey, AssetMaterialization, DagsterEvent, DagsterEventType, DagsterInstance
+from dagster._core.events import StepMaterializationData
+from dagster._core.events.log import EventLogEntry
+
+from eval_pipeline.common.settings import Deployment
+from eval_pipeline.orchestration.instance_config import ensure_instance_config
+from eval_pipeline.orchestration.sqlite_storage import HELD_RUN_DATABASES, HeldSqliteEventLogStorage
+
+ASSET = AssetKey(["demo", "evaluation"])
+
+
+def store_materializations(instance: DagsterInstance, run_id: str, partitions: list[str]) -> None:
+    for partition in partitions:
+        materialization = AssetMaterialization(ASSET, partition=partition, metadata={"partition": partition})
+        event = DagsterEvent(
+            DagsterEventType.ASSET_MATERIALIZATION.value,
+            "trials_job",
+            event_specific_data=StepMaterializationData(materialization),
+        )
+        entry = EventLogEntry(None, 20, "", run_id, time.time(), dagster_event=event, job_name="trials_job")
+        instance.event_log_storage.store_event(entry)
+
+
+def materialized_partitions(instance: DagsterInstance) -> list[str]:
+    records = instance.fetch_materializations(ASSET, limit=1_000).records
+    return sorted(record.asset_materialization.partition for record in records)
+
+
+def _write_in_a_process(home: str, run_id: str, partitions: list[str]) -> None:
+    os.environ["DAGSTER_HOME"] = home
+    with DagsterInstance.get() as instance:
+        store_materializations(instance, run_id, partitions)
+
+
+def test_a_home_that_dagsters_own_storage_wrote_reads_the_same_with_held_connections(tmp_path):
+    """An existing DAGSTER_HOME (written by Dagster's default SQLite storage) keeps its history when the
+    eval-pipeline command first writes its dagster.yaml there: the same files in the same places."""
+    with DagsterInstance.from_config(str(tmp_path)) as dagster_default:
+        assert type(dagster_default.event_log_storage).__name__ == "SqliteEventLogStorage"
+        store_materializations(dagster_default, "run-before", ["a|s0", "b|s0"])
+    ensure_instance_config(tmp_path, Deployment())
+    with DagsterInstance.from_config(str(tmp_path)) as held:
+        assert isinstance(held.event_log_storage, HeldSqliteEventLogStorage)
+        assert materialized_partitions(held) == ["a|s0", "b|s0"]
+        store_materializations(held, "run-after", ["c|s0"])
+        assert [entry.run_id for entry in held.all_logs("run-before")] == ["run-before"] * 2
+    assert (tmp_path / "history" / "runs" / "run-after.db").exists()
+    with DagsterInstance.from_config(str(tmp_path)) as reread:
+        assert materialized_partitions(reread) == ["a|s0", "b|s0", "c|s0"]
+
+
+def test_processes_writing_one_home_at_once_lose_no_event(tmp_path):
+    """Run workers, the CLI and a daemon hold connections to the same index database: each write still lands."""
+    ensure_instance_config(tmp_path, Deployment())
+    writers = [
+        multiprocessing.get_context("spawn").Process(
+            target=_write_in_a_process, args=(str(tmp_path), f"run-{n}", [f"i{n}|s{k}" for k in range(40)])
+        )
+        for n in range(3)
+    ]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=300)
+        assert writer.exitcode == 0
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert materialized_partitions(instance) == sorted(f"i{n}|s{k}" for n in range(3) for k in range(40))
+
+
+def test_the_databases_held_open_are_bounded_and_a_wipe_closes_them(tmp_path):
+    ensure_instance_config(tmp_path, Deployment())
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        storage = instance.event_log_storage
+        assert isinstance(storage, HeldSqliteEventLogStorage)
+        for n in range(HELD_RUN_DATABASES + 5):
+            store_materializations(instance, f"run-{n}", [f"x|s{n}"])
+        held = set(storage._engines)
+        assert held == {"index"} | {f"run-{n}" for n in range(5, HELD_RUN_DATABASES + 5)}
+        assert len(materialized_partitions(instance)) == HELD_RUN_DATABASES + 5
+        instance.wipe()
+        assert not list(Path(tmp_path, "history", "runs").glob("run-*.db"))
+        store_materializations(instance, "run-new", ["y|s0"])
+        assert materialized_partitions(instance) == ["y|s0"]
