@@ -236,11 +236,12 @@ def doomed_agents() -> dict[int, int]:
 
 
 def worker_above(pid: int) -> int:
-    """The nearest process above `pid` that is not the command's own shell: the run worker that started the
-    agent's command (what `$PPID` of that shell was)."""
+    """The nearest process above `pid` that is neither the command's own shell nor the runner that started it
+    (sandbox/command_runner.py): the run worker whose trial ran the agent's command."""
     while pid > 1:
         pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        if not Path(f"/proc/{pid}/cmdline").read_bytes().startswith((b"/bin/sh\0", b"sh\0", b"sleep\0")):
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if not cmdline.startswith((b"/bin/sh\0", b"sh\0", b"sleep\0")) and b"--serve" not in cmdline.split(b"\0"):
             return pid
     raise AssertionError("no run worker above the agent")
 

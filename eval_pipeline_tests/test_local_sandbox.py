@@ -16,6 +16,7 @@ from eval_pipeline.common.git import git
 from eval_pipeline.common.outcomes import ImageBuildFailed
 from eval_pipeline.common.settings import DeploymentError
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, local
+from eval_pipeline.sandbox.base import RunnerEnded
 from eval_pipeline.sandbox.interpreters import UPGRADE_PIP
 from eval_pipeline.sandbox.limited_exec import INODE_CHARGE, allocated_bytes, run_limited
 from eval_pipeline.sandbox.local import LocalSandbox, missing_system_packages
@@ -326,6 +327,16 @@ def test_a_command_cannot_talk_to_the_runner_that_started_it(
         after = [workspace.run(f"echo mine-{n}", timeout_s=30).stdout for n in range(3)]
     assert sent.stdout == "attacked\n" and sent.stderr.count("Permission denied") == 2, sent.summary()
     assert after == ["mine-0\n", "mine-1\n", "mine-2\n"] and not escaped.exists()
+
+
+def test_a_command_that_kills_its_runner_ends_it_alone_and_the_next_command_gets_another(shared_sandbox, environment):
+    """`kill -9 $PPID` from a trial's command ends the runner that started it (sandbox/command_runner.py), not
+    the harness: RunnerEnded, which generation scores against the agent while the environment still serves a
+    fresh workspace (trial/generation.py), as on the container backend."""
+    with shared_sandbox.workspace(environment, "runner-killer") as workspace:
+        with pytest.raises(RunnerEnded, match="the command runner .* ended"):
+            workspace.run("kill -9 $PPID; sleep 5", timeout_s=30)
+        assert workspace.run("echo served", timeout_s=30).stdout == "served\n"
 
 
 def writable_mount_points() -> list[Path]:

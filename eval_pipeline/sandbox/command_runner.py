@@ -9,7 +9,8 @@ few milliseconds (benchmarks/orchestration_overhead.py). It runs `run_limited` i
 limits, view, watches and result are exactly those of a direct call.
 
 Each thread has its runner, started on its first command (a batch's trials run in threads of their own), and
-a runner dies with its thread (limited_exec.serve).
+a runner dies with its thread (limited_exec.serve). A runner that ends under a command is RunnerEnded, as the
+container backend's is, and the thread's next command starts another.
 """
 
 import json
@@ -19,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from eval_pipeline.common.outcomes import SandboxLost
+from eval_pipeline.sandbox.base import RunnerEnded
 from eval_pipeline.sandbox.limited_exec import ViewUnavailable
 
 __all__ = ["CommandRunner", "run_command"]
@@ -45,8 +46,8 @@ class CommandRunner:
             line = self.process.stdout.readline()
         except (BrokenPipeError, ValueError):
             line = b""
-        if not line:
-            raise SandboxLost(f"the command runner (pid {self.process.pid}) ended: exit {self.process.poll()}")
+        if not line:  # its command's doing, most likely (`kill -9 $PPID`): generation scores it as the container's
+            raise RunnerEnded(f"the command runner (pid {self.process.pid}) ended: exit {self.process.wait()}")
         reply = json.loads(line)
         if "view_unavailable" in reply:
             raise ViewUnavailable(reply["view_unavailable"])
