@@ -58,8 +58,11 @@ def test_a_home_that_dagsters_own_storage_wrote_reads_the_same_with_held_connect
 
 
 def test_processes_writing_one_home_at_once_lose_no_event(tmp_path):
-    """Run workers, the CLI and a daemon hold connections to the same index database: each write still lands."""
+    """Run workers, the CLI and a daemon hold connections to the same index database: each write still lands.
+    The home is created first, as the CLI creates it before its workers start (Dagster's own SQLite storage
+    races on creating a home's databases from several processes at once, held or not)."""
     ensure_instance_config(tmp_path, Deployment())
+    DagsterInstance.from_config(str(tmp_path)).dispose()
     writers = [
         multiprocessing.get_context("spawn").Process(
             target=_write_in_a_process, args=(str(tmp_path), f"run-{n}", [f"i{n}|s{k}" for k in range(40)])

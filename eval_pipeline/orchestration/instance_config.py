@@ -75,11 +75,11 @@ def instance_config(deployment: Deployment, home: Path | None = None) -> dict[st
             "pools": {"default_limit": 4, "granularity": "op"},
         },
     }
-    if home and not deployment.postgres_url:
-        config["storage"] = held_sqlite_storage(home)
     if deployment.postgres_url:
         # A reference, not the URL: the password stays in the environment, out of the file.
         config["storage"] = {"postgres": {"postgres_url": {"env": "EVAL_PIPELINE_POSTGRES_URL"}}}
+    elif home:
+        config["storage"] = held_sqlite_storage(home)
     if deployment.s3_bucket:
         config["compute_logs"] = {
             "module": "dagster_aws.s3.compute_log_manager",

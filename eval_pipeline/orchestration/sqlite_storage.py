@@ -4,7 +4,7 @@ Dagster's `SqliteEventLogStorage` creates an engine, connects, writes and dispos
 event, and twice for an asset event (the run's database, then the index). A trial writes three asset events
 (its generation, its evaluation, its `resolved` check) and a run about twenty more, so on the embedded default
 this opening and closing was most of what Dagster cost a trial: 14 ms an event, against 4 ms with the
-engine kept (benchmarks/orchestration_overhead.py, docs/SCALE.md).
+engine kept (a micro-benchmark of 150 materializations, docs/SCALE.md).
 
 `HeldSqliteStorage` is Dagster's `DagsterSqliteStorage` with the same files in the same places (an existing
 DAGSTER_HOME reads the same), whose event log keeps one engine per database file: the index and the most

@@ -12,8 +12,8 @@ network but its own loopback unless the trial's variant opted in. Commands run i
 their own process group with a timeout, a memory ceiling (watched on the
 group's resident memory), the CPU ceiling as a core affinity, and capped
 output, started by a small runner process rather than the harness's own
-(command_runner.py: a fork from a run worker copies 260 MB of page tables). An environment directory that vanished is SandboxLost, as a lost pod
-is.
+(command_runner.py: a fork from a run worker copies 260 MB of page tables).
+An environment directory that vanished is SandboxLost, as a lost pod is.
 
 Where the system refuses user namespaces (macOS, hardened kernels), commands
 run in the workspace's own directory instead, and environments with install
