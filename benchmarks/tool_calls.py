@@ -32,13 +32,8 @@ from typing import Any
 import anyio
 from mcp import Client
 
-from eval_pipeline.agents.tool_session import (
-    MAX_TOOL_TIMEOUT_S,
-    ToolSession,
-    channel_transport,
-    open_tool_session,
-    session_request,
-)
+from eval_pipeline.agents.session_request import MAX_TOOL_TIMEOUT_S, session_request
+from eval_pipeline.agents.tool_session import ToolSession, channel_transport, open_tool_session
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, Workspace, make_sandbox
 from eval_pipeline.tasks.demo import build_demo_benchmark
 

@@ -1,6 +1,7 @@
 """The `eval-pipeline` command: run or resume a campaign against the DAGSTER_HOME instance."""
 
 import argparse
+import atexit
 import json
 import logging
 import os
@@ -548,5 +549,27 @@ def _handle(args: argparse.Namespace) -> int:
         return 130
 
 
+def console_main() -> None:
+    """The `eval-pipeline` command: `main`, then an exit that skips the interpreter's teardown once every exit
+    handler has run (this one is registered first, so it runs last). Freeing each of the thousands of modules
+    and objects that Dagster brings, one by one, took about 0.9 s after the work was done, changing nothing."""
+    code = 1  # what an exception escaping `main` exits with, once Python has printed it
+
+    def end() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a reader that went away (`| head`), a stream already closed
+                pass
+        os._exit(code)
+
+    atexit.register(end)
+    try:
+        code = main()
+    except SystemExit as stop:  # argparse's usage errors and --help
+        code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+        raise
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -3,7 +3,7 @@
 import shutil
 
 import pytest
-from dagster import AssetKey, instance_for_test
+from dagster import AssetKey, DagsterRunStatus, instance_for_test
 
 from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import parse_campaign
@@ -130,6 +130,22 @@ def test_the_feed_gives_each_materialization_of_the_cycles_trials_once_and_none_
         assert told[("evaluation", f"{KEPT[0]}|null-s0")]["outcome"] == "unresolved"
         assert told[("generation", f"{KEPT[0]}|oracle-s0")]["reused"] is True, "the other cycle made the patch"
         assert feed.new() == {}
+
+
+@pytest.mark.slow
+def test_the_worker_pool_starts_every_worker_at_once_and_leaves_none_behind(campaign, tmp_path, monkeypatch):
+    """The workers import Dagster side by side from the start, not the second when the first trials are
+    launched; closing the idle pool stops every one of them, rather than waiting on their teardown."""
+    monkeypatch.delenv("EVAL_PIPELINE_ARTIFACTS", raising=False)
+    with instance_for_test() as instance:
+        launcher = WorkerPoolLauncher(campaign, Paths(tmp_path / "data"), instance, 2)
+        workers = list(launcher._pool._processes.values())
+        assert len(workers) == 2, "both workers were started before any run was launched"
+        prepared = run_one(instance, launcher, new_cycle(campaign).request("prepare"))
+        assert prepared.status == DagsterRunStatus.SUCCESS
+        launcher.close()
+        assert not [worker.pid for worker in workers if worker.is_alive()]
+        assert instance.get_run_by_id(prepared.run_id).status == DagsterRunStatus.SUCCESS, "its record stays"
 
 
 def test_pool_slots_held_by_runs_that_are_over_or_gone_are_freed_at_start():

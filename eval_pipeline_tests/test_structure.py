@@ -177,10 +177,12 @@ def test_the_code_location_loads_no_backend_it_does_not_use():
     """The sandbox backends are loaded by name when first used: the Kubernetes client alone takes half a second
     to import, which every run worker of an embedded-default campaign would otherwise pay. So are the libraries
     only the results step or a snapshot's writer needs (SciPy's statistics, pandas) and pytest (a version
-    number in a Dockerfile): together they were 1.1 of the 2.6 s a worker took to import its definitions."""
+    number in a Dockerfile): together they were 1.1 of the 2.6 s a worker took to import its definitions. The
+    MCP SDK is imported by an agent when it opens a tool session: half a second more, in the command too."""
     code = (
-        "import sys, eval_pipeline.definitions, eval_pipeline.orchestration.launchers\n"
-        "print(sorted(name for name in ('kubernetes', 'scipy', 'pandas', 'pytest') if name in sys.modules))"
+        "import sys, eval_pipeline.definitions, eval_pipeline.orchestration.launchers, eval_pipeline.cli\n"
+        "import eval_pipeline.orchestration.campaign_run\n"
+        "print(sorted(name for name in ('kubernetes', 'scipy', 'pandas', 'pytest', 'mcp') if name in sys.modules))"
     )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
 

@@ -36,8 +36,9 @@ def test_batches_shrink_toward_the_end_so_that_the_runs_at_once_finish_together(
     batches = trial_batches(pending, order, size=64, spread=2)
     sizes = [len(batch.trials) for batch in batches]
     assert sum(sizes) == 72 and sorted(key for b in batches for key in b.partitions()) == sorted(pending)
-    assert sizes[0] == 18, "a quarter of 72: two runs at once, each given at most half of its share"
-    assert max(sizes[-4:]) <= SMALLEST_BATCH < sizes[0]
+    # Two runs at once: each batch at most half of what is not yet batched, so an instance's 24 while 72 and 48
+    # are left, then 12 of the last 24, 6, the smallest batch and the 2 left.
+    assert sizes == [24, 24, 12, 6, SMALLEST_BATCH, 2]
     assert [len(b.trials) for b in trial_batches(pending, order, size=8, spread=2)][:3] == [8, 8, 8]
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from eval_pipeline.agents.tool_session import MAX_TOOL_TIMEOUT_S, inside_session_request
+from eval_pipeline.agents.session_request import MAX_TOOL_TIMEOUT_S, inside_session_request
 from eval_pipeline.common.hashing import stable_hash
 from eval_pipeline.sandbox import ExecResult, Workspace
 from eval_pipeline.tasks.task import Task

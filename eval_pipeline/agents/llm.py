@@ -22,17 +22,18 @@ import random
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
-from mcp.shared.exceptions import MCPError
 
 from eval_pipeline.agents.base import Agent, AgentLimitReached, AgentOutput, AgentTask, AgentTimeout
-from eval_pipeline.agents.tool_session import ToolSession, innermost, open_tool_session
 from eval_pipeline.common.outcomes import ModelAPIError, ModelAPIRefused
 from eval_pipeline.common.text import from_environment, truncate
 from eval_pipeline.sandbox import Workspace
+
+if TYPE_CHECKING:
+    from eval_pipeline.agents.tool_session import ToolSession
 
 SYSTEM_PROMPT = (
     "You are a software engineer working in a repository checkout. Use the tools to inspect the code, make "
@@ -204,12 +205,17 @@ class LLMAgent(Agent):
         )
 
     def solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
+        # The MCP client is imported by the agents that open a session, when they do (session_request.py).
+        from eval_pipeline.agents.tool_session import MCPError, innermost
+
         try:
             return anyio.run(self._solve, task, workspace)
         except (BaseExceptionGroup, MCPError) as error:  # the session's task groups wrap what the loop raised
             raise innermost(error) from None
 
     async def _solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
+        from eval_pipeline.agents.tool_session import open_tool_session
+
         spend = Spend()
         wall_s = min(self.params["max_wall_s"], task.timeout_s or float("inf"))
         model = self._model()
@@ -235,7 +241,7 @@ class LLMAgent(Agent):
             return "cost limit"
         return None
 
-    async def _loop(self, task: AgentTask, tools: ToolSession, model: ChatModel, spend: Spend) -> str:
+    async def _loop(self, task: AgentTask, tools: "ToolSession", model: ChatModel, spend: Spend) -> str:
         prompt = self.params["prompt_template"].format(instance_id=task.instance_id, instruction=task.instruction)
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": self.params["system_prompt"]},
@@ -279,7 +285,7 @@ class LLMAgent(Agent):
                 messages.append(await self._call_tool(call, tools, spend))
         return limit
 
-    async def _call_tool(self, call: dict[str, Any], tools: ToolSession, spend: Spend) -> dict[str, Any]:
+    async def _call_tool(self, call: dict[str, Any], tools: "ToolSession", spend: Spend) -> dict[str, Any]:
         """Run one tool call and return the message that answers it; arguments the model garbled are its
         own error, answered as such."""
         function = call["function"]

@@ -24,16 +24,18 @@ import shlex
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio.from_thread
 
 from eval_pipeline.agents.base import Agent, AgentLimitReached, AgentOutput, AgentStopped, AgentTask, AgentTimeout
 from eval_pipeline.agents.llm import RETRIED_STATUS, Price
-from eval_pipeline.agents.tool_session import ToolSession, innermost, open_tool_session
 from eval_pipeline.common.outcomes import ModelAPIError, ModelAPIRefused
 from eval_pipeline.common.text import from_environment, truncate
 from eval_pipeline.sandbox import Workspace
+
+if TYPE_CHECKING:
+    from eval_pipeline.agents.tool_session import ToolSession
 
 INSTALL_HINT = "the mini-swe-agent agent needs mini-swe-agent: pip install -e '.[mini]' in the project's checkout"
 BASE_CONFIG = "swebench.yaml"  # mini-swe-agent's own config for SWE-bench (config/benchmarks/)
@@ -132,6 +134,8 @@ class MiniSweAgent(Agent):
         return merged
 
     def solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
+        from eval_pipeline.agents.tool_session import innermost, open_tool_session  # when a session opens: llm.py
+
         mini = _import_mini()
         config = self.mini_config()
         base_url = self.params.get("base_url") or os.environ.get("OPENAI_BASE_URL")
@@ -261,7 +265,7 @@ def _environment_class(mini: Any) -> type:
     Submitted = mini.exceptions.Submitted  # noqa: N806 - mini's exception class
 
     class ToolServerEnvironment:
-        def __init__(self, portal: Any, session: ToolSession, timeout: float = 60, **ignored: Any) -> None:
+        def __init__(self, portal: Any, session: "ToolSession", timeout: float = 60, **ignored: Any) -> None:
             # mini's other environment settings (cwd, env, interpreter, its docker class) are its container's;
             # commands here run in the repository root, in the environment the trial's tool server sets up.
             self.portal = portal

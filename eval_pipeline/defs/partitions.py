@@ -75,9 +75,10 @@ def trial_batches(
     """`partitions` (trial partition keys) as batches of one instance's trials, consecutive in `trial_order`
     (the registered order, which is Dagster's), instance by instance in first-seen order.
 
-    A batch holds at most `size` trials, and at most a 2 x `spread`-th of the trials not yet batched (but
+    A batch holds at most `size` trials, and at most a `spread`-th of the trials not yet batched (but
     SMALLEST_BATCH), so batches shrink toward the end (guided self-scheduling): `spread` runs at once finish
-    together rather than waiting on one long last batch.
+    together rather than waiting on one long last batch. (A 2 x `spread`-th, as before, made 11 runs of 72 trials
+    on 2 workers where 6 do, each run costing about 0.6 s of Dagster.)
     """
     position = {trial: index for index, trial in enumerate(trial_order)}
     by_instance: dict[str, list[int]] = {}
@@ -95,7 +96,7 @@ def trial_batches(
                 unbatched -= len(run)
                 run = []
             if not run:
-                limit = min(size, max(SMALLEST_BATCH, math.ceil(unbatched / (2 * spread))))
+                limit = min(size, max(SMALLEST_BATCH, math.ceil(unbatched / spread)))
             run.append(index)
         batches.append(PartitionBatch(instance_id, tuple(trial_order[i] for i in run)))
         unbatched -= len(run)
