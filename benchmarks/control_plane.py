@@ -158,7 +158,7 @@ from eval_pipeline.defs.progress import Cycle
 from eval_pipeline.defs.stages import CYCLE_TAG, TRIGGER_TAG
 from eval_pipeline.defs.verdicts import _target  # the query a trials step makes for each verdict's target
 from eval_pipeline.orchestration.instance_config import PROCESS_ENVIRONMENT
-from eval_pipeline.orchestration.launchers import QUIET_RUN_CONFIG, hold_connections
+from eval_pipeline.orchestration.run_workers import QUIET_RUN_CONFIG, hold_connections
 from eval_pipeline.store.artifacts import LocalArtifactStore, S3ArtifactStore, attempts_prefix
 from eval_pipeline.store.attempts import Attempt, keep, now
 from eval_pipeline.tasks.demo import build_demo_benchmark
@@ -443,7 +443,7 @@ CONNECTIONS = ("held", "webserver", "new")
 def hold_writer_connections(instance: DagsterInstance, connections: str) -> None:
     """Keep the instance's PostgreSQL connections open as `connections` says (CONNECTIONS).
 
-    `webserver` is what the CLI and its run workers hold (`hold_connections`: Dagster's `optimize_for_webserver`),
+    `webserver` is what the CLI and its run workers hold (`run_workers.hold_connections`: Dagster's `optimize_for_webserver`),
     a pool of one, so that a query made while another holds the connection (the event log's `has_table` inside
     each asset event's index transaction) connects anew. `held` is the same with a pool of two, so that no query
     connects (Dagster has no setting for it: the storages' engines are replaced). `new` leaves Dagster's
@@ -492,7 +492,7 @@ class Writer:
         return job, ephemeral, plan
 
     def create_run(self, stage: str, request: RunRequest) -> str:
-        """Create the run as the CLI's worker does (launchers.execute_request): its planned events included."""
+        """Create the run as the CLI's worker does (run_workers.execute_request): its planned events included."""
         job, ephemeral, plan = self.jobs[stage]
         tags = merge_run_tags(job, request.partition_key, request.tags, None, self.instance, QUIET_RUN_CONFIG)
         run = self.instance.create_run_for_job(

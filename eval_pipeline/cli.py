@@ -38,9 +38,6 @@ def _use_dagster_home() -> None:
     os.environ["DAGSTER_HOME"] = str(home)
     ensure_instance_config(home, Deployment.from_env())
     use_process_environment()
-    from dagster import BetaWarning
-
-    warnings.filterwarnings("ignore", category=BetaWarning)  # data versions are beta; we rely on them knowingly
 
 
 def _quiet_libraries() -> None:
@@ -50,6 +47,9 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    # Dagster's BetaWarnings (data versions are beta; we rely on them knowingly), matched by their text so that
+    # the command need not import Dagster to silence them before it has started its run workers.
+    warnings.filterwarnings("ignore", message=r".* is currently in beta")
 
 
 def _say(line: str) -> None:
@@ -94,15 +94,25 @@ def _telling() -> Iterator[tuple[Callable[[str], None], Callable[[str], None] | 
 def _campaign_session(
     args: argparse.Namespace, campaign: "Campaign"
 ) -> Iterator[tuple["DagsterInstance", "Launcher", "Cycle"]]:
-    """The Dagster instance, a launcher and a new cycle for a command over `campaign`."""
-    from dagster import DagsterInstance
+    """The Dagster instance, a launcher and a new cycle for a command over `campaign`. The run workers are
+    started first, so that their start overlaps this process's import of Dagster (run_workers.py)."""
+    from eval_pipeline.orchestration.run_workers import embedded_run_workers, hold_connections
 
-    from eval_pipeline.orchestration.driver import new_cycle
-    from eval_pipeline.orchestration.launchers import hold_connections, open_launcher
+    workers = embedded_run_workers(campaign, Paths.from_env(), args.workers)
+    try:
+        from dagster import DagsterInstance
 
-    with DagsterInstance.get() as instance:
+        from eval_pipeline.orchestration.driver import new_cycle
+        from eval_pipeline.orchestration.launchers import open_launcher
+
+        instance = DagsterInstance.get()
+    except BaseException:
+        if workers is not None:
+            workers.shutdown(wait=False, cancel_futures=True)
+        raise
+    with instance:
         hold_connections(instance)
-        with open_launcher(campaign, Paths.from_env(), instance, args.workers) as launcher:
+        with open_launcher(campaign, Paths.from_env(), instance, args.workers, workers) as launcher:
             yield instance, launcher, new_cycle(campaign)
 
 
@@ -116,11 +126,11 @@ def _load(name: str) -> "Campaign":
 
 
 def _run(args: argparse.Namespace) -> int:
-    from eval_pipeline.orchestration.campaign_run import run_campaign
-    from eval_pipeline.results.markdown import render_summary
-
     campaign = _load(args.campaign)
     with _campaign_session(args, campaign) as (instance, launcher, cycle), _telling() as (say, show):
+        from eval_pipeline.orchestration.campaign_run import run_campaign  # Dagster's, after the workers' start
+        from eval_pipeline.results.markdown import render_summary
+
         run = run_campaign(campaign, instance, launcher, cycle, Paths.from_env(), say, _selection(args), show)
     if args.json:
         print(json.dumps(run.as_json(), indent=2, sort_keys=True))

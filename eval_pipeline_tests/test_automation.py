@@ -25,7 +25,7 @@ from eval_pipeline.defs import build_definitions, stage_job_name
 from eval_pipeline.defs.automation import REREQUEST_TAG
 from eval_pipeline.defs.partitions import trial_run_key
 from eval_pipeline.defs.stages import STAGE_TAG, TRIGGER_TAG
-from eval_pipeline.orchestration.launchers import execute_request
+from eval_pipeline.orchestration.run_workers import execute_request
 from eval_pipeline_tests.conftest import write_terminal_task
 
 INSTANCE_ID = "eval-pipeline-demo__textkit-1"

@@ -13,34 +13,30 @@ then read from the instance, the same way for both.
   process in one of N worker processes that import the definitions once.
 """
 
-import ctypes
-import multiprocessing
 import os
-import signal
-import sys
-import threading
 import time
-import warnings
 from collections.abc import Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Protocol
 
 import requests
-from dagster import BetaWarning, DagsterInstance, Definitions, RunRequest, RunsFilter
+from dagster import DagsterInstance, RunRequest, RunsFilter
 
 from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.location import build_definitions
 from eval_pipeline.defs.progress import FINISHED, REQUEST_TAG
+from eval_pipeline.orchestration.run_workers import (
+    DAGSTER_URL_VARIABLE,
+    execute_in_worker,
+    execute_request,
+    spawned_deaf_to_ctrl_c,
+    start_run_workers,
+)
 
-# In-process runs log to the instance (the UI shows everything); the console shows only what breaks Dagster itself.
-QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 LOCATION, REPOSITORY = "eval_pipeline", "__repository__"
 POLL_S = 0.5
-DAGSTER_URL_VARIABLE = "EVAL_PIPELINE_DAGSTER_URL"
-PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 class LaunchError(RuntimeError):
@@ -62,79 +58,6 @@ class Launcher(Protocol):
     def close(self, abort: bool = False) -> None:
         """Release what the launcher holds; with `abort` (Ctrl-C, an error), first stop what is in flight."""
         ...
-
-
-_definitions: Definitions | None = None
-_instance: DagsterInstance | None = None
-
-
-def _leave_the_terminal_to_the_parent() -> None:
-    """Ctrl-C is the command's to handle (it stops its workers and says how to resume): a worker leaves the
-    terminal's process group, so that neither it nor the processes of the run it executes are interrupted
-    mid-step, and it dies with the command (Linux), so that a killed command leaves no worker running."""
-    os.setpgrp()
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() == 1:  # the command died before the line above
-            os._exit(1)
-
-
-@contextmanager
-def _spawned_deaf_to_ctrl_c() -> Iterator[None]:
-    """Workers spawned within (`submit` starts them) inherit SIGINT ignored, which Python keeps: a Ctrl-C
-    that lands while a worker is still importing, before it could leave the terminal's process group, would
-    otherwise print that import's traceback. The command stops its workers itself. A Ctrl-C within these
-    few milliseconds of spawning is lost; pressing it again stops the command."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def hold_connections(instance: DagsterInstance) -> None:
-    """Keep a database connection open across this process's many queries, as Dagster's webserver does.
-    Dagster's PostgreSQL storage otherwise connects anew for every query (the server forks a backend for each):
-    replaying a campaign's runs on PostgreSQL, a writer connecting per query managed 8.8 trials a second and
-    one holding a connection 21 (benchmarks/control_plane.py). SQLite storage ignores this."""
-    instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
-
-
-def _start_worker(campaign: Campaign, data_dir: str, instance_ref: Any) -> None:
-    """Each worker builds the definitions once and opens the instance, holding its connections."""
-    global _definitions, _instance
-    _leave_the_terminal_to_the_parent()
-    warnings.filterwarnings("ignore", category=BetaWarning)
-    _definitions = build_definitions([campaign], Paths(Path(data_dir)))
-    _instance = DagsterInstance.from_ref(instance_ref)
-    hold_connections(_instance)
-
-
-def execute_request(
-    definitions: Definitions, instance: DagsterInstance, request: RunRequest, run_config: Mapping[str, Any] | None
-) -> str:
-    """Execute the requested run in this process; its id (a failed run is a result: it is not raised)."""
-    job = definitions.resolve_job_def(request.job_name)
-    result = job.execute_in_process(
-        instance=instance,
-        partition_key=request.partition_key,
-        tags=dict(request.tags),
-        run_config={**QUIET_RUN_CONFIG, **(run_config or {})},
-        raise_on_error=False,
-    )
-    return result.run_id
-
-
-def _started() -> None:
-    """A task that only makes the pool start a worker (its initializer does the work)."""
-
-
-def _execute_in_worker(request: RunRequest, run_config: Mapping[str, Any] | None) -> str:
-    assert _definitions is not None and _instance is not None
-    return execute_request(_definitions, _instance, request, run_config)
 
 
 def free_abandoned_slots(instance: DagsterInstance) -> None:
@@ -162,34 +85,32 @@ class WorkerPoolLauncher:
     """Runs in `capacity` spawned worker processes (Dagster's SQLite event log keeps a file per run, so
     parallel runs do not contend on one database file); with one, in this process, in turn."""
 
-    def __init__(self, campaign: Campaign, paths: Paths, instance: DagsterInstance, capacity: int) -> None:
+    def __init__(
+        self,
+        campaign: Campaign,
+        paths: Paths,
+        instance: DagsterInstance,
+        capacity: int,
+        workers: ProcessPoolExecutor | None = None,
+    ) -> None:
+        """`workers`: the pool `run_workers.embedded_run_workers` started for `capacity` (the command starts it
+        before it imports Dagster); without, the launcher starts its own, on `instance`."""
         self.capacity = max(1, capacity)
         self._finished: list[str] = []
         self._running: dict[Future, RunRequest] = {}
         self._instance = instance
+        self._pool = workers
         if self.capacity == 1:
-            self._pool = None
             self._definitions = build_definitions([campaign], paths)
-            return
-        self._pool = ProcessPoolExecutor(
-            max_workers=self.capacity,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_start_worker,
-            initargs=(campaign, str(paths.data_dir), instance.get_ref()),
-        )
-        # A spawning pool starts a worker per task submitted while none is idle: one task per worker starts them
-        # all now, importing Dagster side by side while this process prepares the cycle, rather than the second
-        # when the first trials are launched (about 3 s later, seconds it then spent importing instead).
-        with _spawned_deaf_to_ctrl_c():
-            for _ in range(self.capacity):
-                self._pool.submit(_started)
+        elif workers is None:
+            self._pool = start_run_workers(campaign, paths, self.capacity, instance.get_ref())
 
     def launch(self, request: RunRequest, run_config: Mapping[str, Any] | None = None) -> None:
         if self._pool is None:
             self._finished.append(execute_request(self._definitions, self._instance, request, run_config))
         else:
-            with _spawned_deaf_to_ctrl_c():
-                self._running[self._pool.submit(_execute_in_worker, request, run_config)] = request
+            with spawned_deaf_to_ctrl_c():
+                self._running[self._pool.submit(execute_in_worker, request, run_config)] = request
 
     def in_flight(self) -> int:
         """Runs launched and not yet reported by `wait` (in this process a run ends within `launch`, and still
@@ -297,12 +218,21 @@ class ServerLauncher:
 
 
 @contextmanager
-def open_launcher(campaign: Campaign, paths: Paths, instance: DagsterInstance, capacity: int) -> Iterator[Launcher]:
-    """Through the Dagster server at EVAL_PIPELINE_DAGSTER_URL when it is set, else in worker processes; whatever
-    is still in flight when the block ends (Ctrl-C) is stopped."""
+def open_launcher(
+    campaign: Campaign,
+    paths: Paths,
+    instance: DagsterInstance,
+    capacity: int,
+    workers: ProcessPoolExecutor | None = None,
+) -> Iterator[Launcher]:
+    """Through the Dagster server at EVAL_PIPELINE_DAGSTER_URL when it is set, else in worker processes
+    (`workers`, when started already: `run_workers.embedded_run_workers`); whatever is still in flight when the
+    block ends (Ctrl-C) is stopped."""
     url = os.environ.get(DAGSTER_URL_VARIABLE)
     launcher: Launcher = (
-        ServerLauncher(url, instance, capacity) if url else WorkerPoolLauncher(campaign, paths, instance, capacity)
+        ServerLauncher(url, instance, capacity)
+        if url
+        else WorkerPoolLauncher(campaign, paths, instance, capacity, workers)
     )
     try:
         yield launcher

@@ -1,0 +1,147 @@
+"""The embedded default's run workers: processes that each open the instance and build the definitions once,
+then execute run after run (`launchers.WorkerPoolLauncher` hands them the runs).
+
+This module imports no Dagster, so that the command starts its workers before it imports Dagster itself: a
+worker's start (about 2 s of imports, the instance's storage and the definitions) then overlaps the command's
+own (about 1.5 s) instead of following it. Dagster is imported in the workers.
+"""
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import warnings
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eval_pipeline.common.settings import Paths
+from eval_pipeline.config.campaign import Campaign
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance, Definitions, RunRequest
+
+__all__ = [
+    "DAGSTER_URL_VARIABLE",
+    "QUIET_RUN_CONFIG",
+    "embedded_run_workers",
+    "execute_in_worker",
+    "execute_request",
+    "hold_connections",
+    "spawned_deaf_to_ctrl_c",
+    "start_run_workers",
+]
+
+# Set, the command's runs are launched through this Dagster server, and it starts no workers (launchers.py).
+DAGSTER_URL_VARIABLE = "EVAL_PIPELINE_DAGSTER_URL"
+# In-process runs log to the instance (the UI shows everything); the console shows only what breaks Dagster itself.
+QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+_definitions: "Definitions | None" = None
+_instance: "DagsterInstance | None" = None
+
+
+def embedded_run_workers(campaign: Campaign, paths: Paths, capacity: int) -> ProcessPoolExecutor | None:
+    """The command's run workers, started now: none when its runs go to a Dagster server or run in the command
+    itself, one at a time."""
+    if os.environ.get(DAGSTER_URL_VARIABLE) or capacity <= 1:
+        return None
+    return start_run_workers(campaign, paths, capacity)
+
+
+def start_run_workers(campaign: Campaign, paths: Paths, capacity: int, instance_ref: Any = None) -> ProcessPoolExecutor:
+    """`capacity` workers on the instance of `instance_ref` (DAGSTER_HOME's when None), every one started now.
+    A spawning pool starts a worker per task submitted while none is idle, so the second would otherwise start
+    when the first trials are launched, and spend their first seconds importing."""
+    pool = ProcessPoolExecutor(
+        max_workers=capacity,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_start_worker,
+        initargs=(campaign, str(paths.data_dir), instance_ref),
+    )
+    with spawned_deaf_to_ctrl_c():
+        for _ in range(capacity):
+            pool.submit(_started)
+    return pool
+
+
+def hold_connections(instance: "DagsterInstance") -> None:
+    """Keep a database connection open across this process's many queries, as Dagster's webserver does.
+    Dagster's PostgreSQL storage otherwise connects anew for every query (the server forks a backend for each):
+    replaying a campaign's runs on PostgreSQL, a writer connecting per query managed 8.8 trials a second and
+    one holding a connection 21 (benchmarks/control_plane.py). SQLite storage ignores this."""
+    instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
+
+
+def execute_request(
+    definitions: "Definitions",
+    instance: "DagsterInstance",
+    request: "RunRequest",
+    run_config: Mapping[str, Any] | None,
+) -> str:
+    """Execute the requested run in this process; its id (a failed run is a result: it is not raised)."""
+    job = definitions.resolve_job_def(request.job_name)
+    result = job.execute_in_process(
+        instance=instance,
+        partition_key=request.partition_key,
+        tags=dict(request.tags),
+        run_config={**QUIET_RUN_CONFIG, **(run_config or {})},
+        raise_on_error=False,
+    )
+    return result.run_id
+
+
+def execute_in_worker(request: "RunRequest", run_config: Mapping[str, Any] | None) -> str:
+    """What a launcher submits to a worker: the run, on the worker's definitions and instance."""
+    assert _definitions is not None and _instance is not None
+    return execute_request(_definitions, _instance, request, run_config)
+
+
+@contextmanager
+def spawned_deaf_to_ctrl_c() -> Iterator[None]:
+    """Workers spawned within (`submit` starts them) inherit SIGINT ignored, which Python keeps: a Ctrl-C
+    that lands while a worker is still importing, before it could leave the terminal's process group, would
+    otherwise print that import's traceback. The command stops its workers itself. A Ctrl-C within these
+    few milliseconds of spawning is lost; pressing it again stops the command."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _start_worker(campaign: Campaign, data_dir: str, instance_ref: Any) -> None:
+    """Each worker builds the definitions once and opens the instance, holding its connections."""
+    global _definitions, _instance
+    _leave_the_terminal_to_the_parent()
+    from dagster import BetaWarning, DagsterInstance
+
+    from eval_pipeline.defs.location import build_definitions
+
+    warnings.filterwarnings("ignore", category=BetaWarning)
+    _definitions = build_definitions([campaign], Paths(Path(data_dir)))
+    _instance = DagsterInstance.get() if instance_ref is None else DagsterInstance.from_ref(instance_ref)
+    hold_connections(_instance)
+
+
+def _started() -> None:
+    """A task that only makes the pool start a worker (its initializer does the work)."""
+
+
+def _leave_the_terminal_to_the_parent() -> None:
+    """Ctrl-C is the command's to handle (it stops its workers and says how to resume): a worker leaves the
+    terminal's process group, so that neither it nor the processes of the run it executes are interrupted
+    mid-step, and it dies with the command (Linux), so that a killed command leaves no worker running."""
+    os.setpgrp()
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:  # the command died before the line above
+            os._exit(1)
