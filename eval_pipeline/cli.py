@@ -538,9 +538,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _handle(args: argparse.Namespace) -> int:
     """Run the command; an expected failure is one line on stderr and an exit code, never a traceback."""
+    from eval_pipeline.common.outcomes import InfrastructureError
     from eval_pipeline.config.campaign import CampaignError
-    from eval_pipeline.orchestration.driver import CampaignRunError
-    from eval_pipeline.orchestration.launchers import LaunchError
+    from eval_pipeline.orchestration.errors import CampaignRunError, LaunchError
     from eval_pipeline.trial.selection import SelectionError
 
     try:
@@ -548,7 +548,7 @@ def _handle(args: argparse.Namespace) -> int:
     except (DeploymentError, CampaignError, UsageError, SelectionError) as error:
         print(f"eval-pipeline {args.command}: {error}", file=sys.stderr)
         return 2
-    except (CampaignRunError, LaunchError) as error:
+    except (CampaignRunError, LaunchError, InfrastructureError) as error:  # an engine down: one line, no traceback
         print(f"eval-pipeline {args.command}: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -168,6 +168,17 @@ def test_an_untrusted_agent_on_the_local_backend_is_refused_before_anything_runs
     assert not (tmp_path / "dagster_home" / "dagster.yaml").exists(), "refused before the instance is set up"
 
 
+def test_a_container_engine_that_cannot_be_reached_is_one_line_naming_docker_host(campaign_env, tmp_path):
+    """No engine at DOCKER_HOST (not started, a wrong socket) is the user's to fix: the error names where the
+    command looked, in one line, not a traceback."""
+    env = {**campaign_env, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    result = eval_pipeline_cli(env, "run", "--campaign", "demo_containers", "--workers", "1", "--limit", "1")
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()[-1:]
+    assert line.startswith(f"eval-pipeline run: connecting to the container engine at unix://{tmp_path}/no-engine")
+    assert "(DOCKER_HOST)" in line and "Traceback" not in result.stderr
+
+
 def test_a_run_whose_every_environment_fails_exits_1_naming_each_builds_last_error_and_log(
     campaign_env, demo_benchmark, tmp_path
 ):

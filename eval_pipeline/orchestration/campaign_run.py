@@ -21,13 +21,13 @@ from eval_pipeline.defs.group import ENVIRONMENT_POOL, MODEL_API_POOL
 from eval_pipeline.defs.partitions import trial_run_key
 from eval_pipeline.defs.progress import REQUEST_TAG, CampaignProgress, Cycle
 from eval_pipeline.orchestration.driver import (
-    CampaignRunError,
     FinishedRun,
     Materialized,
     drive,
     failure_message,
     run_one,
 )
+from eval_pipeline.orchestration.errors import CampaignRunError
 from eval_pipeline.orchestration.launchers import Launcher, free_abandoned_slots
 from eval_pipeline.orchestration.tally import Tally
 from eval_pipeline.results.model import Report, load_report

@@ -28,15 +28,12 @@ from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.failures import failure_descriptions, failure_outcomes, innermost_error
 from eval_pipeline.defs.progress import REQUEST_TAG, Cycle, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
+from eval_pipeline.orchestration.errors import CampaignRunError
 from eval_pipeline.orchestration.launchers import POLL_S, Launcher
 
 CLI_TRIGGER = "cli"
 # How often the driver looks for trials that ended: each look queries the event log that the runs are writing.
 FEED_INTERVAL_S = 2.0
-
-
-class CampaignRunError(RuntimeError):
-    """A stage that every trial depends on failed; the message carries the underlying error."""
 
 
 def new_cycle(campaign: Campaign) -> Cycle:

@@ -27,6 +27,7 @@ from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.location import build_definitions
 from eval_pipeline.defs.progress import FINISHED, REQUEST_TAG
+from eval_pipeline.orchestration.errors import LaunchError
 from eval_pipeline.orchestration.run_workers import (
     DAGSTER_URL_VARIABLE,
     execute_in_worker,
@@ -37,10 +38,6 @@ from eval_pipeline.orchestration.run_workers import (
 
 LOCATION, REPOSITORY = "eval_pipeline", "__repository__"
 POLL_S = 0.5
-
-
-class LaunchError(RuntimeError):
-    """The Dagster server refused a run, or cannot be reached."""
 
 
 class Launcher(Protocol):

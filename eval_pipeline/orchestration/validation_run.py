@@ -11,7 +11,8 @@ from eval_pipeline.config.quarantine import read_validation
 from eval_pipeline.datasets.sources import load_portfolio
 from eval_pipeline.defs.progress import CampaignProgress, Cycle
 from eval_pipeline.defs.stages import VALIDATION_REPORT_STAGE, VALIDATION_STAGE
-from eval_pipeline.orchestration.driver import CampaignRunError, FinishedRun, failure_message, run_all, run_one
+from eval_pipeline.orchestration.driver import FinishedRun, failure_message, run_all, run_one
+from eval_pipeline.orchestration.errors import CampaignRunError
 from eval_pipeline.orchestration.launchers import Launcher
 from eval_pipeline.trial.harness import Harness
 from eval_pipeline.trial.selection import EVERY_TRIAL, TrialSelection

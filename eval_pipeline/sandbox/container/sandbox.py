@@ -336,7 +336,7 @@ def engine_client() -> docker.DockerClient:
     key = (os.getpid(), os.environ.get("DOCKER_HOST", ""))
     with _clients_lock:
         if key not in _clients:
-            with engine_errors("connecting to the container engine"):
+            with engine_errors(f"connecting to the container engine at {key[1] or 'the default socket'} (DOCKER_HOST)"):
                 _clients[key] = docker.from_env(timeout=CLIENT_TIMEOUT_S)
         return _clients[key]
 
