@@ -96,16 +96,14 @@ def _campaign_session(
 ) -> Iterator[tuple["DagsterInstance", "Launcher", "Cycle"]]:
     """The Dagster instance, a launcher and a new cycle for a command over `campaign`. The run workers are
     started first, so that their start overlaps this process's import of Dagster (run_workers.py)."""
-    from eval_pipeline.orchestration.run_workers import embedded_run_workers, hold_connections
+    from eval_pipeline.orchestration.run_workers import embedded_run_workers, hold_connections, open_instance
 
     workers = embedded_run_workers(campaign, Paths.from_env(), args.workers)
     try:
-        from dagster import DagsterInstance
-
         from eval_pipeline.orchestration.driver import new_cycle
         from eval_pipeline.orchestration.launchers import open_launcher
 
-        instance = DagsterInstance.get()
+        instance = open_instance()
     except BaseException:
         if workers is not None:
             workers.shutdown(wait=False, cancel_futures=True)

@@ -12,6 +12,7 @@ from dagster._core.events.log import EventLogEntry
 
 from eval_pipeline.common.settings import Deployment
 from eval_pipeline.orchestration.instance_config import ensure_instance_config
+from eval_pipeline.orchestration.run_workers import open_instance
 from eval_pipeline.orchestration.sqlite_storage import HELD_RUN_DATABASES, HeldSqliteEventLogStorage
 
 ASSET = AssetKey(["demo", "evaluation"])
@@ -57,10 +58,32 @@ def test_a_home_that_dagsters_own_storage_wrote_reads_the_same_with_held_connect
         assert materialized_partitions(reread) == ["a|s0", "b|s0", "c|s0"]
 
 
+def _open_in_a_process(home: str) -> None:
+    os.environ["DAGSTER_HOME"] = home
+    with open_instance() as instance:
+        store_materializations(instance, f"run-{os.getpid()}", [f"p{os.getpid()}|s0"])
+
+
+def test_the_command_and_its_workers_opening_a_fresh_home_at_once_all_come_up(tmp_path):
+    """The command starts its run workers before it opens the instance itself, so on a fresh home five processes
+    may create its databases at once. Dagster's own storage races there (alembic's stamp: "more than one head
+    present"; 11 of 25 such processes died here); `open_instance` lets one create them at a time."""
+    ensure_instance_config(tmp_path, Deployment())
+    openers = [
+        multiprocessing.get_context("spawn").Process(target=_open_in_a_process, args=(str(tmp_path),)) for _ in range(5)
+    ]
+    for opener in openers:
+        opener.start()
+    for opener in openers:
+        opener.join(timeout=300)
+    assert [opener.exitcode for opener in openers] == [0] * 5
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert len(materialized_partitions(instance)) == 5
+
+
 def test_processes_writing_one_home_at_once_lose_no_event(tmp_path):
     """Run workers, the CLI and a daemon hold connections to the same index database: each write still lands.
-    The home is created first, as the CLI creates it before its workers start (Dagster's own SQLite storage
-    races on creating a home's databases from several processes at once, held or not)."""
+    The home is created first (by one process at a time, as the CLI and its workers open it: the test above)."""
     ensure_instance_config(tmp_path, Deployment())
     DagsterInstance.from_config(str(tmp_path)).dispose()
     writers = [

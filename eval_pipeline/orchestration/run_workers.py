@@ -7,6 +7,7 @@ own (about 1.5 s) instead of following it. Dagster is imported in the workers.
 """
 
 import ctypes
+import fcntl
 import multiprocessing
 import os
 import signal
@@ -19,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eval_pipeline.common.settings import Paths
+from eval_pipeline.common.settings import Paths, dagster_home
 from eval_pipeline.config.campaign import Campaign
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ __all__ = [
     "execute_in_worker",
     "execute_request",
     "hold_connections",
+    "open_instance",
     "spawned_deaf_to_ctrl_c",
     "start_run_workers",
 ]
@@ -68,6 +70,20 @@ def start_run_workers(campaign: Campaign, paths: Paths, capacity: int, instance_
         for _ in range(capacity):
             pool.submit(_started)
     return pool
+
+
+def open_instance(instance_ref: Any = None) -> "DagsterInstance":
+    """The instance of `instance_ref`, or DAGSTER_HOME's, opened by one process of the command at a time. The
+    command and its workers open it at once, and on a fresh home each would create its databases, racing on
+    alembic's version stamp inside Dagster's own storage ("more than one head present"), which killed workers;
+    one at a time, the first creates them and the others find them. Held for the storage's start only."""
+    from dagster import DagsterInstance
+
+    if instance_ref is not None:  # an instance that whoever made the ref has opened: its databases exist
+        return DagsterInstance.from_ref(instance_ref)
+    with open(dagster_home() / ".eval-pipeline-instance.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        return DagsterInstance.get()
 
 
 def hold_connections(instance: "DagsterInstance") -> None:
@@ -122,13 +138,13 @@ def _start_worker(campaign: Campaign, data_dir: str, instance_ref: Any) -> None:
     """Each worker builds the definitions once and opens the instance, holding its connections."""
     global _definitions, _instance
     _leave_the_terminal_to_the_parent()
-    from dagster import BetaWarning, DagsterInstance
+    from dagster import BetaWarning
 
     from eval_pipeline.defs.location import build_definitions
 
     warnings.filterwarnings("ignore", category=BetaWarning)
     _definitions = build_definitions([campaign], Paths(Path(data_dir)))
-    _instance = DagsterInstance.get() if instance_ref is None else DagsterInstance.from_ref(instance_ref)
+    _instance = open_instance(instance_ref)
     hold_connections(_instance)
 
 
