@@ -162,6 +162,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1, help="trials at once within a run (batches.concurrency)")
     parser.add_argument("--rounds", type=int, default=1, help="campaign and loop pairs, in alternating order")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         # The campaign's DAGSTER_HOME holds its results key: this process reads the campaign's records with it

@@ -95,8 +95,15 @@ def _campaign_session(
     args: argparse.Namespace, campaign: "Campaign"
 ) -> Iterator[tuple["DagsterInstance", "Launcher", "Cycle"]]:
     """The Dagster instance, a launcher and a new cycle for a command over `campaign`. The run workers are
-    started first, so that their start overlaps this process's import of Dagster (run_workers.py)."""
-    from eval_pipeline.orchestration.run_workers import embedded_run_workers, hold_connections, open_instance
+    started first, so that their start overlaps this process's import of Dagster where the command has not
+    imported it yet (`run`: run_workers.py); if the instance cannot be opened, or Ctrl-C comes first, they are
+    killed rather than left to finish starting."""
+    from eval_pipeline.orchestration.run_workers import (
+        embedded_run_workers,
+        hold_connections,
+        open_instance,
+        stop_run_workers,
+    )
 
     workers = embedded_run_workers(campaign, Paths.from_env(), args.workers)
     try:
@@ -104,12 +111,12 @@ def _campaign_session(
         from eval_pipeline.orchestration.launchers import open_launcher
 
         instance = open_instance()
+        hold_connections(instance)
     except BaseException:
         if workers is not None:
-            workers.shutdown(wait=False, cancel_futures=True)
+            stop_run_workers(workers)
         raise
     with instance:
-        hold_connections(instance)
         with open_launcher(campaign, Paths.from_env(), instance, args.workers, workers) as launcher:
             yield instance, launcher, new_cycle(campaign)
 
@@ -536,9 +543,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _handle(args: argparse.Namespace) -> int:
     """Run the command; an expected failure is one line on stderr and an exit code, never a traceback."""
-    from eval_pipeline.common.outcomes import InfrastructureError
     from eval_pipeline.config.campaign import CampaignError
     from eval_pipeline.orchestration.errors import CampaignRunError, LaunchError
+    from eval_pipeline.sandbox import EngineUnreachable
     from eval_pipeline.trial.selection import SelectionError
 
     try:
@@ -546,7 +553,7 @@ def _handle(args: argparse.Namespace) -> int:
     except (DeploymentError, CampaignError, UsageError, SelectionError) as error:
         print(f"eval-pipeline {args.command}: {error}", file=sys.stderr)
         return 2
-    except (CampaignRunError, LaunchError, InfrastructureError) as error:  # an engine down: one line, no traceback
+    except (CampaignRunError, LaunchError, EngineUnreachable) as error:
         print(f"eval-pipeline {args.command}: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -558,12 +565,14 @@ def _handle(args: argparse.Namespace) -> int:
 
 
 def console_main() -> None:
-    """The `eval-pipeline` command: `main`, then an exit that skips the interpreter's teardown once every exit
-    handler has run (this one is registered first, so it runs last). Freeing each of the thousands of modules
-    and objects that Dagster brings, one by one, took about 0.9 s after the work was done, changing nothing."""
+    """The `eval-pipeline` command: `main`, then an exit that skips the interpreter's teardown. Freeing each of
+    the thousands of modules and objects that Dagster brings, one by one, took about 0.9 s after the work was
+    done, changing nothing. The exit is an exit handler registered after `logging`'s (this module imports it
+    first), so it runs before that one: it shuts logging down itself, then flushes the streams."""
     code = 1  # what an exception escaping `main` exits with, once Python has printed it
 
     def end() -> None:
+        logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -576,6 +585,9 @@ def console_main() -> None:
         code = main()
     except SystemExit as stop:  # argparse's usage errors and --help
         code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+        raise
+    except KeyboardInterrupt:  # a second Ctrl-C while the first is handled
+        code = 130
         raise
 
 

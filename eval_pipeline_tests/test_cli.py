@@ -4,6 +4,8 @@ import json
 import logging
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -166,6 +168,22 @@ def test_an_untrusted_agent_on_the_local_backend_is_refused_before_anything_runs
     assert line.startswith(f"eval-pipeline run: {mine}: field variants[0].agent: variant 'x' (agent 'command') runs")
     assert line.endswith("or opt in explicitly (sandbox: {allow_untrusted_agents_locally: true})")
     assert not (tmp_path / "dagster_home" / "dagster.yaml").exists(), "refused before the instance is set up"
+
+
+@pytest.mark.parametrize(
+    ("ending", "code"),
+    [("raise KeyboardInterrupt", 130), ("sys.exit(2)", 2), ("sys.exit('broken')", 1), ("return 0", 0), ("return 3", 3)],
+)
+def test_the_command_exits_with_mains_code_however_main_ends(ending, code):
+    """The console entry ends the process without the interpreter's teardown (cli.console_main): the exit code
+    is still main's, its SystemExit's, 130 for an interrupt that escaped it, and what was printed is flushed."""
+    script = (
+        "import sys\nimport eval_pipeline.cli as cli\n"
+        f"def main():\n    print('said', flush=False)\n    {ending}\n"
+        "cli.main = main\ncli.console_main()\n"
+    )
+    ended = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (ended.returncode, ended.stdout) == (code, "said\n")
 
 
 def test_a_container_engine_that_cannot_be_reached_is_one_line_naming_docker_host(campaign_env, tmp_path):

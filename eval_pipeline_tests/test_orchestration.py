@@ -14,6 +14,7 @@ from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline.orchestration.campaign_run import create_pools, run_campaign
 from eval_pipeline.orchestration.driver import CycleFeed, new_cycle, run_one
 from eval_pipeline.orchestration.launchers import WorkerPoolLauncher
+from eval_pipeline.orchestration.run_workers import start_run_workers, stop_run_workers
 from eval_pipeline.trial.selection import SelectionError, TrialSelection
 from eval_pipeline_tests.conftest import write_terminal_task
 
@@ -146,6 +147,11 @@ def test_the_worker_pool_starts_every_worker_at_once_and_leaves_none_behind(camp
         launcher.close()
         assert not [worker.pid for worker in workers if worker.is_alive()]
         assert instance.get_run_by_id(prepared.run_id).status == DagsterRunStatus.SUCCESS, "its record stays"
+
+        starting = start_run_workers(campaign, Paths(tmp_path / "data"), 2, instance.get_ref())
+        workers = list(starting._processes.values())
+        stop_run_workers(starting)  # the command failed, or Ctrl-C came, while they were still importing
+        assert not [worker.pid for worker in workers if worker.is_alive()], "not left to finish starting"
 
 
 def test_pool_slots_held_by_runs_that_are_over_or_gone_are_freed_at_start():

@@ -1,16 +1,19 @@
 """The embedded default's SQLite storage with held connections: Dagster's files, read and written by several
 processes at once, with a bounded number of open databases."""
 
+import fcntl
 import multiprocessing
 import os
 import time
 from pathlib import Path
 
+import pytest
 from dagster import AssetKey, AssetMaterialization, DagsterEvent, DagsterEventType, DagsterInstance
 from dagster._core.events import StepMaterializationData
 from dagster._core.events.log import EventLogEntry
 
 from eval_pipeline.common.settings import Deployment
+from eval_pipeline.orchestration import run_workers
 from eval_pipeline.orchestration.instance_config import ensure_instance_config
 from eval_pipeline.orchestration.run_workers import open_instance
 from eval_pipeline.orchestration.sqlite_storage import HELD_RUN_DATABASES, HeldSqliteEventLogStorage
@@ -79,6 +82,16 @@ def test_the_command_and_its_workers_opening_a_fresh_home_at_once_all_come_up(tm
     assert [opener.exitcode for opener in openers] == [0] * 5
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         assert len(materialized_partitions(instance)) == 5
+
+
+def test_a_process_stuck_opening_the_instance_is_reported_not_waited_on_forever(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    monkeypatch.setattr(run_workers, "INSTANCE_LOCK_TIMEOUT_S", 0.3)
+    lock = tmp_path / ".eval-pipeline-instance.lock"
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process of the command, stuck opening it
+        with pytest.raises(TimeoutError, match=f"holds {lock}"):
+            open_instance()
 
 
 def test_processes_writing_one_home_at_once_lose_no_event(tmp_path):

@@ -206,7 +206,9 @@ class LLMAgent(Agent):
 
     def solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
         # The MCP client is imported by the agents that open a session, when they do (session_request.py).
-        from eval_pipeline.agents.tool_session import MCPError, innermost
+        from mcp.shared.exceptions import MCPError
+
+        from eval_pipeline.agents.tool_session import innermost
 
         try:
             return anyio.run(self._solve, task, workspace)

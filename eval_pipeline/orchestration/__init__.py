@@ -2,8 +2,8 @@
 
 Dagster executes every run; `defs/progress.py` decides what a cycle needs next, for the CLI and the
 nightly sensor alike. The modules are imported by name (campaign_run, validation_run, driver, launchers;
-stages and instance_config, which need no asset graph), so that the light ones stay light: this package
-re-exports nothing.
+run_workers, errors and instance_config, which import no Dagster; sqlite_storage), so that the light ones stay
+light: this package re-exports nothing.
 """
 
 __all__: list[str] = []

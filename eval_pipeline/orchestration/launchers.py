@@ -32,8 +32,8 @@ from eval_pipeline.orchestration.run_workers import (
     DAGSTER_URL_VARIABLE,
     execute_in_worker,
     execute_request,
-    spawned_deaf_to_ctrl_c,
     start_run_workers,
+    stop_run_workers,
 )
 
 LOCATION, REPOSITORY = "eval_pipeline", "__repository__"
@@ -106,8 +106,7 @@ class WorkerPoolLauncher:
         if self._pool is None:
             self._finished.append(execute_request(self._definitions, self._instance, request, run_config))
         else:
-            with spawned_deaf_to_ctrl_c():
-                self._running[self._pool.submit(execute_in_worker, request, run_config)] = request
+            self._running[self._pool.submit(execute_in_worker, request, run_config)] = request  # workers started
 
     def in_flight(self) -> int:
         """Runs launched and not yet reported by `wait` (in this process a run ends within `launch`, and still
@@ -124,16 +123,18 @@ class WorkerPoolLauncher:
         return finished
 
     def close(self, abort: bool = False) -> None:
-        """Stop the workers. Idle ones, and with `abort` all of them, are killed at once (SIGKILL, which Dagster's
-        handlers cannot turn into a traceback): an idle worker has written all it ran, and exiting by itself it
-        spent about a second tearing down its interpreter; a run cut off mid-way is run again by the next cycle."""
+        """Stop the workers. With `abort`, or once every run has been reported, they are killed at once
+        (`run_workers.stop_run_workers`): an idle worker has written all it ran, and exiting by itself it spent
+        about a second tearing down its interpreter; a run cut off mid-way is run again by the next cycle. With
+        runs still in flight and no abort, the pool is shut down in the ordinary way, after them."""
         if self._pool is None:
             return
-        cut_off = list(self._running.values()) if abort else []
-        for process in list(getattr(self._pool, "_processes", {}).values()) if abort or not self._running else []:
-            process.kill()
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        abandon(self._instance, cut_off)
+        if abort or not self._running:
+            cut_off = list(self._running.values())
+            stop_run_workers(self._pool)
+            abandon(self._instance, cut_off)
+        else:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 LAUNCH_RUN = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
@@ -226,6 +227,8 @@ def open_launcher(
     (`workers`, when started already: `run_workers.embedded_run_workers`); whatever is still in flight when the
     block ends (Ctrl-C) is stopped."""
     url = os.environ.get(DAGSTER_URL_VARIABLE)
+    if url and workers is not None:  # started by a caller that decided otherwise: not to be left running
+        stop_run_workers(workers)
     launcher: Launcher = (
         ServerLauncher(url, instance, capacity)
         if url

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
@@ -36,6 +37,7 @@ __all__ = [
     "open_instance",
     "spawned_deaf_to_ctrl_c",
     "start_run_workers",
+    "stop_run_workers",
 ]
 
 # Set, the command's runs are launched through this Dagster server, and it starts no workers (launchers.py).
@@ -43,6 +45,8 @@ DAGSTER_URL_VARIABLE = "EVAL_PIPELINE_DAGSTER_URL"
 # In-process runs log to the instance (the UI shows everything); the console shows only what breaks Dagster itself.
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 PR_SET_PDEATHSIG = 1  # prctl(2)
+# Longer than a database connection's own timeouts: a process opening the instance is then stuck, not slow.
+INSTANCE_LOCK_TIMEOUT_S = 300.0
 
 _definitions: "Definitions | None" = None
 _instance: "DagsterInstance | None" = None
@@ -72,6 +76,16 @@ def start_run_workers(campaign: Campaign, paths: Paths, capacity: int, instance_
     return pool
 
 
+def stop_run_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill every worker (SIGKILL, which Dagster's handlers cannot turn into a traceback) and wait for the pool
+    to wind down. All of them or none: an idle worker waits on the pool's call queue holding its read lock, so
+    killing only some would leave the others waiting forever. A worker still starting (importing Dagster,
+    opening the instance) is killed too, rather than waited on for seconds."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.kill()
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 def open_instance(instance_ref: Any = None) -> "DagsterInstance":
     """The instance of `instance_ref`, or DAGSTER_HOME's, opened by one process of the command at a time. The
     command and its workers open it at once, and on a fresh home each would create its databases, racing on
@@ -81,8 +95,20 @@ def open_instance(instance_ref: Any = None) -> "DagsterInstance":
 
     if instance_ref is not None:  # an instance that whoever made the ref has opened: its databases exist
         return DagsterInstance.from_ref(instance_ref)
-    with open(dagster_home() / ".eval-pipeline-instance.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+    path = dagster_home() / ".eval-pipeline-instance.lock"
+    with open(path, "a") as lock:
+        deadline = time.monotonic() + INSTANCE_LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when the file is closed
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"another process has been opening the Dagster instance for {INSTANCE_LOCK_TIMEOUT_S:.0f} s"
+                        f" (it holds {path}): its database may not answer"
+                    ) from None
+                time.sleep(0.05)
         return DagsterInstance.get()
 
 
@@ -120,7 +146,7 @@ def execute_in_worker(request: "RunRequest", run_config: Mapping[str, Any] | Non
 
 @contextmanager
 def spawned_deaf_to_ctrl_c() -> Iterator[None]:
-    """Workers spawned within (`submit` starts them) inherit SIGINT ignored, which Python keeps: a Ctrl-C
+    """Workers spawned within (`submit` starts them, `start_run_workers` all at once) inherit SIGINT ignored, which Python keeps: a Ctrl-C
     that lands while a worker is still importing, before it could leave the terminal's process group, would
     otherwise print that import's traceback. The command stops its workers itself. A Ctrl-C within these
     few milliseconds of spawning is lost; pressing it again stops the command."""

@@ -4,6 +4,7 @@ import importlib
 from pathlib import Path
 
 from eval_pipeline.sandbox.base import (
+    EngineUnreachable,
     EnvironmentHandle,
     ExecResult,
     ResourceLimits,
@@ -20,6 +21,7 @@ __all__ = [
     "ExecResult",
     "ResourceLimits",
     "SandboxBackend",
+    "EngineUnreachable",
     "SandboxError",
     "SandboxSettings",
     "ToolChannel",

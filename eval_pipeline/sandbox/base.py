@@ -99,6 +99,11 @@ class SandboxError(InfrastructureError):
     """
 
 
+class EngineUnreachable(SandboxError):
+    """No container engine answers where the harness looks (DOCKER_HOST): not started, or another socket. The
+    user's to fix, so the command says it in one line; any other infrastructure failure keeps its traceback."""
+
+
 class RunnerEnded(SandboxError):
     """The harness's command runner in a container that still runs ended with an exit of its own and no result:
     killed by a process of the trial, most likely (the engine answered, and the container serves on). Generation

@@ -56,6 +56,7 @@ from eval_pipeline.common.hashing import stable_hash
 from eval_pipeline.common.outcomes import InfrastructureError, SandboxLost
 from eval_pipeline.sandbox.base import (
     OUTPUT_DIR,
+    EngineUnreachable,
     EnvironmentHandle,
     ResourceLimits,
     SandboxBackend,
@@ -336,8 +337,13 @@ def engine_client() -> docker.DockerClient:
     key = (os.getpid(), os.environ.get("DOCKER_HOST", ""))
     with _clients_lock:
         if key not in _clients:
-            with engine_errors(f"connecting to the container engine at {key[1] or 'the default socket'} (DOCKER_HOST)"):
-                _clients[key] = docker.from_env(timeout=CLIENT_TIMEOUT_S)
+            try:
+                with engine_errors(
+                    f"connecting to the container engine at {key[1] or 'the default socket'} (DOCKER_HOST)"
+                ):
+                    _clients[key] = docker.from_env(timeout=CLIENT_TIMEOUT_S)
+            except SandboxError as error:
+                raise EngineUnreachable(str(error)) from error.__cause__
         return _clients[key]
 
 
