@@ -116,9 +116,8 @@ def _campaign_session(
         if workers is not None:
             stop_run_workers(workers)
         raise
-    with instance:
-        with open_launcher(campaign, Paths.from_env(), instance, args.workers, workers) as launcher:
-            yield instance, launcher, new_cycle(campaign)
+    with instance, open_launcher(campaign, Paths.from_env(), instance, args.workers, workers) as launcher:
+        yield instance, launcher, new_cycle(campaign)
 
 
 def _load(name: str) -> "Campaign":

@@ -35,7 +35,6 @@ __all__ = [
     "execute_request",
     "hold_connections",
     "open_instance",
-    "spawned_deaf_to_ctrl_c",
     "start_run_workers",
     "stop_run_workers",
 ]
@@ -70,7 +69,7 @@ def start_run_workers(campaign: Campaign, paths: Paths, capacity: int, instance_
         initializer=_start_worker,
         initargs=(campaign, str(paths.data_dir), instance_ref),
     )
-    with spawned_deaf_to_ctrl_c():
+    with _spawned_deaf_to_ctrl_c():
         for _ in range(capacity):
             pool.submit(_started)
     return pool
@@ -145,7 +144,7 @@ def execute_in_worker(request: "RunRequest", run_config: Mapping[str, Any] | Non
 
 
 @contextmanager
-def spawned_deaf_to_ctrl_c() -> Iterator[None]:
+def _spawned_deaf_to_ctrl_c() -> Iterator[None]:
     """Workers spawned within (`submit` starts them, `start_run_workers` all at once) inherit SIGINT ignored, which Python keeps: a Ctrl-C
     that lands while a worker is still importing, before it could leave the terminal's process group, would
     otherwise print that import's traceback. The command stops its workers itself. A Ctrl-C within these
