@@ -2,7 +2,7 @@
 queued, how Dagster cuts it into runs, and how fast a cancel stops it.
 
     PYTHONPATH=$PWD python benchmarks/backfill_scale.py [--instances 500] [--seeds 32] [--batch-size 64]
-        [--postgres URL] [--planned-per-partition]
+        [--postgres URL] [--dagster-postgres-storage] [--planned-per-partition]
 
 The campaign: `instances` synthetic SWE-bench rows (a JSONL file) x `seeds` seeds
 of the null agent, `batches.size` = `batch-size`, on a fresh DAGSTER_HOME with
@@ -34,7 +34,10 @@ other, launched through GraphQL's `launchPartitionBackfill` as the UI does:
 
 The instance is SQLite under the fresh DAGSTER_HOME, or a fresh database on
 the PostgreSQL server at `--postgres` (a URL as scripts/start_postgres.sh
-prints; the role may create databases). `dagster dev` runs with the
+prints; the role may create databases), through the storage eval-pipeline
+configures (orchestration/postgres_storage.py: one connection held per
+process) or, with `--dagster-postgres-storage`, Dagster's own (a connection
+per query). `dagster dev` runs with the
 environment eval-pipeline sets for itself and k8s/values.yaml sets for the
 daemon (`PROCESS_ENVIRONMENT`: one planned event per asset and run);
 `--planned-per-partition` leaves it out, for Dagster's default of one per
@@ -69,7 +72,7 @@ from dagster._core.execution.backfill import BulkActionStatus  # not exported by
 from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import load_campaign
 from eval_pipeline.defs import build_definitions, stage_job_name
-from eval_pipeline.orchestration.instance_config import PROCESS_ENVIRONMENT
+from eval_pipeline.orchestration.instance_config import PROCESS_ENVIRONMENT, pooled_postgres_storage
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[1]
@@ -331,15 +334,21 @@ def measure_cancel(
     }
 
 
-def write_instance_config(home: Path, run_queue: int | None, postgres_url: str | None) -> None:
+def write_instance_config(
+    home: Path, run_queue: int | None, postgres_url: str | None, dagster_postgres_storage: bool = False
+) -> None:
     """The repository's dagster.yaml, with at most `run_queue` runs dequeued at once (0: none, as when runs
     execute on a cluster rather than on the daemon's own 2 cores; -1: no limit; None: as it is), on PostgreSQL
-    if given."""
+    if given: through the storage eval-pipeline configures (one connection held per process), or Dagster's own
+    (a connection per query)."""
     config = yaml.safe_load((REPO / "dagster.yaml").read_text())
     if run_queue is not None:
         config["concurrency"]["runs"]["max_concurrent_runs"] = run_queue
-    if postgres_url:
+    if postgres_url and dagster_postgres_storage:
         config["storage"] = {"postgres": {"postgres_url": postgres_url}}
+    elif postgres_url:
+        config["storage"] = pooled_postgres_storage()
+        config["storage"]["custom"]["config"]["postgres_url"] = postgres_url
     (home / "dagster.yaml").write_text(yaml.safe_dump(config))
 
 
@@ -377,7 +386,7 @@ def prepare(campaign_path: Path, home: Path) -> float:
 def benchmark(root: Path, args: argparse.Namespace, postgres_url: str | None) -> dict[str, Any]:
     home = root / "dagster_home"
     home.mkdir()
-    write_instance_config(home, args.run_queue, postgres_url)
+    write_instance_config(home, args.run_queue, postgres_url, args.dagster_postgres_storage)
     campaign = write_campaign(root, args.instances, args.seeds, args.batch_size)
     partitions = trial_partitions(campaign, args.instances)
     prepare_s = prepare(campaign, home)
@@ -400,7 +409,9 @@ def benchmark(root: Path, args: argparse.Namespace, postgres_url: str | None) ->
         print(log.read_text()[-5000:], file=sys.stderr)
         raise
     return {
-        "storage": "postgres" if postgres_url else "sqlite",
+        "storage": ("dagster's postgres" if args.dagster_postgres_storage else "postgres")
+        if postgres_url
+        else "sqlite",
         "planned_events": "per asset and partition" if args.planned_per_partition else "per asset and run",
         "instances": args.instances,
         "seeds": args.seeds,
@@ -425,6 +436,9 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=900.0)
     parser.add_argument("--run-queue", type=int, default=0, help="runs dequeued at once (0: none; -1: no limit)")
     parser.add_argument("--postgres", help="a PostgreSQL server's URL: the instance on a new database there")
+    parser.add_argument(
+        "--dagster-postgres-storage", action="store_true", help="Dagster's PostgreSQL storage, a connection per query"
+    )
     parser.add_argument("--planned-per-partition", action="store_true", help="Dagster's default planned events")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch, fresh_database(args.postgres) as postgres_url:

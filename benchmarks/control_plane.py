@@ -1028,7 +1028,8 @@ def set_up(root: Path, args: argparse.Namespace, postgres_url: str) -> Campaigne
     """Write the campaign and its instance's dagster.yaml, run its prepare job, plan its runs and its trials."""
     home, paths = root / "home", Paths(root / "data")
     home.mkdir()
-    write_instance_config(home, None, postgres_url)
+    # Dagster's own PostgreSQL storage: `--connections` chooses how the writers hold theirs (hold_writer_connections)
+    write_instance_config(home, None, postgres_url, dagster_postgres_storage=True)
     # a nightly schedule, so that its sensor exists to be timed
     campaign_path = write_campaign(
         root, args.instances, args.seeds, args.batch_size, name=CAMPAIGN, nightly={"cron": "0 2 * * *"}

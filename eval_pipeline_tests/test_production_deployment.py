@@ -31,7 +31,12 @@ def test_the_repositorys_dagster_yaml_is_the_embedded_default():
 def test_production_variables_choose_postgres_storage_and_s3_compute_logs_without_writing_secrets(tmp_path):
     deployment = Deployment.from_env(PRODUCTION)
     config = instance_config(deployment)
-    assert config["storage"] == {"postgres": {"postgres_url": {"env": "EVAL_PIPELINE_POSTGRES_URL"}}}
+    storage = config["storage"]["custom"]
+    assert (storage["module"], storage["class"]) == (
+        "eval_pipeline.orchestration.postgres_storage",
+        "PooledPostgresStorage",
+    )
+    assert storage["config"] == {"postgres_url": {"env": "EVAL_PIPELINE_POSTGRES_URL"}}
     assert config["compute_logs"]["class"] == "S3ComputeLogManager"
     assert config["compute_logs"]["config"] == {
         "bucket": "bucket",
@@ -56,7 +61,7 @@ def test_a_users_own_dagster_yaml_is_left_alone_and_a_generated_one_follows_the_
     ensure_instance_config(tmp_path, Deployment())
     assert "custom" in yaml.safe_load((tmp_path / "dagster.yaml").read_text())["storage"]
     ensure_instance_config(tmp_path, Deployment.from_env(PRODUCTION))
-    assert "postgres" in yaml.safe_load((tmp_path / "dagster.yaml").read_text())["storage"]
+    assert "Postgres" in yaml.safe_load((tmp_path / "dagster.yaml").read_text())["storage"]["custom"]["class"]
     (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: true\n")
     assert not ensure_instance_config(tmp_path, Deployment.from_env(PRODUCTION))
     assert (tmp_path / "dagster.yaml").read_text() == "telemetry:\n  enabled: true\n"

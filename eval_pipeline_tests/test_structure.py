@@ -212,28 +212,32 @@ def test_the_run_command_starts_its_workers_before_it_imports_dagster(tmp_path):
 # storages, which the embedded default's held SQLite storage extends (orchestration/sqlite_storage.py;
 # pyproject pins Dagster to 1.13, and test_sqlite_storage.py reads a home Dagster's own storage wrote).
 PRIVATE_DAGSTER_MODULE = "dagster._core.definitions.asset_checks.asset_check_evaluation"
-SQLITE_STORAGES = "dagster._core.storage"
+DAGSTER_STORAGES = "dagster._core.storage"
 PRIVATE_DAGSTER_ALLOWED = {
     "eval_pipeline.defs.verdicts": [
         PRIVATE_DAGSTER_MODULE,
         f"{PRIVATE_DAGSTER_MODULE}.AssetCheckEvaluationTargetMaterializationData",
     ],
+    "eval_pipeline.orchestration.postgres_storage": [
+        f"{DAGSTER_STORAGES}.base_storage",
+        f"{DAGSTER_STORAGES}.base_storage.DagsterStorage",
+    ],
     "eval_pipeline.orchestration.sqlite_storage": [
-        f"{SQLITE_STORAGES}.base_storage",
-        f"{SQLITE_STORAGES}.base_storage.DagsterStorage",
-        f"{SQLITE_STORAGES}.event_log.sqlite.sqlite_event_log",
-        f"{SQLITE_STORAGES}.event_log.sqlite.sqlite_event_log.INDEX_SHARD_NAME",
-        f"{SQLITE_STORAGES}.event_log.sqlite.sqlite_event_log.SQLITE_BUSY_TIMEOUT_SECONDS",
-        f"{SQLITE_STORAGES}.event_log.sqlite.sqlite_event_log.SqliteEventLogStorage",
-        f"{SQLITE_STORAGES}.runs.sqlite.sqlite_run_storage",
-        f"{SQLITE_STORAGES}.runs.sqlite.sqlite_run_storage.SqliteRunStorage",
-        f"{SQLITE_STORAGES}.schedules.sqlite.sqlite_schedule_storage",
-        f"{SQLITE_STORAGES}.schedules.sqlite.sqlite_schedule_storage.SqliteScheduleStorage",
-        f"{SQLITE_STORAGES}.sqlite_storage",
-        f"{SQLITE_STORAGES}.sqlite_storage.DagsterSqliteStorage",
-        f"{SQLITE_STORAGES}.sqlite_storage._event_logs_directory",
-        f"{SQLITE_STORAGES}.sqlite_storage._runs_directory",
-        f"{SQLITE_STORAGES}.sqlite_storage._schedule_directory",
+        f"{DAGSTER_STORAGES}.base_storage",
+        f"{DAGSTER_STORAGES}.base_storage.DagsterStorage",
+        f"{DAGSTER_STORAGES}.event_log.sqlite.sqlite_event_log",
+        f"{DAGSTER_STORAGES}.event_log.sqlite.sqlite_event_log.INDEX_SHARD_NAME",
+        f"{DAGSTER_STORAGES}.event_log.sqlite.sqlite_event_log.SQLITE_BUSY_TIMEOUT_SECONDS",
+        f"{DAGSTER_STORAGES}.event_log.sqlite.sqlite_event_log.SqliteEventLogStorage",
+        f"{DAGSTER_STORAGES}.runs.sqlite.sqlite_run_storage",
+        f"{DAGSTER_STORAGES}.runs.sqlite.sqlite_run_storage.SqliteRunStorage",
+        f"{DAGSTER_STORAGES}.schedules.sqlite.sqlite_schedule_storage",
+        f"{DAGSTER_STORAGES}.schedules.sqlite.sqlite_schedule_storage.SqliteScheduleStorage",
+        f"{DAGSTER_STORAGES}.sqlite_storage",
+        f"{DAGSTER_STORAGES}.sqlite_storage.DagsterSqliteStorage",
+        f"{DAGSTER_STORAGES}.sqlite_storage._event_logs_directory",
+        f"{DAGSTER_STORAGES}.sqlite_storage._runs_directory",
+        f"{DAGSTER_STORAGES}.sqlite_storage._schedule_directory",
     ],
 }
 

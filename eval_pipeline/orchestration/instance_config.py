@@ -3,7 +3,7 @@
 One function renders both, so the repository's dagster.yaml (the embedded
 default, checked against this module by a test) and a production DAGSTER_HOME
 share their policies: run retries, run monitoring, and a run queue with tag
-concurrency limits. Production adds PostgreSQL storage and compute logs on S3.
+concurrency limits. Production adds PostgreSQL storage (its connections held) and compute logs on S3.
 On Kubernetes the Dagster Helm chart writes dagster.yaml; k8s/values.yaml sets
 the same policies there.
 """
@@ -43,6 +43,15 @@ def held_sqlite_storage(home: Path) -> dict[str, Any]:
     return {"custom": {"module": module, "class": "HeldSqliteStorage", "config": {"base_dir": str(home.resolve())}}}
 
 
+def pooled_postgres_storage() -> dict[str, Any]:
+    """The production storage: Dagster's PostgreSQL tables, one connection held per process
+    (orchestration/postgres_storage.py). A reference to the URL, not the URL: the password stays in the
+    environment, out of the file."""
+    module = "eval_pipeline.orchestration.postgres_storage"
+    config = {"postgres_url": {"env": "EVAL_PIPELINE_POSTGRES_URL"}}
+    return {"custom": {"module": module, "class": "PooledPostgresStorage", "config": config}}
+
+
 def use_process_environment() -> None:
     """Set PROCESS_ENVIRONMENT in this process, leaving any variable the user set as it is."""
     for name, value in PROCESS_ENVIRONMENT.items():
@@ -76,8 +85,7 @@ def instance_config(deployment: Deployment, home: Path | None = None) -> dict[st
         },
     }
     if deployment.postgres_url:
-        # A reference, not the URL: the password stays in the environment, out of the file.
-        config["storage"] = {"postgres": {"postgres_url": {"env": "EVAL_PIPELINE_POSTGRES_URL"}}}
+        config["storage"] = pooled_postgres_storage()
     elif home:
         config["storage"] = held_sqlite_storage(home)
     if deployment.s3_bucket:

@@ -115,8 +115,14 @@ def hold_connections(instance: "DagsterInstance") -> None:
     """Keep a database connection open across this process's many queries, as Dagster's webserver does.
     Dagster's PostgreSQL storage otherwise connects anew for every query (the server forks a backend for each):
     replaying a campaign's runs on PostgreSQL, a writer connecting per query managed 8.8 trials a second and
-    one holding a connection 21 (benchmarks/control_plane.py). SQLite storage ignores this."""
-    instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
+    one holding a connection 21 (benchmarks/control_plane.py). SQLite storage ignores this, and a storage that
+    holds its connections already (the production storage eval-pipeline configures,
+    orchestration/postgres_storage.py: one for the process) is left as it is."""
+    from sqlalchemy.pool import NullPool
+
+    engine = getattr(instance.run_storage, "_engine", None)
+    if engine is None or isinstance(engine.pool, NullPool):
+        instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
 
 
 def execute_request(
