@@ -4,6 +4,7 @@ processes at once, with a bounded number of open databases."""
 import fcntl
 import multiprocessing
 import os
+import sqlite3
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from dagster import AssetKey, AssetMaterialization, DagsterEvent, DagsterEventType, DagsterInstance
 from dagster._core.events import StepMaterializationData
 from dagster._core.events.log import EventLogEntry
+from dagster._core.storage.event_log import EventLogStorage, SqliteEventLogStorage
 
 from eval_pipeline.common.settings import Deployment
 from eval_pipeline.orchestration import run_workers
@@ -22,6 +24,10 @@ ASSET = AssetKey(["demo", "evaluation"])
 
 
 def store_materializations(instance: DagsterInstance, run_id: str, partitions: list[str]) -> None:
+    store_materializations_in(instance.event_log_storage, run_id, partitions)
+
+
+def store_materializations_in(storage: EventLogStorage, run_id: str, partitions: list[str]) -> None:
     for partition in partitions:
         materialization = AssetMaterialization(ASSET, partition=partition, metadata={"partition": partition})
         event = DagsterEvent(
@@ -30,7 +36,7 @@ def store_materializations(instance: DagsterInstance, run_id: str, partitions: l
             event_specific_data=StepMaterializationData(materialization),
         )
         entry = EventLogEntry(None, 20, "", run_id, time.time(), dagster_event=event, job_name="trials_job")
-        instance.event_log_storage.store_event(entry)
+        storage.store_event(entry)
 
 
 def materialized_partitions(instance: DagsterInstance) -> list[str]:
@@ -128,3 +134,40 @@ def test_the_databases_held_open_are_bounded_and_a_wipe_closes_them(tmp_path):
         assert not list(Path(tmp_path, "history", "runs").glob("run-*.db"))
         store_materializations(instance, "run-new", ["y|s0"])
         assert materialized_partitions(instance) == ["y|s0"]
+
+
+def _schema(database: Path) -> list[tuple]:
+    with sqlite3.connect(database) as connection:
+        tables = connection.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+        return [*tables, *connection.execute("SELECT version_num FROM alembic_version").fetchall()]
+
+
+def test_a_new_runs_database_is_a_copy_of_dagsters_own_made_once(tmp_path, monkeypatch):
+    """A run's database is copied from a template Dagster's `_initdb` made once for the home, rather than made by
+    `_initdb` per run and process (alembic's revision scripts loaded each time): the same schema at the same
+    revision, which Dagster's own storage reads; one being made by another process, or by Dagster's own storage,
+    is taken as it is or initialised."""
+    ensure_instance_config(tmp_path, Deployment())
+    runs = tmp_path / "history" / "runs"
+    dagsters = SqliteEventLogStorage(str(runs))
+    store_materializations_in(dagsters, "run-by-dagster", ["d|s0"])
+    initialisations: list[str] = []
+    initdb = HeldSqliteEventLogStorage._initdb
+    monkeypatch.setattr(
+        HeldSqliteEventLogStorage,
+        "_initdb",
+        lambda self, engine: initialisations.append(str(engine.url)) or initdb(self, engine),
+    )
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        for n in range(5):
+            store_materializations(instance, f"run-{n}", [f"x|s{n}"])
+        store_materializations(instance, "run-by-dagster", ["d|s1"])
+        (runs / "run-empty.db").touch()  # a database another process is still creating
+        store_materializations(instance, "run-empty", ["e|s0"])
+        with instance.event_log_storage.run_connection("run-0") as connection:
+            assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL, with the WAL
+    made = [url for url in initialisations if "index" not in url]
+    assert len(made) == 2 and "run-template" in made[0] and made[1].endswith("run-empty.db"), made
+    assert _schema(runs / "run-0.db") == _schema(runs / "run-by-dagster.db") == _schema(runs / "run-empty.db")
+    assert [entry.run_id for entry in SqliteEventLogStorage(str(runs)).get_logs_for_run("run-3")] == ["run-3"]
+    assert not list(runs.glob("*.tmp"))
