@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from eval_pipeline.results.statistics import (
@@ -135,3 +136,23 @@ def test_median_and_p95_interpolate_linearly():
 def test_cost_per_resolved_is_undefined_without_a_resolved_trial():
     assert per_resolved(6.0, 4) == 1.5
     assert per_resolved(6.0, 0) is None
+
+
+def test_the_paired_test_agrees_with_scipy_stats_on_random_campaigns():
+    """The p-value, interval and correlation come from scipy.special's distribution functions (a lighter import
+    than scipy.stats): they are scipy.stats's paired t-test, t quantile and Pearson correlation."""
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(7)
+    for _ in range(100):
+        n = int(rng.integers(3, 40))
+        a = {f"i{k}": list(rng.random(3) < 0.5) for k in range(n)}
+        b = {f"i{k}": list(rng.random(3) < 0.4) for k in range(n)}
+        paired = paired_difference(a, b)
+        means_a = np.array([np.mean(a[f"i{k}"]) for k in range(n)])
+        means_b = np.array([np.mean(b[f"i{k}"]) for k in range(n)])
+        if not paired.se:
+            continue
+        assert paired.p_value == pytest.approx(stats.ttest_rel(means_a, means_b).pvalue, abs=1e-12)
+        assert paired.ci_high - paired.diff == pytest.approx(stats.t.ppf(0.975, n - 1) * paired.se, abs=1e-12)
+        if paired.correlation is not None:
+            assert paired.correlation == pytest.approx(stats.pearsonr(means_a, means_b).statistic, abs=1e-12)
