@@ -4,6 +4,7 @@ processes at once, with a bounded number of open databases."""
 import fcntl
 import multiprocessing
 import os
+import shutil
 import sqlite3
 import time
 from pathlib import Path
@@ -97,6 +98,22 @@ def test_a_process_stuck_opening_the_instance_is_reported_not_waited_on_forever(
     with open(lock, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # another process of the command, stuck opening it
         with pytest.raises(TimeoutError, match=f"holds {lock}"):
+            open_instance()
+
+
+def test_a_home_opened_once_is_opened_side_by_side_and_a_wiped_one_in_turns_again(tmp_path, monkeypatch):
+    """Taking turns is for creating the databases: once they exist, a process opens the instance while another
+    holds the lock (here, one stuck); with the databases removed, processes take turns again."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    monkeypatch.setattr(run_workers, "INSTANCE_LOCK_TIMEOUT_S", 0.3)
+    ensure_instance_config(tmp_path, Deployment())
+    open_instance().dispose()
+    with open(tmp_path / ".eval-pipeline-instance.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with open_instance() as instance:
+            store_materializations(instance, "run-side-by-side", ["a|s0"])
+        shutil.rmtree(tmp_path / "history")
+        with pytest.raises(TimeoutError):
             open_instance()
 
 
