@@ -1,9 +1,11 @@
 """The CLI's driver in process: a cycle requests each run once, resumes from Dagster's record and the store's."""
 
 import shutil
+from collections import Counter, deque
+from types import SimpleNamespace
 
 import pytest
-from dagster import AssetKey, DagsterRunStatus, instance_for_test
+from dagster import AssetKey, DagsterRunStatus, RunRequest, instance_for_test
 
 from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import parse_campaign
@@ -12,9 +14,9 @@ from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, Campai
 from eval_pipeline.defs.progress import REQUEST_TAG, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline.orchestration.campaign_run import create_pools, run_campaign
-from eval_pipeline.orchestration.driver import CycleFeed, new_cycle, run_one
+from eval_pipeline.orchestration.driver import CycleFeed, _launchable, new_cycle, run_one
 from eval_pipeline.orchestration.launchers import WorkerPoolLauncher
-from eval_pipeline.orchestration.run_workers import start_run_workers, stop_run_workers
+from eval_pipeline.orchestration.run_workers import environment_lanes, start_run_workers, stop_run_workers
 from eval_pipeline.trial.selection import SelectionError, TrialSelection
 from eval_pipeline_tests.conftest import write_terminal_task
 
@@ -199,3 +201,50 @@ def test_a_selection_naming_what_the_campaign_lacks_is_refused_before_anything_r
         with pytest.raises(SelectionError, match="--variant nope: not in the campaign .*oracle"):
             run_campaign(campaign, instance, launcher, cycle, paths, selection=TrialSelection(variants=("nope",)))
         assert [r.tags[STAGE_TAG] for r in cycle.runs(instance)] == ["prepare"]
+
+
+def _request(stage: str, name: str) -> RunRequest:
+    """A request as the driver gets it from `next_step` (a cycle's)."""
+    campaign = parse_campaign(
+        {"name": "lanes", "benchmark": {"kind": "demo"}, "variants": [{"name": "n", "agent": "null"}]}, "lanes.yaml"
+    )
+    return new_cycle(campaign).request(stage, name)
+
+
+@pytest.mark.parametrize(
+    ("capacity", "lanes", "running", "queue", "expected"),
+    [
+        # one trial at a time in containers: the next environment is prepared while a trial runs ...
+        (1, 1, {"trials": 1}, ["trials:b", "environments:c"], "environments:c"),
+        # ... but one at a time, and the next trials wait for the trial slot
+        (1, 1, {"trials": 1, "environments": 1}, ["trials:b", "environments:d"], None),
+        # with nothing to run yet, environments take the lane, then the trial slots
+        (1, 1, {}, ["environments:a", "environments:b"], "environments:a"),
+        (1, 1, {"environments": 1}, ["environments:b", "environments:c"], "environments:b"),
+        (1, 1, {"environments": 2}, ["trials:a", "environments:c"], None),
+        # trials whose environment is ready come first where there is no lane (the local backend)
+        (2, 0, {"trials": 1}, ["trials:b", "environments:c"], "trials:b"),
+        (2, 0, {"trials": 1, "environments": 1}, ["trials:b"], None),
+    ],
+)
+def test_the_driver_prepares_environments_in_their_lane_while_trials_run(capacity, lanes, running, queue, expected):
+    launcher = SimpleNamespace(capacity=capacity, environment_lanes=lanes)
+    requests = deque(_request(*name.split(":")) for name in queue)
+    chosen = _launchable(requests, launcher, Counter(running))
+    assert (chosen and f"{chosen.tags[STAGE_TAG]}:{chosen.run_key.rsplit(':', 1)[1]}") == expected
+
+
+def test_only_a_campaign_in_containers_has_an_environment_lane():
+    local = parse_campaign(
+        {"name": "local", "benchmark": {"kind": "demo"}, "variants": [{"name": "n", "agent": "null"}]}, "local.yaml"
+    )
+    pods = parse_campaign(
+        {
+            "name": "pods",
+            "benchmark": {"kind": "demo"},
+            "variants": [{"name": "n", "agent": "null"}],
+            "sandbox": {"backend": "container", "mode": "pod"},
+        },
+        "pods.yaml",
+    )
+    assert (environment_lanes(local), environment_lanes(pods)) == (0, 1)

@@ -19,7 +19,7 @@ from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, Run
 
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.partitions import CampaignPartitions, PartitionBatch, trial_batches, trial_run_key
-from eval_pipeline.defs.stages import CYCLE_TAG, RELEASE_STAGE, TRIGGER_TAG, stage_job_name
+from eval_pipeline.defs.stages import CYCLE_TAG, RELEASE_STAGE, STAGE_TAG, TRIGGER_TAG, stage_job_name
 
 REQUEST_TAG = "eval_pipeline/request"  # the request a run answers: its cycle, stage and partition
 FINISHED = frozenset({DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED})
@@ -111,7 +111,13 @@ class Cycle:
             run_key=key,
             job_name=stage_job_name(self.campaign, stage),
             partition_key=partition_key,
-            tags={**(range_tags or {}), CYCLE_TAG: self.id, TRIGGER_TAG: self.trigger, REQUEST_TAG: key},
+            tags={
+                **(range_tags or {}),
+                CYCLE_TAG: self.id,
+                TRIGGER_TAG: self.trigger,
+                REQUEST_TAG: key,
+                STAGE_TAG: stage,  # the job's own tag too: here for the launcher's lanes, before the run exists
+            },
         )
 
     def runs(self, instance: DagsterInstance) -> list[DagsterRun]:

@@ -13,6 +13,7 @@ STAGES = {
     "trials": ["generation", "evaluation"],
     "results": ["results", "report"],
 }
+ENVIRONMENTS = "environments"  # the stage that prepares each instance's environment (its image, its pod)
 RELEASE_STAGE = "release"  # the report's gate checks and the release decision, for a campaign with gates
 # `eval-pipeline validate`: each instance's validation and its check (by partition), then the validation report;
 # each stage is the one asset it is named after.

@@ -7,7 +7,7 @@ The nightly sensor asks the same `next_step`; this module only adds launching, w
 
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +27,7 @@ from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.failures import failure_descriptions, failure_outcomes, innermost_error
 from eval_pipeline.defs.progress import REQUEST_TAG, Cycle, next_step
-from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
+from eval_pipeline.defs.stages import CYCLE_TAG, ENVIRONMENTS, STAGE_TAG
 from eval_pipeline.orchestration.errors import CampaignRunError
 from eval_pipeline.orchestration.launchers import POLL_S, Launcher
 
@@ -163,6 +163,18 @@ def run_all(
             tell(FinishedRun.read(instance, instance.get_run_by_id(run_id)))
 
 
+def _launchable(queue: deque[RunRequest], launcher: Launcher, running: Counter[str]) -> RunRequest | None:
+    """The next request the launcher has room for: an environment's while an environment lane is free (so that
+    the next instances' environments are prepared while trials run), else the first in the queue (trials whose
+    environment is ready come first) while `launcher.capacity` is not all taken. None when nothing fits."""
+    environments = running[ENVIRONMENTS]
+    if environments < launcher.environment_lanes:
+        if request := next((r for r in queue if r.tags[STAGE_TAG] == ENVIRONMENTS), None):
+            return request
+    taken = sum(running.values()) - min(environments, launcher.environment_lanes)
+    return queue[0] if queue and taken < launcher.capacity else None
+
+
 def drive(
     instance: DagsterInstance,
     cycle: Cycle,
@@ -180,6 +192,7 @@ def drive(
     not after every finished run.
     """
     launched: list[RunRequest] = []
+    running: Counter[str] = Counter()  # runs launched and not yet finished, by stage
     queue: deque[RunRequest] = deque()
     feed = CycleFeed(instance, cycle)
     looked = time.monotonic()
@@ -190,17 +203,19 @@ def drive(
             if step.done:
                 return
             queue, ask = deque(step.requests), False
-        while queue and launcher.in_flight() < launcher.capacity:
-            request = queue.popleft()
+        while (request := _launchable(queue, launcher, running)) is not None:
+            queue.remove(request)
             launcher.launch(request)
             launched.append(request)
+            running[request.tags[STAGE_TAG]] += 1
         finished = [FinishedRun.read(instance, instance.get_run_by_id(run_id)) for run_id in launcher.wait(POLL_S)]
+        running.subtract(run.stage for run in finished)
         if time.monotonic() - looked >= FEED_INTERVAL_S or finished:
             looked = time.monotonic()
             if materialized := feed.new():
                 tell_materialized(materialized)
         for run in finished:
             tell(run)
-            ask = ask or (run.stage == "environments" and run.success)
+            ask = ask or (run.stage == ENVIRONMENTS and run.success)
         if not queue and not finished and not launcher.in_flight():
             time.sleep(POLL_S)  # runs of the cycle in flight that another process launched (a run retry, say)

@@ -30,6 +30,7 @@ from eval_pipeline.defs.progress import FINISHED, REQUEST_TAG
 from eval_pipeline.orchestration.errors import LaunchError
 from eval_pipeline.orchestration.run_workers import (
     DAGSTER_URL_VARIABLE,
+    environment_lanes,
     execute_in_worker,
     execute_request,
     start_run_workers,
@@ -41,7 +42,8 @@ POLL_S = 0.5
 
 
 class Launcher(Protocol):
-    capacity: int
+    capacity: int  # runs at once
+    environment_lanes: int  # runs preparing environments that may run besides `capacity` others (run_workers)
 
     def launch(self, request: RunRequest, run_config: Mapping[str, Any] | None = None) -> None: ...
 
@@ -79,8 +81,9 @@ def abandon(instance: DagsterInstance, requests: list[RunRequest]) -> None:
 
 
 class WorkerPoolLauncher:
-    """Runs in `capacity` spawned worker processes (Dagster's SQLite event log keeps a file per run, so
-    parallel runs do not contend on one database file); with one, in this process, in turn."""
+    """Runs in `capacity` spawned worker processes, and an environment lane's (Dagster's SQLite event log keeps
+    a file per run, so parallel runs do not contend on one database file); with one and no lane, in this
+    process, in turn."""
 
     def __init__(
         self,
@@ -93,11 +96,12 @@ class WorkerPoolLauncher:
         """`workers`: the pool `run_workers.embedded_run_workers` started for `capacity` (the command starts it
         before it imports Dagster); without, the launcher starts its own, on `instance`."""
         self.capacity = max(1, capacity)
+        self.environment_lanes = environment_lanes(campaign)
         self._finished: list[str] = []
         self._running: dict[Future, RunRequest] = {}
         self._instance = instance
         self._pool = workers
-        if self.capacity == 1:
+        if self.capacity + self.environment_lanes == 1:
             self._definitions = build_definitions([campaign], paths)
         elif workers is None:
             self._pool = start_run_workers(campaign, paths, self.capacity, instance.get_ref())
@@ -158,10 +162,11 @@ def partition_tags(partition_key: str | None) -> dict[str, str]:
 class ServerLauncher:
     """Runs launched through a Dagster webserver's GraphQL API; finished when the instance says so."""
 
-    def __init__(self, url: str, instance: DagsterInstance, capacity: int) -> None:
+    def __init__(self, url: str, instance: DagsterInstance, capacity: int, campaign: Campaign) -> None:
         self.url = url.rstrip("/")
         self.instance = instance
         self.capacity = max(1, capacity)
+        self.environment_lanes = environment_lanes(campaign)
         self._running: set[str] = set()
 
     def _query(self, text: str, **variables: Any) -> dict[str, Any]:
@@ -230,7 +235,7 @@ def open_launcher(
     if url and workers is not None:  # started by a caller that decided otherwise: not to be left running
         stop_run_workers(workers)
     launcher: Launcher = (
-        ServerLauncher(url, instance, capacity)
+        ServerLauncher(url, instance, capacity, campaign)
         if url
         else WorkerPoolLauncher(campaign, paths, instance, capacity, workers)
     )

@@ -31,6 +31,7 @@ __all__ = [
     "DAGSTER_URL_VARIABLE",
     "QUIET_RUN_CONFIG",
     "embedded_run_workers",
+    "environment_lanes",
     "execute_in_worker",
     "execute_request",
     "hold_connections",
@@ -51,20 +52,29 @@ _definitions: "Definitions | None" = None
 _instance: "DagsterInstance | None" = None
 
 
+def environment_lanes(campaign: Campaign) -> int:
+    """Runs preparing environments that may run besides `capacity` others: one for a campaign in containers,
+    whose environments (an image, a pod) take seconds each, so that the next instance's is prepared while
+    trials run rather than after them; none on the local backend, whose prepared environments are shared
+    directories and whose builds compete with its trials for the same cores."""
+    return 0 if campaign.sandbox.backend == "local" else 1
+
+
 def embedded_run_workers(campaign: Campaign, paths: Paths, capacity: int) -> ProcessPoolExecutor | None:
     """The command's run workers, started now: none when its runs go to a Dagster server or run in the command
     itself, one at a time."""
-    if os.environ.get(DAGSTER_URL_VARIABLE) or capacity <= 1:
+    if os.environ.get(DAGSTER_URL_VARIABLE) or capacity + environment_lanes(campaign) <= 1:
         return None
     return start_run_workers(campaign, paths, capacity)
 
 
 def start_run_workers(campaign: Campaign, paths: Paths, capacity: int, instance_ref: Any = None) -> ProcessPoolExecutor:
-    """`capacity` workers on the instance of `instance_ref` (DAGSTER_HOME's when None), every one started now.
+    """`capacity` workers on the instance of `instance_ref` (DAGSTER_HOME's when None), every one started now,
+    and up to `environment_lanes` more, started when an environment's run finds every worker busy.
     A spawning pool starts a worker per task submitted while none is idle, so the second would otherwise start
     when the first trials are launched, and spend their first seconds importing."""
     pool = ProcessPoolExecutor(
-        max_workers=capacity,
+        max_workers=capacity + environment_lanes(campaign),
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_start_worker,
         initargs=(campaign, str(paths.data_dir), instance_ref),

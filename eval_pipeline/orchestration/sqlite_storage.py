@@ -94,8 +94,8 @@ class HeldSqliteEventLogStorage(SqliteEventLogStorage):
         """Whether the run's database is at the schema's current revision without Dagster's `_initdb`, which
         loads alembic's hundred-odd revision scripts to learn it: 0.06 s quiet, about 0.3 s a run on a busy
         worker, paid by the process creating the run and again by the worker executing it. A new run's
-        database is a copy of a template made once per process by `_initdb` itself, linked into place so that
-        no process ever sees it half written; one another process created is accepted if it is at the
+        database is a copy of a template `_initdb` itself made (`_template`), linked into place so that no
+        process ever sees it half written; one another process created is accepted if it is at the
         template's revision. Otherwise (a database being created by Dagster's own storage, say), `_initdb`."""
         template, revision = self._template()
         path = Path(self.path_for_shard(shard))
