@@ -25,6 +25,7 @@ from eval_pipeline.defs import build_definitions, stage_job_name
 from eval_pipeline.sandbox import ResourceLimits
 from eval_pipeline.sandbox.container import janitor
 from eval_pipeline.sandbox.container.images import ENV_VENV, MANAGED_LABEL, ImageBuilder
+from eval_pipeline.sandbox.container.sandbox import CAMPAIGN_LABEL
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT
 from eval_pipeline.store.artifacts import LocalArtifactStore
 from eval_pipeline.tasks.demo import DemoBug, DemoRepo, DemoStage, build_repos_benchmark
@@ -306,3 +307,21 @@ def test_demo_campaign_in_containers_matches_local_with_one_pod_per_code_instanc
         image = rerun.asset_materializations_for_node("demo_containers__environment_image")[0]
         assert image.metadata["built"].value == [], "a second run of the image assets builds nothing"
         defs.resources["eval_pipeline"].harness.sandbox(campaign).release()
+
+
+def test_releasing_a_campaign_removes_all_its_containers_and_no_other_campaigns(container_sandbox, engine):
+    """A campaign's pods are removed (several at a time) when it ends; another campaign's are left running."""
+    sandbox = container_sandbox()
+    image = os.environ.get("EVAL_PIPELINE_BASE_IMAGE", "localhost/eval-base:bookworm")
+    ours = {MANAGED_LABEL: "true", CAMPAIGN_LABEL: sandbox.campaign}
+    theirs = {MANAGED_LABEL: "true", CAMPAIGN_LABEL: f"{sandbox.campaign}-other"}
+    started = [engine.containers.run(image, ["sleep", "600"], detach=True, labels=ours, init=True) for _ in range(4)]
+    other = engine.containers.run(image, ["sleep", "600"], detach=True, labels=theirs, init=True)
+    try:
+        sandbox.release()
+        remaining = engine.containers.list(all=True, filters={"label": [f"{CAMPAIGN_LABEL}={sandbox.campaign}"]})
+        assert remaining == [] and len(started) == 4
+        other.reload()
+        assert other.status == "running"
+    finally:
+        other.remove(force=True)
