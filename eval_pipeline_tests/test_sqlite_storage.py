@@ -101,9 +101,10 @@ def test_a_process_stuck_opening_the_instance_is_reported_not_waited_on_forever(
             open_instance()
 
 
-def test_a_home_opened_once_is_opened_side_by_side_and_a_wiped_one_in_turns_again(tmp_path, monkeypatch):
+def test_a_home_opened_once_is_opened_side_by_side_and_a_changed_one_in_turns_again(tmp_path, monkeypatch):
     """Taking turns is for creating the databases: once they exist, a process opens the instance while another
-    holds the lock (here, one stuck); with the databases removed, processes take turns again."""
+    holds the lock (here, one stuck). With a database removed, or the home's settings changed (as when it moves
+    to PostgreSQL, its SQLite files left behind), processes take turns again."""
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     monkeypatch.setattr(run_workers, "INSTANCE_LOCK_TIMEOUT_S", 0.3)
     ensure_instance_config(tmp_path, Deployment())
@@ -112,7 +113,12 @@ def test_a_home_opened_once_is_opened_side_by_side_and_a_wiped_one_in_turns_agai
         fcntl.flock(held, fcntl.LOCK_EX)
         with open_instance() as instance:
             store_materializations(instance, "run-side-by-side", ["a|s0"])
-        shutil.rmtree(tmp_path / "history")
+        settings = (tmp_path / "dagster.yaml").read_text()
+        (tmp_path / "dagster.yaml").write_text(settings + "# changed\n")
+        with pytest.raises(TimeoutError):
+            open_instance()
+        (tmp_path / "dagster.yaml").write_text(settings)
+        shutil.move(tmp_path / "schedules" / "schedules.db", tmp_path / "schedules.db.moved")
         with pytest.raises(TimeoutError):
             open_instance()
 
@@ -184,7 +190,7 @@ def test_a_new_runs_database_is_a_copy_of_dagsters_own_made_once(tmp_path, monke
         with instance.event_log_storage.run_connection("run-0") as connection:
             assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL, with the WAL
     made = [url for url in initialisations if "index" not in url]
-    assert len(made) == 2 and "run-template" in made[0] and made[1].endswith("run-empty.db"), made
+    assert len(made) == 2 and "template" in made[0] and made[1].endswith("run-empty.db"), made
     assert _schema(runs / "run-0.db") == _schema(runs / "run-by-dagster.db") == _schema(runs / "run-empty.db")
     assert [entry.run_id for entry in SqliteEventLogStorage(str(runs)).get_logs_for_run("run-3")] == ["run-3"]
     assert not list(runs.glob("*.tmp"))

@@ -77,9 +77,10 @@ def trial_batches(
 
     A batch holds at most `size` trials, and at most a `spread`-th of the trials not yet batched (but
     SMALLEST_BATCH), so batches shrink toward the end (guided self-scheduling): `spread` runs at once finish
-    together rather than waiting on one long last batch. Nothing smaller than SMALLEST_BATCH is left for a run
-    of its own: 72 trials on 2 workers ended in runs of 12, 6, 4 and 2, the last three on one worker while
-    the other ran the 12, each run costing Dagster's per-run share. (A 2 x `spread`-th, as before, made 11 runs of 72 trials
+    together rather than waiting on one long last batch. The last trials are not left as a batch smaller than
+    SMALLEST_BATCH of their own (instance boundaries and gaps in the order still make small batches): 72 trials
+    on 2 workers ended in runs of 12, 6, 4 and 2, the last three on one worker while the other ran the 12,
+    each run costing Dagster's per-run share. (A 2 x `spread`-th, as before, made 11 runs of 72 trials
     on 2 workers where 6 do, each run costing about 0.6 s of Dagster.)
     """
     position = {trial: index for index, trial in enumerate(trial_order)}

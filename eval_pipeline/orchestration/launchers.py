@@ -162,11 +162,11 @@ def partition_tags(partition_key: str | None) -> dict[str, str]:
 class ServerLauncher:
     """Runs launched through a Dagster webserver's GraphQL API; finished when the instance says so."""
 
-    def __init__(self, url: str, instance: DagsterInstance, capacity: int, campaign: Campaign) -> None:
+    def __init__(self, url: str, instance: DagsterInstance, capacity: int) -> None:
         self.url = url.rstrip("/")
         self.instance = instance
         self.capacity = max(1, capacity)
-        self.environment_lanes = environment_lanes(campaign)
+        self.environment_lanes = 0  # the server's run queue and its `environments` tag limit decide
         self._running: set[str] = set()
 
     def _query(self, text: str, **variables: Any) -> dict[str, Any]:
@@ -235,7 +235,7 @@ def open_launcher(
     if url and workers is not None:  # started by a caller that decided otherwise: not to be left running
         stop_run_workers(workers)
     launcher: Launcher = (
-        ServerLauncher(url, instance, capacity, campaign)
+        ServerLauncher(url, instance, capacity)
         if url
         else WorkerPoolLauncher(campaign, paths, instance, capacity, workers)
     )

@@ -8,11 +8,13 @@ only way in is the storage class dagster.yaml names.
 
 `PooledPostgresStorage` is Dagster's `DagsterPostgresStorage` (the same tables, the same configuration) whose
 run, event log and schedule storages share one engine holding one connection between queries. One, because
-every process holds it: the daemon, the webserver, the eval-pipeline command and each of its run workers (or,
-on Kubernetes, each run's pod), and 64 run workers holding three each would pass PostgreSQL's default
+every process that reads the dagster.yaml eval-pipeline writes holds it (the daemon, the eval-pipeline
+command and each of its run workers), and 64 run workers holding three each would pass PostgreSQL's default
 `max_connections` of 100. A query made while another is under way (a thread of the daemon, a nested query)
-opens a connection of its own for the moment. The event log's `has_table`, which Dagster asks inside each
-asset event's transaction, is answered from memory once a table is known to exist, so that it does not.
+opens a connection of its own for the moment, however many at once, as Dagster's own storage does. The event
+log's `has_table`, which Dagster asks inside each asset event's transaction, is answered from memory once a
+table is known to exist, so that it does not. The webserver replaces the engines with its own pools
+(`optimize_for_webserver`), leaving this one idle.
 """
 
 from typing import Any
@@ -27,8 +29,9 @@ __all__ = ["PooledPostgresEventLogStorage", "PooledPostgresStorage", "pooled_eng
 
 # Connections held between queries, per process: see the module's docstring.
 HELD_CONNECTIONS = 1
-# Connections opened for the moment beyond the held one, when threads or nested queries want more at once.
-MOMENTARY_CONNECTIONS = 8
+# Connections opened for the moment beyond the held one, when threads or nested queries want more at once: no
+# limit (-1), as with Dagster's own storage, whose every query connects; they are closed when returned.
+MOMENTARY_CONNECTIONS = -1
 # Seconds after which a held connection is replaced, as Dagster's webserver does (its default).
 RECYCLE_SECONDS = 3600
 

@@ -8,6 +8,7 @@ own (about 1.5 s) instead of following it. Dagster is imported in the workers.
 
 import ctypes
 import fcntl
+import hashlib
 import multiprocessing
 import os
 import signal
@@ -47,6 +48,8 @@ QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}
 PR_SET_PDEATHSIG = 1  # prctl(2)
 # Longer than a database connection's own timeouts: a process opening the instance is then stuck, not slow.
 INSTANCE_LOCK_TIMEOUT_S = 300.0
+# Left in DAGSTER_HOME by the first process that opened its instance: the digest of the dagster.yaml it used.
+OPENED_MARK = ".eval-pipeline-opened"
 
 _definitions: "Definitions | None" = None
 _instance: "DagsterInstance | None" = None
@@ -69,18 +72,19 @@ def embedded_run_workers(campaign: Campaign, paths: Paths, capacity: int) -> Pro
 
 
 def start_run_workers(campaign: Campaign, paths: Paths, capacity: int, instance_ref: Any = None) -> ProcessPoolExecutor:
-    """`capacity` workers on the instance of `instance_ref` (DAGSTER_HOME's when None), every one started now,
-    and up to `environment_lanes` more, started when an environment's run finds every worker busy.
-    A spawning pool starts a worker per task submitted while none is idle, so the second would otherwise start
-    when the first trials are launched, and spend their first seconds importing."""
+    """`capacity` workers and the campaign's `environment_lanes` on the instance of `instance_ref`
+    (DAGSTER_HOME's when None), every one started now. A spawning pool starts a worker per task submitted while
+    none is idle, so the second would otherwise start when the first trials are launched, and spend their first
+    seconds importing (and not deaf to Ctrl-C: `_spawned_deaf_to_ctrl_c`)."""
+    workers = capacity + environment_lanes(campaign)
     pool = ProcessPoolExecutor(
-        max_workers=capacity + environment_lanes(campaign),
+        max_workers=workers,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_start_worker,
         initargs=(campaign, str(paths.data_dir), instance_ref),
     )
     with _spawned_deaf_to_ctrl_c():
-        for _ in range(capacity):
+        for _ in range(workers):
             pool.submit(_started)
     return pool
 
@@ -100,16 +104,16 @@ def open_instance(instance_ref: Any = None) -> "DagsterInstance":
     it has been opened once. The command and its workers open it at once, and on a fresh home each would create
     its databases, racing on alembic's version stamp inside Dagster's own storage ("more than one head
     present"), which killed workers; one at a time, the first creates them and the others find them. Once they
-    exist (a mark beside the SQLite databases says so, removed with them), processes open it side by side:
-    taking turns cost the command 0.6 s and its second worker 1.1 s of waiting on every start."""
+    exist, processes open it side by side: taking turns cost the command 0.6 s and its second worker 1.1 s of
+    waiting on every start. `_opened_before` says when they exist."""
     from dagster import DagsterInstance
 
     if instance_ref is not None:  # an instance that whoever made the ref has opened: its databases exist
         return DagsterInstance.from_ref(instance_ref)
-    opened = dagster_home() / "history" / ".eval-pipeline-opened"
-    if opened.exists():
+    home = dagster_home()
+    if _opened_before(home):
         return DagsterInstance.get()
-    path = dagster_home() / ".eval-pipeline-instance.lock"
+    path = home / ".eval-pipeline-instance.lock"
     with open(path, "a") as lock:
         deadline = time.monotonic() + INSTANCE_LOCK_TIMEOUT_S
         while True:
@@ -124,9 +128,34 @@ def open_instance(instance_ref: Any = None) -> "DagsterInstance":
                     ) from None
                 time.sleep(0.05)
         instance = DagsterInstance.get()
-        if opened.parent.is_dir():  # SQLite storage (PostgreSQL's tables have no such place: it keeps taking turns)
-            opened.touch()
+        if all(database.exists() for database in _sqlite_databases(home)):
+            mark = home / OPENED_MARK
+            partial = mark.with_name(f"{mark.name}.{os.getpid()}.tmp")
+            partial.write_text(_settings_digest(home))
+            os.replace(partial, mark)
         return instance
+
+
+def _opened_before(home: Path) -> bool:
+    """Whether the home's SQLite databases exist, made by an instance opened with the same dagster.yaml: the mark
+    a first opening left names its settings, so that a home moved to PostgreSQL (its old SQLite files still
+    there) or a user's dagster.yaml takes turns again, as does a home whose databases were removed."""
+    mark = home / OPENED_MARK
+    try:
+        opened_with = mark.read_text()
+    except FileNotFoundError:
+        return False
+    return opened_with == _settings_digest(home) and all(database.exists() for database in _sqlite_databases(home))
+
+
+def _sqlite_databases(home: Path) -> list[Path]:
+    """The databases Dagster's SQLite storage keeps under `home` (the embedded default's places)."""
+    return [home / "history" / "runs.db", home / "history" / "runs" / "index.db", home / "schedules" / "schedules.db"]
+
+
+def _settings_digest(home: Path) -> str:
+    settings = home / "dagster.yaml"
+    return hashlib.sha256(settings.read_bytes() if settings.exists() else b"").hexdigest()
 
 
 def hold_connections(instance: "DagsterInstance") -> None:

@@ -20,6 +20,7 @@ it is now a copy of a template `_initdb` made once per home. And the held connec
 """
 
 import os
+import tempfile
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -60,12 +61,51 @@ def _commit_without_waiting_for_the_disk(connection: Any, _record: Any) -> None:
     connection.execute("PRAGMA synchronous=NORMAL")
 
 
+def _linked_into_place(content: bytes, path: Path) -> bool:
+    """Whether `content` is now at `path`, written beside it and hard-linked there, so that no process sees it
+    half written; False when another file got there first or the file system has no hard links."""
+    descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(content)
+        os.link(partial, path)
+        return True
+    except OSError:  # FileExistsError: another process's, made the same way
+        return False
+    finally:
+        os.unlink(partial)
+
+
+def _schema_only(content: bytes) -> tuple[bytes, str] | None:
+    """The template and its revision, if it holds Dagster's schema alone: tables and their indexes, no row but
+    alembic's revision."""
+    with tempfile.NamedTemporaryFile(suffix=".db") as copy:
+        copy.write(content)
+        copy.flush()
+        engine = create_engine(f"sqlite:///{copy.name}", poolclass=NullPool)
+        try:
+            with engine.connect() as connection:
+                kinds = connection.execute(text("SELECT DISTINCT type FROM sqlite_master")).scalars().all()
+                tables = connection.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars()
+                rows = sum(
+                    connection.execute(text(f'SELECT count(*) FROM "{table}"')).scalar()
+                    for table in tables.all()
+                    if table != "alembic_version" and not table.startswith("sqlite_")
+                )
+                revision = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        except OperationalError:
+            return None
+        finally:
+            engine.dispose()
+    return (content, revision) if set(kinds) <= {"table", "index"} and rows == 0 and revision else None
+
+
 class HeldSqliteEventLogStorage(SqliteEventLogStorage):
     """Dagster's SQLite event log, one engine per database file (one connection kept open) rather than one per query."""
 
     def __init__(self, base_dir: str, inst_data: Any = None) -> None:
         self._engines: OrderedDict[str, Engine] = OrderedDict()
-        self._run_template: tuple[bytes, str] | None = None
+        self._run_template: tuple[bytes, str] | tuple[()] | None = None  # (): none usable
         super().__init__(base_dir, inst_data)
 
     def _engine(self, shard: str) -> Engine:
@@ -96,19 +136,15 @@ class HeldSqliteEventLogStorage(SqliteEventLogStorage):
         worker, paid by the process creating the run and again by the worker executing it. A new run's
         database is a copy of a template `_initdb` itself made (`_template`), linked into place so that no
         process ever sees it half written; one another process created is accepted if it is at the
-        template's revision. Otherwise (a database being created by Dagster's own storage, say), `_initdb`."""
-        template, revision = self._template()
+        template's revision. Otherwise (a database being created by Dagster's own storage, a file system
+        without hard links, a template that is not what `_initdb` makes), `_initdb`."""
+        template = self._template()
+        if template is None:
+            return False
+        content, revision = template
         path = Path(self.path_for_shard(shard))
-        if not path.exists():
-            partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            partial.write_bytes(template)
-            try:
-                os.link(partial, path)
-                return True
-            except FileExistsError:
-                pass
-            finally:
-                partial.unlink()
+        if not path.exists() and _linked_into_place(content, path):
+            return True
         try:
             with engine.connect() as connection:
                 found = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
@@ -116,29 +152,21 @@ class HeldSqliteEventLogStorage(SqliteEventLogStorage):
             return False
         return found == revision
 
-    def _template(self) -> tuple[bytes, str]:
+    def _template(self) -> tuple[bytes, str] | None:
         """An empty run database as Dagster's `_initdb` makes it, and its alembic revision: made once per
         DAGSTER_HOME and Dagster version (a file beside the run databases, not named *.db, which Dagster would
-        take for a run's), and read once per process."""
+        take for a run's), read once per process, and used only while it holds nothing but the schema (no row
+        but its revision, no trigger or view: what a process that can write the home might have added)."""
         if self._run_template is None:
             path = Path(self._base_dir) / f".run-template-dagster-{dagster.__version__}.sqlite"
             if not path.exists():
-                partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-                engine = create_engine(f"sqlite:///{partial}", poolclass=NullPool)
-                self._initdb(engine)
-                engine.dispose()
-                try:
-                    os.link(partial, path)
-                except FileExistsError:
-                    pass  # another process's, made the same way
-                finally:
-                    partial.unlink()
-            engine = create_engine(f"sqlite:///{path}", poolclass=NullPool)
-            with engine.connect() as connection:
-                revision = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
-            engine.dispose()
-            self._run_template = (path.read_bytes(), revision)
-        return self._run_template
+                with tempfile.TemporaryDirectory(dir=self._base_dir) as scratch:
+                    engine = create_engine(f"sqlite:///{scratch}/template.db", poolclass=NullPool)
+                    self._initdb(engine)
+                    engine.dispose()
+                    _linked_into_place((Path(scratch) / "template.db").read_bytes(), path)
+            self._run_template = _schema_only(path.read_bytes()) or ()
+        return self._run_template or None
 
     @contextmanager
     def _connect(self, shard: str) -> Iterator[Connection]:

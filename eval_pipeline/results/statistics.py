@@ -168,7 +168,7 @@ def paired_difference(
         # the paired t-test's two-sided p-value (scipy.stats.ttest_rel): twice the tail beyond |t|
         p_value = float(2 * _special().stdtr(n - 1, -abs(diff / se)))
     constant = a.std() == 0 or b.std() == 0
-    correlation = None if constant else float(np.corrcoef(a, b)[0, 1])
+    correlation = None if constant else float(np.clip(np.corrcoef(a, b)[0, 1], -1.0, 1.0))  # as pearsonr clips
     return PairedDifference(diff, n, se, ci_low, ci_high, p_value, correlation, _mde_multiplier() * se)
 
 
