@@ -194,3 +194,18 @@ def test_a_new_runs_database_is_a_copy_of_dagsters_own_made_once(tmp_path, monke
     assert _schema(runs / "run-0.db") == _schema(runs / "run-by-dagster.db") == _schema(runs / "run-empty.db")
     assert [entry.run_id for entry in SqliteEventLogStorage(str(runs)).get_logs_for_run("run-3")] == ["run-3"]
     assert not list(runs.glob("*.tmp"))
+
+
+def test_a_template_holding_more_than_the_schema_is_not_copied(tmp_path):
+    """Whoever can write the home (a local-backend agent, say) could add a trigger or rows to the run template,
+    to be copied into every later run's database: such a template is not used, and `_initdb` makes each run's."""
+    runs = tmp_path / "runs"
+    HeldSqliteEventLogStorage(str(runs))._engine("run-first")
+    [template] = runs.glob(".run-template-*.sqlite")
+    with sqlite3.connect(template) as connection:
+        connection.execute("CREATE TRIGGER hide AFTER INSERT ON event_logs BEGIN DELETE FROM event_logs; END")
+    storage = HeldSqliteEventLogStorage(str(runs))
+    store_materializations_in(storage, "run-after", ["a|s0"])
+    with sqlite3.connect(runs / "run-after.db") as connection:
+        assert connection.execute("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'").fetchone() == (0,)
+        assert connection.execute("SELECT count(*) FROM event_logs").fetchone() == (1,)
