@@ -383,6 +383,21 @@ def test_the_room_a_command_leaves_carries_to_the_next_and_never_past_the_quota(
     assert second["storage_exceeded"], "judged when it ended, had it ended before a sample"
 
 
+def test_space_a_neighbour_frees_meanwhile_does_not_hide_what_a_command_writes(tmp_path):
+    """Free space is one trigger of the walk; a neighbour freeing more than the command writes (a finished
+    trial's workspace removed, in a pod) hid the writes from it, at every sample and when the room was carried
+    to the next command. What the command's processes wrote is the other trigger."""
+    mine, neighbour = tmp_path / "mine", tmp_path / "neighbour.bin"
+    mine.mkdir()
+    neighbour.write_bytes(os.urandom(64 * 2**20))
+    quota = {"paths": [str(mine)], "limit_bytes": 8 * 2**20, "state": str(tmp_path / "quota.json")}
+    write = "python3 -c \"import os\nfor i in range(6): open(f'{}-{{i}}', 'wb').write(os.urandom(2**20))\""
+    first = run_limited(write.format(mine / "a"), str(tmp_path), {}, 60, 10_000, storage=quota)
+    assert first["exit_code"] == 0 and not first["storage_exceeded"]
+    second = run_limited(f"rm {neighbour} && " + write.format(mine / "b"), str(tmp_path), {}, 60, 10_000, storage=quota)
+    assert second["storage_exceeded"], second
+
+
 def test_millions_of_empty_files_count_against_the_quota(tmp_path):
     """Empty files take no block but an inode each, which a disk has a fixed number of: each is charged."""
     mine = tmp_path / "mine"

@@ -57,7 +57,7 @@ def test_the_protocol_s_constants_stay_out_of_a_code_task_s_row_and_hash(code_ta
 
 
 def test_a_terminal_task_brings_its_own_image_resources_and_timeouts(terminal_task):
-    assert resources(terminal_task) == (256, 1.0, 60.0, 30.0)
+    assert resources(terminal_task) == (256, 1.0, 60.0, 120.0)
     assert terminal_task.own_image is terminal_task and terminal_task.own_image.workdir == "/app"
     assert terminal_task.reference_patch is None
     assert terminal_task.environment_setup_commit == terminal_task.base_commit

@@ -484,16 +484,34 @@ def _free_bytes(path):
     return usage.f_bavail * usage.f_frsize + usage.f_favail * INODE_CHARGE
 
 
+def written_bytes(pid="self"):
+    """What process `pid` and the descendants it has reaped wrote, from /proc/<pid>/io: the larger of their
+    write calls' bytes (which count on tmpfs, and count pipes too) and the page-cache bytes they dirtied (which
+    count a file mapped and written in memory, with no write call, and writes too, on a disk). The kernel adds
+    a reaped child's figures to its parent's, so a runner's own figure grows by its whole command tree as the
+    tree ends. 0 where it cannot be read (the process already reaped, or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/io") as io:
+            figures = dict(line.split(":") for line in io)
+        return max(int(figures["wchar"]), int(figures["write_bytes"]))
+    except (OSError, KeyError, ValueError):
+        return 0
+
+
 class _StorageWatch:
     """Ends the command's group once the files under `paths` take more than `limit_bytes` of disk.
 
     The trial's quota, where no file system quota reaches a trial (a pod's workspaces share the container's
-    writable layer). Walking the tree at every sample would cost too much, so the file system's free space
-    is the trigger, sampled as often as memory is: only once it has fallen by what the quota still allows
-    does a walk judge whose files they are (a neighbour's writes trigger a walk but never count). A command
-    writing faster than the disk can within one interval may pass the quota by that much, no more. With the
-    trial's `uid` (a pod's), its processes are stopped while a walk runs, so that none renames a directory
-    under it (a walk misses what moved), and what they hold open of files already removed counts too.
+    writable layer). Walking the tree at every sample would cost too much, so a walk is owed only once the
+    trial may have spent the room the last walk left, and two triggers say when, sampled as often as memory is:
+    - the file system's free space has fallen by the room (a neighbour's writes trigger a walk but never
+      count; this catches what writes nothing, such as fallocate);
+    - the command's processes have written as many bytes (`written_bytes`), which a neighbour deleting files
+      at the same time cannot hide, as it hides a fall in free space.
+    The walk then judges whose files they are. A command writing faster than the disk can within one interval
+    may pass the quota by that much, no more. With the trial's `uid` (a pod's), its processes are stopped
+    while a walk runs, so that none renames a directory under it (a walk misses what moved), and what they
+    hold open of files already removed counts too.
     """
 
     def __init__(self, paths, limit_bytes, state=None, uid=None):
@@ -501,11 +519,13 @@ class _StorageWatch:
         self.limit_bytes = limit_bytes
         self.uid = uid
         self.kill_group = None  # given once the command has started (`arm`)
+        self.pid = None
         self.armed = threading.Event()
         self.state = state
         self.exceeded = False
         self.exited = threading.Event()
         self.free = _free_bytes(paths[0])
+        self.written = written_bytes()
         carried = self._carried_room()
         # Before the command starts (nothing of the trial runs: no process to stop), a quota already spent ends
         # it at once.
@@ -533,8 +553,18 @@ class _StorageWatch:
         except (TypeError, OSError, ValueError, KeyError):
             return None
 
-    def arm(self, kill_group):
-        self.kill_group = kill_group
+    def _written_now(self):
+        # The command first, then this runner: a command reaped in between is counted twice (a walk too
+        # many), never missed.
+        command = written_bytes(self.pid) if self.pid else 0
+        return command + written_bytes()
+
+    def _spent(self, free, written):
+        """What the trial may have taken since the last walk: the larger of the two triggers' figures."""
+        return max(self.free - free, written - self.written)
+
+    def arm(self, kill_group, pid):
+        self.kill_group, self.pid = kill_group, pid
         self.armed.set()
 
     def run(self):
@@ -550,20 +580,20 @@ class _StorageWatch:
                 self.kill_group()
                 return
             ended = self.exited.wait(_WATCH_INTERVAL_S)
-            free = _free_bytes(self.paths[0])
-            if self.free - free >= self.room:
-                self.room, self.free = self._measured_room(), free
+            free, written = _free_bytes(self.paths[0]), self._written_now()
+            if self._spent(free, written) >= self.room:
+                self.room, self.free, self.written = self._measured_room(), free, written
             if ended:
                 self.exceeded = self.room < 0
                 return
 
     def save(self):
-        """Leave the room for the next command: never more than a walk found, whatever the disk gained since
-        (a neighbour's deletions are not this trial's room)."""
+        """Leave the room for the next command: never more than a walk found, less all either trigger counted
+        since (a neighbour's deletions are not this trial's room)."""
         if not self.state:
             return
         free = _free_bytes(self.paths[0])
-        room = self.room - max(0, self.free - free)
+        room = self.room - max(0, self._spent(free, self._written_now()))
         try:
             with open(f"{self.state}.new", "w") as saved:
                 json.dump({"room": room, "free": free}, saved)
@@ -762,7 +792,7 @@ def run_limited(
 
     watch = None
     if disk:
-        disk.arm(kill_group)
+        disk.arm(kill_group, process.pid)
     if not watch_cgroup_oom and os.path.isdir("/proc"):
         watch = _MemoryWatch(process.pid, (memory_ceiling_mb or 0) * 2**20, kill_group)
         threading.Thread(target=watch.run, daemon=True).start()
