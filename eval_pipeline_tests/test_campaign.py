@@ -89,7 +89,7 @@ def test_task_resources_and_timeouts_come_from_the_task_where_it_sets_them(tmp_p
     limits = campaign.limits_for(task)
     assert (limits.memory_ceiling_mb, limits.memory_floor_mb, limits.cpu_ceiling) == (256, 256, 1.0)
     code_task = Instance.from_row(row())  # brings no resources or timeouts of its own: the campaign's apply
-    assert campaign.test_timeout_for(task) == 60.0 and campaign.test_timeout_for(code_task) == 200.0
+    assert campaign.test_timeout_for(task) == 240.0 and campaign.test_timeout_for(code_task) == 200.0
     assert campaign.limits_for(code_task) == campaign.resources
 
 

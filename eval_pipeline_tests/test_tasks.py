@@ -77,7 +77,7 @@ def test_the_campaign_s_limits_and_timeouts_apply_where_a_task_has_none(code_tas
     assert campaign.limits_for(code_task) == campaign.resources == campaign.limits_for(None)
     assert campaign.test_timeout_for(code_task) == 200.0
     assert campaign.limits_for(terminal_task).memory_ceiling_mb == 256
-    assert campaign.test_timeout_for(terminal_task) == 60.0
+    assert campaign.test_timeout_for(terminal_task) == 240.0
 
 
 @dataclass(frozen=True)
