@@ -25,8 +25,13 @@ DAGSTER_HOME and data directory (nothing is reused from an earlier run but the c
 `--workers N` Dagster runs at once: the CLI makes one run per instance's trials, and with one seed that is
 one trial, so N workers is N trials at once, Harbor's `--n-concurrent N`.
 
-Rounds are interleaved (Harbor c=1, ours c=1, Harbor c=4, ours c=4, then again), so drift on the machine
-hits both alike. Each run's wall is the whole command's, process start to exit. Printed as JSON: every
+A third contestant is no harness at all (`bare`): each task's own image, built once, run with `podman run`
+as its task.toml limits it, its solve.sh and then its test.sh in the same container, N containers at once.
+Its wall is the floor any harness could reach for the same work on this machine; ours / bare is the
+harness's overhead, and bare / Harbor the best ratio to Harbor that the tasks themselves allow.
+
+Rounds are interleaved (Harbor c=1, ours c=1, bare c=1, Harbor c=4, ...), so drift on the machine
+hits all alike. Each run's wall is the whole command's, process start to exit. Printed as JSON: every
 run's wall and per-task outcome, per concurrency the median of the paired ratios ours / Harbor, and
 Harbor's per-trial phases from its job's result files (mean trial wall, environment setup, agent,
 verifier, and teardown: the trial's end after its verifier's).
@@ -46,6 +51,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
@@ -168,6 +175,52 @@ def run_ours(campaign: Path, root: Path, name: str, concurrency: int) -> dict:
     return {"wall_s": wall, **failure(code, log), "outcomes": dict(sorted(outcomes.items()))}
 
 
+def bare_image(task: Path) -> str:
+    return f"localhost/eval-bare-{task.name}:latest"
+
+
+def build_bare(tasks: Path) -> None:
+    """Each task's own image, as its Dockerfile says (FROM already rewritten), untimed."""
+    for task in sorted(tasks.iterdir()):
+        built = subprocess.run(
+            ["podman", "build", "-q", "-t", bare_image(task), str(task / "environment")], capture_output=True, text=True
+        )
+        if built.returncode:
+            sys.exit(f"podman build of {task.name} failed: {built.stderr[-2000:]}")
+
+
+def bare_trial(task: Path) -> str:
+    """One task's solve.sh then test.sh in one fresh container of its image, within its limits: its outcome."""
+    config = tomllib.loads((task / "task.toml").read_text())
+    environment, verifier = config.get("environment", {}), config.get("verifier", {})
+    memory = f"{environment.get('memory_mb', 1024)}m"
+    script = (
+        "mkdir -p /logs/verifier && bash /solution/solve.sh >/dev/null 2>&1; "
+        f"timeout {verifier.get('timeout_sec', 600)} bash /tests/test.sh >/dev/null 2>&1; "
+        "cat /logs/verifier/reward.txt /logs/verifier/reward.json 2>/dev/null"
+    )
+    command = ["podman", "run", "--rm", "--memory", memory, "--memory-swap", memory]
+    command += ["--cpus", str(environment.get("cpus", 1)), "-v", f"{task / 'tests'}:/tests:ro"]
+    command += ["-v", f"{task / 'solution'}:/solution:ro", bare_image(task), "bash", "-c", script]
+    reward = subprocess.run(command, capture_output=True, text=True).stdout.strip()
+    if reward.startswith("{"):  # reward.json: {"reward": x}
+        reward = str(json.loads(reward).get("reward"))
+    return "resolved" if reward in ("1", "1.0") else f"reward {reward or None}"
+
+
+def run_bare(tasks: Path, concurrency: int) -> dict:
+    """Every task's container, `concurrency` at once, with no harness: the wall and each task's outcome."""
+    started = time.perf_counter()
+    names = sorted(tasks.iterdir())
+    with ThreadPoolExecutor(concurrency) as pool:
+        outcomes = dict(zip((task.name for task in names), pool.map(bare_trial, names), strict=True))
+    return {"wall_s": round(time.perf_counter() - started, 2), "outcomes": outcomes}
+
+
+def remove_bare_images(tasks: Path) -> None:
+    subprocess.run(["podman", "rmi", *(bare_image(task) for task in tasks.iterdir())], capture_output=True)
+
+
 def podman_images() -> set[str]:
     listing = subprocess.run(
         ["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True
@@ -192,13 +245,20 @@ def summarize(rounds: list[dict], concurrency: list[int]) -> dict:
     summary = {}
     for c in concurrency:
         pairs = [r[f"c{c}"] for r in rounds]
-        harbor, ours = [p["harbor"] for p in pairs], [p["ours"] for p in pairs]
+        harbor, ours, bare = [p["harbor"] for p in pairs], [p["ours"] for p in pairs], [p["bare"] for p in pairs]
         ratios = [p["ratio_ours_over_harbor"] for p in pairs if p["ratio_ours_over_harbor"] is not None]
         summary[f"c{c}"] = {
             "harbor_walls_s": [h["wall_s"] for h in harbor],
             "ours_walls_s": [o["wall_s"] for o in ours],
             "median_ratio_ours_over_harbor": round(statistics.median(ratios), 3) if ratios else None,
             "pairs_both_exited_0": f"{len(ratios)}/{len(pairs)}",
+            "bare_walls_s": [b["wall_s"] for b in bare],
+            "median_ratio_ours_over_bare": round(
+                statistics.median(o["wall_s"] / b["wall_s"] for o, b in zip(ours, bare, strict=True)), 3
+            ),
+            "median_ratio_bare_over_harbor": round(
+                statistics.median(b["wall_s"] / h["wall_s"] for b, h in zip(bare, harbor, strict=True)), 3
+            ),
             **{
                 f"harbor_{key}": round(statistics.mean(h[key] for h in harbor if key in h), 2)
                 for key in ("mean_trial_s", "mean_teardown_s")
@@ -206,6 +266,7 @@ def summarize(rounds: list[dict], concurrency: list[int]) -> dict:
             },
             "harbor_resolved": resolved_counts(harbor),
             "ours_resolved": resolved_counts(ours),
+            "bare_resolved": resolved_counts(bare),
         }
     return summary
 
@@ -243,9 +304,11 @@ def main() -> None:
     (jobs := root / "harbor-jobs").mkdir()
     campaign = write_campaign(root / "harbor_comparison.yaml")
     try:
+        build_bare(tasks)
         warm_up = {
             "harbor": run_harbor(args.harbor, tasks, jobs, "warm-up", max(concurrency)),
             "ours": run_ours(campaign, root, "warm-up", max(concurrency)),
+            "bare": run_bare(tasks, max(concurrency)),
         }
         rounds = []
         for number in range(1, args.rounds + 1):
@@ -253,13 +316,16 @@ def main() -> None:
             for c in concurrency:
                 harbor = run_harbor(args.harbor, tasks, jobs, f"r{number}-c{c}", c)
                 ours = run_ours(campaign, root, f"r{number}-c{c}", c)
+                bare = run_bare(tasks, c)
                 both_ran = "exit_code" not in harbor and "exit_code" not in ours
                 ratio = round(ours["wall_s"] / harbor["wall_s"], 3) if both_ran else None
-                pairs[f"c{c}"] = {"harbor": harbor, "ours": ours, "ratio_ours_over_harbor": ratio}
-                print(f"round {number} c={c}: harbor {harbor['wall_s']} s, ours {ours['wall_s']} s", file=sys.stderr)
+                pairs[f"c{c}"] = {"harbor": harbor, "ours": ours, "bare": bare, "ratio_ours_over_harbor": ratio}
+                walls = f"harbor {harbor['wall_s']} s, ours {ours['wall_s']} s, bare {bare['wall_s']} s"
+                print(f"round {number} c={c}: {walls}", file=sys.stderr)
             rounds.append(pairs)
     finally:
         remove_harbor_images(images_before)
+        remove_bare_images(tasks)
     figures = {
         "tasks": names,
         "versions": versions(args.harbor),
