@@ -327,3 +327,43 @@ def test_releasing_a_campaign_removes_all_its_containers_and_no_other_campaigns(
         assert other.status == "running"
     finally:
         other.remove(force=True)  # the campaign's own are the fixture's to remove, should release have failed
+
+
+def test_the_tool_volume_is_looked_into_once_per_data_directory_and_again_when_made_anew(
+    container_sandbox, engine, monkeypatch
+):
+    """The first process fills the tool volume (or finds it full) through a container; the command's other
+    processes trust the note it left, but only for that very volume: one removed and made again under the same
+    name, empty, is filled again before any trial mounts it."""
+    from docker.models.containers import ContainerCollection
+
+    from eval_pipeline.sandbox.container import sandbox as container_module
+
+    monkeypatch.setattr(container_module, "TOOLS_VOLUME_PREFIX", f"eval-pipeline-tools-test-{uuid.uuid4().hex[:8]}-")
+    monkeypatch.setattr(container_module, "_FILLED_VOLUMES", set())
+    created = []
+    create = ContainerCollection.create
+    monkeypatch.setattr(ContainerCollection, "create", lambda self, *a, **k: created.append(a) or create(self, *a, **k))
+    image = os.environ.get("EVAL_PIPELINE_BASE_IMAGE", "localhost/eval-base:bookworm")
+    sandbox = container_sandbox()
+
+    def runtime_files(volume: str) -> list[str]:
+        listing = engine.containers.run(image, ["ls", TOOLS_ROOT], volumes={volume: {"bind": TOOLS_ROOT}}, remove=True)
+        return listing.decode().split()
+
+    name = sandbox._tools_volume(image)
+    try:
+        assert len(created) == 1
+        container_module._FILLED_VOLUMES.clear()  # as in the command's next process
+        assert sandbox._tools_volume(image) == name and len(created) == 1
+        filled = runtime_files(name)
+        assert filled
+
+        engine.volumes.get(name).remove()
+        engine.volumes.create(name, labels={MANAGED_LABEL: "true"})  # the same name, empty, without an id
+        container_module._FILLED_VOLUMES.clear()
+        created.clear()
+        sandbox._tools_volume(image)
+        assert len(created) == 1 and runtime_files(name) == filled
+    finally:
+        engine.volumes.get(name).remove(force=True)

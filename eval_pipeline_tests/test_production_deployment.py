@@ -193,3 +193,32 @@ def test_files_outlive_a_pods_scratch_directory_on_s3(tmp_path, monkeypatch, s3_
     assert not reader.fetch(reader.paths.results / "never-published.duckdb").exists()
     local = EvalPipelineResource(data_dir=str(tmp_path / "local")).harness
     assert local.publish(written) == str(written), "on the embedded default a file stays where it is"
+
+
+def test_a_command_home_captures_a_runs_output_to_dagsters_files_without_tail_processes(tmp_path, monkeypatch):
+    """The embedded home's compute logs: what a run prints lands in Dagster's files, where the UI reads it,
+    and no `tail -F` or watcher process is started to copy it back (orchestration/compute_logs.py)."""
+    from dagster import job, op
+    from dagster._core.execution import compute_logs
+
+    def no_tail(*args, **kwargs):
+        raise AssertionError("a tail process was started")
+
+    monkeypatch.setattr(compute_logs, "execute_posix_tail", no_tail)
+    ensure_instance_config(tmp_path, Deployment())
+
+    @op
+    def talks() -> None:
+        print("to stdout from the op")
+
+    @job
+    def talking():
+        talks()
+
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert type(instance.compute_log_manager).__name__ == "FileComputeLogManager"
+        result = talking.execute_in_process(instance=instance)
+        assert result.success
+        outputs = list((tmp_path / "storage" / result.run_id / "compute_logs").glob("*.out"))
+        assert [path.read_text() for path in outputs] == ["to stdout from the op\n"]
+        assert list((tmp_path / "storage" / result.run_id / "compute_logs").glob("*.complete"))

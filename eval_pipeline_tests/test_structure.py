@@ -210,10 +210,21 @@ def test_the_run_command_starts_its_workers_before_it_imports_dagster(tmp_path):
 # about, which a step over a range of partitions must do for each partition's verdict (defs/verdicts.py); the
 # record is what the event log stores, so Dagster cannot change it without a migration. Nor does it export its
 # storages, which the embedded default's held SQLite storage extends (orchestration/sqlite_storage.py;
-# pyproject pins Dagster to 1.13, and test_sqlite_storage.py reads a home Dagster's own storage wrote).
+# pyproject pins Dagster to 1.13, and test_sqlite_storage.py reads a home Dagster's own storage wrote), nor its
+# local compute log manager, whose capture orchestration/compute_logs.py does without the copy to the terminal.
 PRIVATE_DAGSTER_MODULE = "dagster._core.definitions.asset_checks.asset_check_evaluation"
 DAGSTER_STORAGES = "dagster._core.storage"
 PRIVATE_DAGSTER_ALLOWED = {
+    "eval_pipeline.orchestration.compute_logs": [
+        "dagster._core.execution.compute_logs",
+        "dagster._core.execution.compute_logs.redirect_to_file",
+        f"{DAGSTER_STORAGES}.compute_log_manager",
+        f"{DAGSTER_STORAGES}.compute_log_manager.CapturedLogContext",
+        f"{DAGSTER_STORAGES}.compute_log_manager.ComputeIOType",
+        f"{DAGSTER_STORAGES}.local_compute_log_manager",
+        f"{DAGSTER_STORAGES}.local_compute_log_manager.IO_TYPE_EXTENSION",
+        f"{DAGSTER_STORAGES}.local_compute_log_manager.LocalComputeLogManager",
+    ],
     "eval_pipeline.defs.verdicts": [
         PRIVATE_DAGSTER_MODULE,
         f"{PRIVATE_DAGSTER_MODULE}.AssetCheckEvaluationTargetMaterializationData",

@@ -3,7 +3,8 @@
 One function renders both, so the repository's dagster.yaml (the embedded
 default, checked against this module by a test) and a production DAGSTER_HOME
 share their policies: run retries, run monitoring, and a run queue with tag
-concurrency limits. Production adds PostgreSQL storage (its connections held) and compute logs on S3.
+concurrency limits. Production adds PostgreSQL storage (its connections held) and compute logs on S3; a
+DAGSTER_HOME of the command's own captures compute logs to files only.
 On Kubernetes the Dagster Helm chart writes dagster.yaml; k8s/values.yaml sets
 the same policies there.
 """
@@ -52,6 +53,13 @@ def pooled_postgres_storage() -> dict[str, Any]:
     return {"custom": {"module": module, "class": "PooledPostgresStorage", "config": config}}
 
 
+def file_compute_logs(home: Path) -> dict[str, Any]:
+    """The embedded default's compute logs: Dagster's files in their usual place under `home`, captured without
+    the copy to the worker's output (orchestration/compute_logs.py)."""
+    module = "eval_pipeline.orchestration.compute_logs"
+    return {"module": module, "class": "FileComputeLogManager", "config": {"base_dir": str(home.resolve() / "storage")}}
+
+
 def use_process_environment() -> None:
     """Set PROCESS_ENVIRONMENT in this process, leaving any variable the user set as it is."""
     for name, value in PROCESS_ENVIRONMENT.items():
@@ -88,6 +96,8 @@ def instance_config(deployment: Deployment, home: Path | None = None) -> dict[st
         config["storage"] = pooled_postgres_storage()
     elif home:
         config["storage"] = held_sqlite_storage(home)
+    if home and not deployment.s3_bucket:
+        config["compute_logs"] = file_compute_logs(home)
     if deployment.s3_bucket:
         config["compute_logs"] = {
             "module": "dagster_aws.s3.compute_log_manager",

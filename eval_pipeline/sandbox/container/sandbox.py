@@ -68,7 +68,6 @@ from eval_pipeline.sandbox.container.images import (
     CA_BUNDLE,
     HARNESS_ROOT,
     MANAGED_LABEL,
-    TASK_GIT_DIR,
     WORKSPACES,
     ImageBuilder,
     ImageLayer,
@@ -91,6 +90,7 @@ from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
 from eval_pipeline.tasks.task import Task, TaskImage
 
 TOOLS_VOLUME_PREFIX = "eval-pipeline-tools-"
+VOLUME_ID_LABEL = "eval_pipeline.volume_id"  # a tool volume's own id, new each time one is created
 SNAPSHOT_REPOSITORY = "localhost/eval-pipeline-snapshot"  # terminal task containers as their agent left them
 CAMPAIGN_LABEL = "eval_pipeline.campaign"
 RELEASE_PARALLELISM = 8  # containers removed at once when a campaign releases its pods
@@ -98,7 +98,6 @@ TOOLS_MARKER = ".complete"
 _FILLED_VOLUMES: set[tuple[str, str]] = set()  # (engine, volume) filled by this process
 # Commands are timed out inside the container; the client waits as long as they may run.
 CLIENT_TIMEOUT_S = 24 * 3600
-LAYOUT_TIMEOUT_S = 120.0  # a `git rev-parse` in a task's image
 # A container's network, as environment handles record it: the engine's default network, or none at all.
 ENGINE_NETWORK, NO_NETWORK = "engine default", "none"
 _ENGINE_FAILURES = (docker.errors.DockerException, requests.exceptions.RequestException)
@@ -298,11 +297,15 @@ class ContainerWorkspace(ExecWorkspace):
             "LABEL eval_pipeline.layer=snapshot",
             f"LABEL {CAMPAIGN_LABEL}={campaign}",
         ]
-        try:
-            image = self.container.commit(repository=SNAPSHOT_REPOSITORY, tag=name, changes=labels)
+        try:  # the API's own call: the model's would also fetch the whole image record, unused
+            image_id = self.container.client.api.commit(
+                self.container.id, repository=SNAPSHOT_REPOSITORY, tag=name, changes=labels
+            )["Id"]
         except _ENGINE_FAILURES as error:
             raise self.pod.failure(f"committing {self.container.name}: {error}") from error
-        return {"image": f"{SNAPSHOT_REPOSITORY}:{name}", "image_id": image.id}
+        # Docker names the id with its digest's algorithm, Podman without: recorded as images' ids are
+        image_id = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
+        return {"image": f"{SNAPSHOT_REPOSITORY}:{name}", "image_id": image_id}
 
     def read_harness_file(self, name: str) -> bytes | None:
         """Through the engine's archive, whose output an exec under load can lose. The archive follows a final
@@ -448,23 +451,13 @@ class ContainerSandbox(SandboxBackend):
         }
 
     def _task_layout(self, task: TaskImage, image: str) -> dict[str, Any]:
-        """The task's container layout: its WORKDIR, its image's own variables, the commit its working tree starts at."""
+        """The task's container layout: its WORKDIR and its image's own variables. The commit its working tree
+        starts at is read in each trial's container before the agent's first command (ExecWorkspace.create):
+        a container started here only to read it cost each environment a second under load."""
         with engine_errors(f"reading the image of {task.instance_id}"):
             config = self.client.images.get(image).attrs["Config"]
-            reader = self.client.containers.create(
-                image,
-                ["git", f"--git-dir={TASK_GIT_DIR}", "rev-parse", "HEAD"],
-                network_mode="none",
-                labels=self._labels(),
-            )
-            try:  # not containers.run: its attached stream has been seen to outlive the container on Podman
-                reader.start()
-                reader.wait(timeout=LAYOUT_TIMEOUT_S)
-                commit = reader.logs(stdout=True, stderr=False)
-            finally:
-                reader.remove(force=True)
         env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
-        return {"workdir": task.workdir, "env": {"HOME": "/root", **env}, "base_commit": commit.decode().strip()}
+        return {"workdir": task.workdir, "env": {"HOME": "/root", **env}}
 
     def prepare(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
         record = self.build(instance, spec, source)
@@ -548,7 +541,9 @@ class ContainerSandbox(SandboxBackend):
     def _tools_volume(self, image: str) -> str:
         """The volume holding the tool server's runtime (tool_runtime.py), filled once per engine through a
         container of `image` that is never started; a volume whose filling was cut short (no marker) is
-        filled again."""
+        filled again. A note beside the lock (the volume's own id, a label it was created with) spares the
+        command's other processes their own look through a container, a second of the engine's under load; a
+        volume made again under the same name has another id, and one made without an id is always looked into."""
         name = f"{TOOLS_VOLUME_PREFIX}{runtime_identity()}"
         engine = os.environ.get("DOCKER_HOST", "")
         if (engine, name) in _FILLED_VOLUMES:
@@ -558,9 +553,16 @@ class ContainerSandbox(SandboxBackend):
         with open(locks / name, "w") as lock, engine_errors(f"filling the volume {name}"):
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                self.client.volumes.get(name)
+                volume = self.client.volumes.get(name)
             except docker.errors.NotFound:
-                self.client.volumes.create(name, labels={MANAGED_LABEL: "true"})
+                volume = self.client.volumes.create(
+                    name, labels={MANAGED_LABEL: "true", VOLUME_ID_LABEL: uuid.uuid4().hex}
+                )
+            checked = locks / f"{name}.checked"
+            volume_id = (volume.attrs.get("Labels") or {}).get(VOLUME_ID_LABEL, "")
+            if volume_id and checked.exists() and checked.read_text() == volume_id:  # this very volume, seen full
+                _FILLED_VOLUMES.add((engine, name))
+                return name
             # nocopy: the engine would otherwise copy what `image` holds at TOOLS_ROOT into the empty volume
             # (a task's own image could plant a sitecustomize.py there, run as root by every later server).
             filler = self.client.containers.create(
@@ -574,6 +576,7 @@ class ContainerSandbox(SandboxBackend):
                     filler.put_archive(TOOLS_ROOT, _marker_archive())
             finally:
                 filler.remove(force=True)
+            checked.write_text(volume_id)  # under the lock: a note cut short matches no id
         _FILLED_VOLUMES.add((engine, name))
         return name
 

@@ -26,6 +26,7 @@ API, or the Kubernetes API's exec subresource.
 import base64
 import json
 import logging
+import re
 import shlex
 import threading
 import time
@@ -144,7 +145,6 @@ class TaskLayout:
 
     workdir: str
     env: Mapping[str, str] = field(default_factory=dict)
-    base_commit: str = ""
 
     HARBOR_DIRS = {"tests": "/tests", "solution": "/solution", "verifier": "/logs/verifier"}
     # What the agent's commands never see (each covered by an empty mount of their own, limited_exec.py): the
@@ -188,7 +188,6 @@ class ExecWorkspace(Workspace):
         self._storage_mb = limits.storage_mb
         if task:
             self.git_env = {"GIT_DIR": TASK_GIT_DIR, "GIT_WORK_TREE": task.workdir}
-            self.base_revision = task.base_commit
 
     def _as_root(self, argv: list[str], private: str | None = None) -> bytes:
         exit_code, stdout, stderr = self.pod.run(argv, private=private)
@@ -199,9 +198,8 @@ class ExecWorkspace(Workspace):
     def create(self) -> None:
         """Claim a uid, copy /testbed for it, and lay out who owns what (the module's docstring says why)."""
         root = self.root
-        if self.task:  # the verifier's directories exist, empty, as mount points for the agent's hiding mounts
-            self._as_root(["mkdir", "-p", "-m", "700", f"{root}/harness/{OUTPUT_DIR}"])
-            self._as_root(["mkdir", "-p", *self.task.VERIFIER_DIRS])
+        if self.task:
+            self._create_in_task_container(self.task)
             return
         made = " ".join(f"{root}/{name}" for name in ("home", "tmp", f"harness/{OUTPUT_DIR}"))
         owned = f"{root}/repo {made}"
@@ -230,9 +228,23 @@ class ExecWorkspace(Workspace):
             raise self.pod.failure(f"claiming a uid for {root} answered {claimed[-200:]!r}, not a uid") from None
         self.base_revision = baseline.decode()
 
+    def _create_in_task_container(self, task: TaskLayout) -> None:
+        """One exec in the task's fresh container, before any command of the agent's: the verifier's
+        directories made, empty, as mount points for the agent's hiding mounts, and the commit the working
+        tree starts at read from the image's own history (the harness layer's commit), which every patch is
+        taken against."""
+        made = f"mkdir -p -m 700 {self.root}/harness/{OUTPUT_DIR} && mkdir -p {shlex.join(task.VERIFIER_DIRS)}"
+        commit = self._as_root(["sh", "-c", f"{made} && git --git-dir={TASK_GIT_DIR} rev-parse HEAD"]).strip()
+        if not re.fullmatch(rb"[0-9a-f]{40,64}", commit):  # the engine lost the exec's output (seen under load)
+            raise self.pod.failure(f"reading the task's commit in {self.root} answered {commit[-200:]!r}")
+        self.base_revision = commit.decode()
+
     def destroy(self) -> None:
         """End every process of the uid and remove its files, then the workspace; only then free the uid
-        (a sweep that failed keeps it claimed, so no later trial inherits what it missed)."""
+        (a sweep that failed keeps it claimed, so no later trial inherits what it missed). A task's workspace
+        is its container, which the sandbox removes with everything in it."""
+        if self.task:
+            return
         if self.uid is None:
             self._as_root(["rm", "-rf", self.root])
             return
