@@ -273,3 +273,21 @@ def test_a_file_removed_but_held_open_counts_against_the_quota(container_sandbox
     )
     generation = generate(instance, make_agent("command", {"command": held}), 0, environment, sandbox, store)
     assert generation.status == Outcome.AGENT_ERROR and "quota" in generation.error, generation.error
+
+
+def test_space_freed_beside_a_pod_trial_does_not_hide_what_it_writes(container_sandbox, demo_benchmark):
+    """In a pod, a finished trial's workspace is removed while others run, freeing more than a trial writes. The
+    quota's walk is then triggered by what the trial's processes wrote (their /proc/<pid>/io, which the runner
+    reads as root for the trial's uid), not only by the free space falling, which here rises."""
+    sandbox = container_sandbox(limits=ResourceLimits(storage_mb=8))
+    instance = demo_benchmark.instances[0]
+    environment = prepare_on(sandbox, demo_benchmark, instance)
+    write = "python3 -c \"import os\nfor i in range(6): open(f'w{i}', 'wb').write(os.urandom(2**21))\""
+    with sandbox.workspace(environment, "beside") as workspace:
+        neighbour = f"{workspace.root}.neighbour"  # root's, on the pod's file system, outside the trial's quota
+        workspace.pod.run(["sh", "-c", f"head -c {64 * 2**20} /dev/urandom > {neighbour}"])
+        with ThreadPoolExecutor(1) as remover:
+            removed = remover.submit(lambda: time.sleep(1) or workspace.pod.run(["rm", neighbour]))
+            result = workspace.run(f"sleep 2 && {write}", timeout_s=60)
+            assert removed.result()[0] == 0
+    assert result.storage_exceeded, result.summary()
