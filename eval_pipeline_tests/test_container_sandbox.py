@@ -25,7 +25,7 @@ from eval_pipeline.defs import build_definitions, stage_job_name
 from eval_pipeline.sandbox import ResourceLimits
 from eval_pipeline.sandbox.container import janitor
 from eval_pipeline.sandbox.container.images import ENV_VENV, MANAGED_LABEL, ImageBuilder
-from eval_pipeline.sandbox.container.sandbox import CAMPAIGN_LABEL
+from eval_pipeline.sandbox.container.sandbox import CAMPAIGN_LABEL, VOLUME_ID_LABEL
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT
 from eval_pipeline.store.artifacts import LocalArtifactStore
 from eval_pipeline.tasks.demo import DemoBug, DemoRepo, DemoStage, build_repos_benchmark
@@ -341,9 +341,11 @@ def test_the_tool_volume_is_looked_into_once_per_data_directory_and_again_when_m
 
     monkeypatch.setattr(container_module, "TOOLS_VOLUME_PREFIX", f"eval-pipeline-tools-test-{uuid.uuid4().hex[:8]}-")
     monkeypatch.setattr(container_module, "_FILLED_VOLUMES", set())
-    created = []
+    created = []  # the fillers the sandbox makes (`containers.run`, below, passes its arguments by name)
     create = ContainerCollection.create
-    monkeypatch.setattr(ContainerCollection, "create", lambda self, *a, **k: created.append(a) or create(self, *a, **k))
+    monkeypatch.setattr(
+        ContainerCollection, "create", lambda self, *a, **k: a and created.append(a) or create(self, *a, **k)
+    )
     image = os.environ.get("EVAL_PIPELINE_BASE_IMAGE", "localhost/eval-base:bookworm")
     sandbox = container_sandbox()
 
@@ -359,11 +361,13 @@ def test_the_tool_volume_is_looked_into_once_per_data_directory_and_again_when_m
         filled = runtime_files(name)
         assert filled
 
-        engine.volumes.get(name).remove()
-        engine.volumes.create(name, labels={MANAGED_LABEL: "true"})  # the same name, empty, without an id
-        container_module._FILLED_VOLUMES.clear()
-        created.clear()
-        sandbox._tools_volume(image)
-        assert len(created) == 1 and runtime_files(name) == filled
+        for labels in ({MANAGED_LABEL: "true"}, {MANAGED_LABEL: "true", VOLUME_ID_LABEL: uuid.uuid4().hex}):
+            engine.volumes.get(name).remove()
+            engine.volumes.create(name, labels=labels)  # the same name, empty: without an id, then another id
+            container_module._FILLED_VOLUMES.clear()
+            created.clear()
+            sandbox._tools_volume(image)
+            assert len(created) == 1
+            assert runtime_files(name) == filled
     finally:
         engine.volumes.get(name).remove(force=True)

@@ -283,11 +283,15 @@ def test_space_freed_beside_a_pod_trial_does_not_hide_what_it_writes(container_s
     instance = demo_benchmark.instances[0]
     environment = prepare_on(sandbox, demo_benchmark, instance)
     write = "python3 -c \"import os\nfor i in range(6): open(f'w{i}', 'wb').write(os.urandom(2**21))\""
+    # The trial says it has started (so the runner has noted the free space), then waits for the neighbour's
+    # removal, which the harness signals with a file of its own in the trial's working tree.
+    command = f"touch started && until [ -e removed ]; do sleep 0.05; done && {write}"
     with sandbox.workspace(environment, "beside") as workspace:
         neighbour = f"{workspace.root}.neighbour"  # root's, on the pod's file system, outside the trial's quota
         workspace.pod.run(["sh", "-c", f"head -c {64 * 2**20} /dev/urandom > {neighbour}"])
+        remove = f"until [ -e {workspace.repo}/started ]; do sleep 0.05; done; rm {neighbour} && touch {workspace.repo}/removed"
         with ThreadPoolExecutor(1) as remover:
-            removed = remover.submit(lambda: time.sleep(1) or workspace.pod.run(["rm", neighbour]))
-            result = workspace.run(f"sleep 2 && {write}", timeout_s=60)
+            removed = remover.submit(workspace.pod.run, ["sh", "-c", remove], 120)
+            result = workspace.run(command, timeout_s=60)
             assert removed.result()[0] == 0
     assert result.storage_exceeded, result.summary()

@@ -1,6 +1,8 @@
 """Terminal tasks in the Harbor task format: loading, validation, and grading on the real local sandbox."""
 
 import shutil
+import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from eval_pipeline.agents.base import agent_task
 from eval_pipeline.common.git import git
 from eval_pipeline.common.outcomes import ImageBuildFailed, Outcome
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
+from eval_pipeline.sandbox.container.images import TASK_GIT_DIR
 from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline.tasks.dataset import InvalidDatasetError
 from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR, load_terminal_tasks
@@ -388,6 +391,34 @@ def test_a_task_whose_product_is_state_is_verified_in_the_agent_s_container_and_
     null = generate(task, make_agent("null"), 0, environment, sandbox, store, test_timeout_s=60)
     verdict = evaluate(task, task.environment, null, environment, sandbox, store, 60)
     assert (verdict.outcome, verdict.grading_mode) == (Outcome.UNRESOLVED, "in_container"), verdict.steps
+
+
+@pytest.mark.slow  # containers
+def test_the_working_tree_s_commit_is_read_in_each_trial_s_container_and_never_in_a_snapshot_s(stateful, engine):
+    """A trial reads the commit its patch is taken against in its own fresh container; a handle stored by an
+    earlier version (which held the commit) works the same. A re-grade's container starts from the agent's
+    snapshot, whose git directory the agent may have removed: it is not read there, so that cannot make the
+    re-grade the harness's error."""
+    task, sandbox, environment = stateful
+    commit = engine.containers.run(
+        environment.details["image"], ["git", f"--git-dir={TASK_GIT_DIR}", "rev-parse", "HEAD"], remove=True
+    )
+    older = {**environment.details, "task": {**environment.details["task"], "base_commit": "0" * 40}}
+    with sandbox.workspace(replace(environment, details=older), "older") as workspace:
+        assert workspace.base_revision == commit.decode().strip()
+    broken = engine.containers.run(environment.details["image"], ["rm", "-rf", TASK_GIT_DIR], detach=True)
+    try:
+        broken.wait()
+        image = broken.commit(repository="localhost/eval-pipeline-snapshot", tag=f"broken-{uuid.uuid4().hex[:8]}")
+    finally:
+        broken.remove(force=True)
+    try:
+        regrade = sandbox.snapshot_environment(environment, {"image": image.tags[0], "image_id": image.id})
+        with sandbox.workspace(regrade, "regrade") as workspace:
+            assert workspace.base_revision is None
+            assert workspace.verify(f"test ! -e {TASK_GIT_DIR}", timeout_s=60).ok
+    finally:
+        engine.images.remove(image.id, force=True)
 
 
 @pytest.mark.slow  # containers

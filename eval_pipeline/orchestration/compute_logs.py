@@ -3,11 +3,12 @@
 Dagster's LocalComputeLogManager also mirrors what a run prints to the process's
 own output: a `tail -F` and a Python watcher process per stream, four processes
 per run, about a quarter of a second of CPU each time (most of it the watchers'
-interpreter start). `eval-pipeline run`'s workers have no terminal of their own
-(the command prints its progress itself), so on the embedded default the copy
-was pure cost: 18 runs of the demo's terminal tasks spent about 4 s of CPU on it,
-on a 2-core machine. The files are the same, in the same place, so the UI shows
-a run's output as before.
+interpreter start). 18 runs of the demo's terminal tasks spent about 4 s of CPU
+on it, on a 2-core machine. So a run's output (what its steps print, the
+harness's logged warnings) is now in the UI and in Dagster's files, in the same
+place as before, and no longer copied, a second late, to the terminal of the
+process that executed it: the command's (whose own lines say how each trial
+ended) or `dagster dev`'s.
 """
 
 import sys

@@ -509,7 +509,10 @@ class ContainerSandbox(SandboxBackend):
         then cannot start from the agent's state)."""
         with engine_errors(f"the snapshot {snapshot['image']} ({snapshot['image_id']})"):
             self.client.images.get(snapshot["image_id"])
-        return replace(environment, details={**environment.details, "image": snapshot["image_id"]})
+        details = {**environment.details, "image": snapshot["image_id"]}
+        if task := details.get("task"):
+            details["task"] = {**task, "from_snapshot": True}
+        return replace(environment, details=details)
 
     def disks_shared_with(self, paths: Mapping[str, Path]) -> list[str]:
         """The engine's storage (its root directory, where containers' writable layers live) against each of
@@ -576,7 +579,8 @@ class ContainerSandbox(SandboxBackend):
                     filler.put_archive(TOOLS_ROOT, _marker_archive())
             finally:
                 filler.remove(force=True)
-            checked.write_text(volume_id)  # under the lock: a note cut short matches no id
+            if volume_id:  # under the lock: a note cut short matches no id
+                checked.write_text(volume_id)
         _FILLED_VOLUMES.add((engine, name))
         return name
 
@@ -687,7 +691,8 @@ class ContainerSandbox(SandboxBackend):
         """A workspace made in `container` for the duration of the block, under a uid of its own; a terminal
         task's is its container's WORKDIR, worked on as root, as its author expects."""
         if task:
-            workspace = ContainerWorkspace(container, f"{HARNESS_ROOT}/trial", {}, self.limits, TaskLayout(**task))
+            layout = TaskLayout.from_details(task)
+            workspace = ContainerWorkspace(container, f"{HARNESS_ROOT}/trial", {}, self.limits, layout)
         else:
             workspace = ContainerWorkspace(
                 container, f"{WORKSPACES}/{name}", self.extra_env(), self.limits, cut_network=cut_network

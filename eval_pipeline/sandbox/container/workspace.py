@@ -145,12 +145,21 @@ class TaskLayout:
 
     workdir: str
     env: Mapping[str, str] = field(default_factory=dict)
+    # A re-grade's container, started from a trial's snapshot: what it holds is the agent's, its git directory
+    # included, and nothing in a re-grade takes a diff, so the working tree's commit is not read there.
+    from_snapshot: bool = False
 
     HARBOR_DIRS = {"tests": "/tests", "solution": "/solution", "verifier": "/logs/verifier"}
     # What the agent's commands never see (each covered by an empty mount of their own, limited_exec.py): the
     # verifier's tests and reward, which the harness puts in place only when the verifier runs. Whole top-level
     # directories: a mount deeper down could be moved aside by renaming its parent, which the agent may do.
     VERIFIER_DIRS = ("/tests", "/logs")
+
+    @classmethod
+    def from_details(cls, details: Mapping[str, Any]) -> "TaskLayout":
+        """The layout an environment handle records. Handles stored by earlier versions hold keys no longer
+        used (the commit, read per trial now), which are left out."""
+        return cls(details["workdir"], details.get("env", {}), details.get("from_snapshot", False))
 
     def path(self, name: str) -> str | None:
         """Where a harness file lives at Harbor's paths (tests/…, solution/…, verifier/…), else None."""
@@ -232,8 +241,12 @@ class ExecWorkspace(Workspace):
         """One exec in the task's fresh container, before any command of the agent's: the verifier's
         directories made, empty, as mount points for the agent's hiding mounts, and the commit the working
         tree starts at read from the image's own history (the harness layer's commit), which every patch is
-        taken against."""
+        taken against. Not in a snapshot's container: an agent that broke its git directory would otherwise
+        fail its own re-grade as the harness's error, unscored."""
         made = f"mkdir -p -m 700 {self.root}/harness/{OUTPUT_DIR} && mkdir -p {shlex.join(task.VERIFIER_DIRS)}"
+        if task.from_snapshot:
+            self._as_root(["sh", "-c", made])
+            return
         commit = self._as_root(["sh", "-c", f"{made} && git --git-dir={TASK_GIT_DIR} rev-parse HEAD"]).strip()
         if not re.fullmatch(rb"[0-9a-f]{40,64}", commit):  # the engine lost the exec's output (seen under load)
             raise self.pod.failure(f"reading the task's commit in {self.root} answered {commit[-200:]!r}")
