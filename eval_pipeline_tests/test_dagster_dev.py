@@ -246,8 +246,23 @@ def worker_above(pid: int) -> int:
     raise AssertionError("no run worker above the agent")
 
 
+# Dagster's run-retry daemon keeps a cursor into the event log per event type, and on its first look sets it
+# past every event already stored: a failure before that look is never retried. Under CI's load the daemon
+# once took over 3 minutes to look first, and the crash below went unretried.
+RETRY_DAEMON_CURSOR = "EVENT_LOG_CONSUMER_CURSOR-PIPELINE_FAILURE"
+
+
+def wait_for_the_retry_daemon(home: Path) -> None:
+    with DagsterInstance.from_config(str(home)) as instance:
+        deadline = time.monotonic() + 300
+        while not instance.daemon_cursor_storage.get_cursor_values({RETRY_DAEMON_CURSOR}):
+            assert time.monotonic() < deadline, "the run-retry daemon never looked at the event log"
+            time.sleep(1)
+
+
 def test_a_sigkilled_run_worker_is_launched_again_and_its_trial_completes(dagster_dev):
     server, home, _ = dagster_dev
+    wait_for_the_retry_daemon(home)
     server.run_job("e2e__prepare_job")
     server.run_job("e2e__environments_job", {"dagster/partition": INSTANCES[0]})
 
