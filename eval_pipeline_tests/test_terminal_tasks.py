@@ -469,3 +469,56 @@ def test_a_terminal_agent_that_kills_its_own_command_runner_loses_its_trial(stat
     generation = generate(task, agent, 0, environment, sandbox, store, network=True, test_timeout_s=60)
     assert generation.status == Outcome.AGENT_ERROR.value and "runner ended" in generation.error, generation.error
     assert store.get(generation.key) is not None, "final: never retried"
+
+
+# Left by an agent that knows where the harness works in its container: a process that waits until the harness has
+# taken the diff, then leaves a file where the harness's trial directory goes, for the snapshot to keep and the
+# re-grade's container (started from it) to find.
+HARNESS_PLACE_TAKER = (
+    STATEFUL_TASK["solution/solve.sh"]
+    + "setsid sh -c 'until [ -e /opt/eval/trial/harness/out/workspace.diff ]; do sleep 0.01; done;"
+    " rm -rf /opt/eval/trial && echo taken > /opt/eval/trial' >/dev/null 2>&1 &"
+)
+
+
+@pytest.mark.slow  # containers
+def test_an_agent_that_takes_the_harness_s_places_in_its_container_is_still_graded_in_place_and_on_re_grade(
+    stateful, store
+):
+    """Root in its container, the agent may leave a file where the harness makes its directories: the verifier
+    still runs, in the agent's container and in a re-grade's from its snapshot, and the trial is scored, never
+    retried as the harness's error."""
+    task, sandbox, environment = stateful
+    agent = make_agent("command", {"command": HARNESS_PLACE_TAKER})
+    generation = generate(task, agent, 0, environment, sandbox, store, network=True, test_timeout_s=60)
+    assert generation.snapshot and generation.verification, generation.error
+    in_container = evaluate(task, task.environment, generation, environment, sandbox, store, 60)
+    assert (in_container.outcome, in_container.grading_mode) == (Outcome.RESOLVED, "in_container"), in_container.steps
+    regraded = evaluate(task, task.environment, generation, environment, sandbox, store, 61)
+    assert (regraded.outcome, regraded.grading_mode) == (Outcome.UNRESOLVED, "snapshot"), regraded.steps
+    assert "file True server False" in regraded.steps[-1]["stderr_tail"]
+
+
+@pytest.mark.slow  # containers
+def test_a_snapshot_the_agent_broke_for_the_harness_is_scored_when_the_reference_passes(stateful, store):
+    """A re-grade's container is the agent's product: a snapshot in which the harness cannot even make the
+    verifier's directories (here: no shell left) is judged by intention to treat, scored against the agent when
+    the reference, graded at once in a fresh container of the environment, resolves."""
+    task, sandbox, environment = stateful
+    shell_remover = HARNESS_PLACE_TAKER.replace(
+        "rm -rf /opt/eval/trial && echo taken > /opt/eval/trial", "rm -f /usr/bin/sh /usr/bin/dash"
+    )
+    generation = generate(
+        task,
+        make_agent("command", {"command": shell_remover}),
+        0,
+        environment,
+        sandbox,
+        store,
+        network=True,
+        test_timeout_s=60,
+    )
+    assert generation.snapshot, generation.error
+    regraded = evaluate(task, task.environment, generation, environment, sandbox, store, 61)
+    assert regraded.outcome == Outcome.PATCH_BROKE_TEST_RUN.value, regraded.detail
+    assert "scored: the reference" in regraded.detail and "sh" in regraded.detail

@@ -131,25 +131,27 @@ def _judge(
     test_timeout_s: float,
 ) -> Verdict:
     """The verdict, whatever happens: the agent's own failure, the grading's, or the infrastructure's. A failure
-    raised while the patch's grading ran (its commands in the workspace) leaves a `grading_interrupted` step,
-    which tells it from the machinery failing before (a snapshot, a workspace that cannot be made)."""
+    raised while the agent's product was being graded leaves a `grading_interrupted` step, which tells it from
+    the machinery failing before (a snapshot gone, a workspace that cannot be made). A re-grade's workspace is
+    made from the agent's snapshot, which the agent, root in its container, could have broken: its making is
+    part of the grading."""
     if generation.status != COMPLETED:  # the agent crashed or ran out of time: its failure, already final
         return Verdict(Outcome(generation.status), detail=generation.error[-2000:])
     mode = grading_mode(generation, test_timeout_s, sandbox.resources_record())
     if mode == IN_CONTAINER:
         return score_verifier(VerifierRun.from_record(generation.verification or {}))
+    grading = False
     try:
         if mode == SNAPSHOT:  # the agent's files are in the snapshot: nothing to apply
             environment = sandbox.snapshot_environment(environment, generation.snapshot or {})
+            grading = True
         patch = "" if mode == SNAPSHOT else generation.patch
         with sandbox.workspace(environment, label=f"eval-{generation.seed}") as workspace:
-            try:
-                return grade_task(instance, spec, patch, workspace, test_timeout_s)
-            except InfrastructureError as error:
-                interrupted = {"step": "grading_interrupted", "outcome": error.outcome.value}
-                return Verdict(error.outcome, steps=[interrupted], detail=f"{error}\n{traceback.format_exc(limit=20)}")
+            grading = True
+            return grade_task(instance, spec, patch, workspace, test_timeout_s)
     except InfrastructureError as error:
-        return Verdict(error.outcome, detail=f"{error}\n{traceback.format_exc(limit=20)}")
+        steps = [{"step": "grading_interrupted", "outcome": error.outcome.value}] if grading else []
+        return Verdict(error.outcome, steps=steps, detail=f"{error}\n{traceback.format_exc(limit=20)}")
     except Exception as error:  # noqa: BLE001 - a harness bug is an outcome, not a crash, and no verdict on the agent
         outcome = Outcome.STORAGE_ERROR if no_space_left(error) else Outcome.GRADING_ERROR  # a full disk is retried
         return Verdict(outcome, detail=traceback.format_exc(limit=20))

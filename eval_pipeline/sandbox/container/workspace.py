@@ -242,10 +242,11 @@ class ExecWorkspace(Workspace):
         directories made, empty, as mount points for the agent's hiding mounts, and the commit the working
         tree starts at read from the image's own history (the harness layer's commit), which every patch is
         taken against. Not in a snapshot's container: an agent that broke its git directory would otherwise
-        fail its own re-grade as the harness's error, unscored."""
+        fail its own re-grade as the harness's error, unscored. There the harness's trial directory is
+        removed first: the agent may have left anything at its place (a file, a link)."""
         made = f"mkdir -p -m 700 {self.root}/harness/{OUTPUT_DIR} && mkdir -p {shlex.join(task.VERIFIER_DIRS)}"
         if task.from_snapshot:
-            self._as_root(["sh", "-c", made])
+            self._as_root(["sh", "-c", f"rm -rf {self.root} && {made}"])
             return
         commit = self._as_root(["sh", "-c", f"{made} && git --git-dir={TASK_GIT_DIR} rev-parse HEAD"]).strip()
         if not re.fullmatch(rb"[0-9a-f]{40,64}", commit):  # the engine lost the exec's output (seen under load)
