@@ -95,9 +95,8 @@ def _campaign_session(
     args: argparse.Namespace, campaign: "Campaign"
 ) -> Iterator[tuple["DagsterInstance", "Launcher", "Cycle"]]:
     """The Dagster instance, a launcher and a new cycle for a command over `campaign`. The run workers are
-    started first, so that their start overlaps this process's import of Dagster where the command has not
-    imported it yet (`run`: run_workers.py); if the instance cannot be opened, or Ctrl-C comes first, they are
-    killed rather than left to finish starting."""
+    forked first, before this process opens the instance or starts a thread (run_workers.py); if the instance
+    cannot be opened, or Ctrl-C comes first, they are killed rather than left to finish starting."""
     from eval_pipeline.orchestration.run_workers import (
         embedded_run_workers,
         hold_connections,
@@ -132,7 +131,7 @@ def _load(name: str) -> "Campaign":
 def _run(args: argparse.Namespace) -> int:
     campaign = _load(args.campaign)
     with _campaign_session(args, campaign) as (instance, launcher, cycle), _telling() as (say, show):
-        from eval_pipeline.orchestration.campaign_run import run_campaign  # Dagster's, after the workers' start
+        from eval_pipeline.orchestration.campaign_run import run_campaign
         from eval_pipeline.results.markdown import render_summary
 
         run = run_campaign(campaign, instance, launcher, cycle, Paths.from_env(), say, _selection(args), show)

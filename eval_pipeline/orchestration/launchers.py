@@ -81,7 +81,7 @@ def abandon(instance: DagsterInstance, requests: list[RunRequest]) -> None:
 
 
 class WorkerPoolLauncher:
-    """Runs in `capacity` spawned worker processes, and an environment lane's (Dagster's SQLite event log keeps
+    """Runs in `capacity` worker processes, and an environment lane's (Dagster's SQLite event log keeps
     a file per run, so parallel runs do not contend on one database file); with one and no lane, in this
     process, in turn."""
 

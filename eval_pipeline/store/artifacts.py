@@ -414,7 +414,8 @@ def open_artifact_store(location: str) -> ArtifactStore:
     """The store at `location`: `s3://bucket/prefix`, or a local directory.
 
     One per location and process, so every step and published file reuses one S3 client and its
-    connections (boto3 clients are thread-safe; worker processes are spawned, not forked).
+    connections (boto3 clients are thread-safe; worker processes are spawned, or forked before any store is
+    opened: run_workers.py).
     """
     if location.startswith("s3://"):
         return S3ArtifactStore(*split_s3_location(location))
