@@ -50,7 +50,9 @@ from typing import Any
 import docker
 import docker.errors
 import requests.exceptions
+from docker.constants import DEFAULT_DOCKER_API_VERSION
 from docker.models.containers import Container
+from docker.utils import version_lt
 
 from eval_pipeline.common.git import KEEP_ANCESTORS, clone_at
 from eval_pipeline.common.hashing import stable_hash
@@ -332,6 +334,7 @@ class ContainerWorkspace(ExecWorkspace):
 
 
 _clients: dict[tuple[int, str], docker.DockerClient] = {}
+_podman: dict[tuple[int, str], bool] = {}
 _clients_lock = threading.Lock()
 
 
@@ -339,17 +342,44 @@ def engine_client() -> docker.DockerClient:
     """This process's client of the engine at DOCKER_HOST, made once: a client per step cost a third of a pod
     campaign's wall (each one reads the environment, opens a connection pool and asks the engine its version).
     Keyed by pid too, so a forked worker does not share its parent's connections."""
-    key = (os.getpid(), os.environ.get("DOCKER_HOST", ""))
+    key = _engine_key()
     with _clients_lock:
         if key not in _clients:
             try:
                 with engine_errors(
                     f"connecting to the container engine at {key[1] or 'the default socket'} (DOCKER_HOST)"
                 ):
-                    _clients[key] = docker.from_env(timeout=CLIENT_TIMEOUT_S)
+                    _clients[key], _podman[key] = _connect()
             except SandboxError as error:
                 raise EngineUnreachable(str(error)) from error.__cause__
         return _clients[key]
+
+
+def engine_is_podman() -> bool:
+    """Whether this process's engine is Podman (its ping names Libpod's API version)."""
+    engine_client()
+    return _podman[_engine_key()]
+
+
+def _engine_key() -> tuple[int, str]:
+    return os.getpid(), os.environ.get("DOCKER_HOST", "")
+
+
+def _connect() -> tuple[docker.DockerClient, bool]:
+    """A client speaking the engine's API version as its ping states it, and whether the engine is Podman.
+    docker-py's own negotiation asks the engine's /version, which Podman answers by running its OCI runtime's and
+    conmon's binaries: 0.45 s idle and a second under load, in every process of the command (twice, with the
+    question which engine it is). An engine whose ping names no version gets docker-py's negotiation."""
+    client = docker.from_env(version=DEFAULT_DOCKER_API_VERSION, timeout=CLIENT_TIMEOUT_S)  # asks nothing yet
+    ping = client.api.get(f"{client.api.base_url}/_ping")
+    ping.raise_for_status()
+    podman = "Libpod-Api-Version" in ping.headers
+    server = ping.headers.get("Api-Version")
+    client.close()
+    if not server:
+        return docker.from_env(version="auto", timeout=CLIENT_TIMEOUT_S), podman
+    version = server if version_lt(server, DEFAULT_DOCKER_API_VERSION) else DEFAULT_DOCKER_API_VERSION
+    return docker.from_env(version=version, timeout=CLIENT_TIMEOUT_S), podman
 
 
 class ContainerSandbox(SandboxBackend):
@@ -535,11 +565,7 @@ class ContainerSandbox(SandboxBackend):
         default seccomp profile allows that; Docker Engine's allows it only with CAP_SYS_ADMIN, a far larger
         grant than lifting the filter, so there the filter is lifted instead. No process may regain privileges
         (set-uid files), as the Kubernetes pod's security context says too."""
-        if not hasattr(self, "_engine_name"):
-            with engine_errors("asking the engine for its version"):
-                components = self.client.version().get("Components") or [{}]
-            self._engine_name = str(components[0].get("Name", ""))
-        return ["no-new-privileges", *([] if "Podman" in self._engine_name else ["seccomp=unconfined"])]
+        return ["no-new-privileges", *([] if engine_is_podman() else ["seccomp=unconfined"])]
 
     def _tools_volume(self, image: str) -> str:
         """The volume holding the tool server's runtime (tool_runtime.py), filled once per engine through a
