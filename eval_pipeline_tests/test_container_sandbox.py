@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import duckdb
 import pytest
@@ -25,7 +26,7 @@ from eval_pipeline.defs import build_definitions, stage_job_name
 from eval_pipeline.sandbox import ResourceLimits
 from eval_pipeline.sandbox.container import janitor
 from eval_pipeline.sandbox.container.images import ENV_VENV, MANAGED_LABEL, ImageBuilder
-from eval_pipeline.sandbox.container.sandbox import CAMPAIGN_LABEL, VOLUME_ID_LABEL
+from eval_pipeline.sandbox.container.sandbox import CAMPAIGN_LABEL, VOLUME_ID_LABEL, engine_client, engine_is_podman
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT
 from eval_pipeline.store.artifacts import LocalArtifactStore
 from eval_pipeline.tasks.demo import DemoBug, DemoRepo, DemoStage, build_repos_benchmark
@@ -371,3 +372,50 @@ def test_the_tool_volume_is_looked_into_once_per_data_directory_and_again_when_m
             assert runtime_files(name) == filled
     finally:
         engine.volumes.get(name).remove(force=True)
+
+
+def _engine_answering(ping_headers: dict[str, str], paths: list[str]) -> ThreadingHTTPServer:
+    """An HTTP server playing a Docker Engine: its ping answers with `ping_headers`, /version with API 1.40;
+    every path asked is noted in `paths`."""
+
+    class Engine(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            paths.append(self.path)
+            body = json.dumps({"ApiVersion": "1.40"}).encode() if self.path.endswith("/version") else b"OK"
+            self.send_response(200)
+            for name, value in {**(ping_headers if "_ping" in self.path else {}), "Content-Type": "text/plain"}.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Engine)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize(
+    ("ping", "version", "podman", "asked_version"),
+    [
+        ({"Api-Version": "1.43", "Libpod-Api-Version": "4.3.1"}, "1.43", True, False),
+        ({"Api-Version": "1.51", "Server": "Docker/29.0.0 (linux)"}, "1.44", False, False),  # docker-py's newest
+        ({}, "1.40", False, True),  # an engine whose ping names no version: docker-py's negotiation
+    ],
+)
+def test_the_engine_client_learns_the_api_version_and_the_engine_from_the_ping(
+    monkeypatch, ping, version, podman, asked_version
+):
+    """Podman answers /version by running its runtime's binaries (a second under load, in every process of a
+    campaign), so the client asks only the ping, whose headers state the API version and name Libpod."""
+    paths: list[str] = []
+    server = _engine_answering(ping, paths)
+    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{server.server_address[1]}")
+    try:
+        client = engine_client()
+        assert (client.api.api_version, engine_is_podman()) == (version, podman)
+        assert any(path.endswith("/version") for path in paths) == asked_version, paths
+    finally:
+        server.shutdown()

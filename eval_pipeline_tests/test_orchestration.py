@@ -225,12 +225,16 @@ def _request(stage: str, name: str) -> RunRequest:
         # trials whose environment is ready come first where there is no lane (the local backend)
         (2, 0, {"trials": 1}, ["trials:b", "environments:c"], "trials:b"),
         (2, 0, {"trials": 1, "environments": 1}, ["trials:b"], None),
+        # never past a stage's pool (here 2 of each): a run launched there would only spin, waiting for a slot
+        (4, 1, {"environments": 2}, ["environments:c", "trials:a"], "trials:a"),
+        (4, 1, {"environments": 2}, ["environments:c", "environments:d"], None),
+        (4, 0, {"trials": 2}, ["trials:b", "environments:c"], "environments:c"),
     ],
 )
 def test_the_driver_prepares_environments_in_their_lane_while_trials_run(capacity, lanes, running, queue, expected):
     launcher = SimpleNamespace(capacity=capacity, environment_lanes=lanes)
     requests = deque(_request(*name.split(":")) for name in queue)
-    chosen = _launchable(requests, launcher, Counter(running))
+    chosen = _launchable(requests, launcher, Counter(running), {"environments": 2, "trials": 2})
     assert (chosen and f"{chosen.tags[STAGE_TAG]}:{chosen.run_key.rsplit(':', 1)[1]}") == expected
 
 

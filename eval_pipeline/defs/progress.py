@@ -19,7 +19,7 @@ from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, Run
 
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.partitions import CampaignPartitions, PartitionBatch, trial_batches, trial_run_key
-from eval_pipeline.defs.stages import CYCLE_TAG, RELEASE_STAGE, STAGE_TAG, TRIGGER_TAG, stage_job_name
+from eval_pipeline.defs.stages import CYCLE_TAG, RELEASE_STAGE, STAGE_TAG, TRIALS, TRIGGER_TAG, stage_job_name
 
 REQUEST_TAG = "eval_pipeline/request"  # the request a run answers: its cycle, stage and partition
 FINISHED = frozenset({DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED})
@@ -101,7 +101,7 @@ class Cycle:
     def request_trials(self, batch: PartitionBatch) -> RunRequest:
         """The run of a batch of trial partitions: a partition range, as a BackfillPolicy.multi_run backfill
         launches it."""
-        return self._request("trials", batch.name, range_tags=batch.range_tags())
+        return self._request(TRIALS, batch.name, range_tags=batch.range_tags())
 
     def _request(
         self, stage: str, target: str, partition_key: str | None = None, range_tags: Mapping[str, str] | None = None

@@ -14,6 +14,7 @@ STAGES = {
     "results": ["results", "report"],
 }
 ENVIRONMENTS = "environments"  # the stage that prepares each instance's environment (its image, its pod)
+TRIALS = "trials"  # the stage that runs trials: each generation and its evaluation
 RELEASE_STAGE = "release"  # the report's gate checks and the release decision, for a campaign with gates
 # `eval-pipeline validate`: each instance's validation and its check (by partition), then the validation report;
 # each stage is the one asset it is named after.

@@ -26,12 +26,15 @@ from dagster import (
 from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.failures import failure_descriptions, failure_outcomes, innermost_error
+from eval_pipeline.defs.group import ENVIRONMENT_POOL, MODEL_API_POOL
 from eval_pipeline.defs.progress import REQUEST_TAG, Cycle, next_step
-from eval_pipeline.defs.stages import CYCLE_TAG, ENVIRONMENTS, STAGE_TAG
+from eval_pipeline.defs.stages import CYCLE_TAG, ENVIRONMENTS, STAGE_TAG, TRIALS
 from eval_pipeline.orchestration.errors import CampaignRunError
 from eval_pipeline.orchestration.launchers import POLL_S, Launcher
 
 CLI_TRIGGER = "cli"
+# The pool each stage's steps claim a slot of (defs/environments.py, defs/trials.py).
+STAGE_POOLS = {ENVIRONMENTS: ENVIRONMENT_POOL, TRIALS: MODEL_API_POOL}
 # How often the driver looks for trials that ended: each look queries the event log that the runs are writing.
 FEED_INTERVAL_S = 2.0
 
@@ -163,16 +166,32 @@ def run_all(
             tell(FinishedRun.read(instance, instance.get_run_by_id(run_id)))
 
 
-def _launchable(queue: deque[RunRequest], launcher: Launcher, running: Counter[str]) -> RunRequest | None:
+def stage_limits(instance: DagsterInstance) -> dict[str, int]:
+    """How many runs of a stage may run at once: the limit of the pool its steps claim a slot of. A run launched
+    past it only waits for a slot, and Dagster's in-process executor waits without sleeping (its
+    `interval_to_next_pending_claim_check` never returns more than 0): a worker, and a core, spent spinning."""
+    limits = {pool.name: pool.limit for pool in instance.event_log_storage.get_pool_limits()}
+    return {stage: limits[pool] for stage, pool in STAGE_POOLS.items() if pool in limits}
+
+
+def _launchable(
+    queue: deque[RunRequest], launcher: Launcher, running: Counter[str], limits: Mapping[str, int]
+) -> RunRequest | None:
     """The next request the launcher has room for: an environment's while an environment lane is free (so that
     the next instances' environments are prepared while trials run), else the first in the queue (trials whose
-    environment is ready come first) while `launcher.capacity` is not all taken. None when nothing fits."""
+    environment is ready come first) while `launcher.capacity` is not all taken; never one of a stage whose pool
+    is full (`stage_limits`). None when nothing fits."""
+
+    def fits(request: RunRequest) -> bool:
+        stage = request.tags[STAGE_TAG]
+        return running[stage] < limits.get(stage, running[stage] + 1)
+
     environments = running[ENVIRONMENTS]
     if environments < launcher.environment_lanes:
-        if request := next((r for r in queue if r.tags[STAGE_TAG] == ENVIRONMENTS), None):
+        if request := next((r for r in queue if r.tags[STAGE_TAG] == ENVIRONMENTS and fits(r)), None):
             return request
     taken = sum(running.values()) - min(environments, launcher.environment_lanes)
-    return queue[0] if queue and taken < launcher.capacity else None
+    return next((r for r in queue if fits(r)), None) if taken < launcher.capacity else None
 
 
 def drive(
@@ -195,6 +214,7 @@ def drive(
     running: Counter[str] = Counter()  # runs launched and not yet finished, by stage
     queue: deque[RunRequest] = deque()
     feed = CycleFeed(instance, cycle)
+    limits = stage_limits(instance)
     looked = time.monotonic()
     ask = True
     while True:
@@ -203,7 +223,7 @@ def drive(
             if step.done:
                 return
             queue, ask = deque(step.requests), False
-        while (request := _launchable(queue, launcher, running)) is not None:
+        while (request := _launchable(queue, launcher, running, limits)) is not None:
             queue.remove(request)
             launcher.launch(request)
             launched.append(request)
