@@ -48,7 +48,7 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     # Dagster's BetaWarnings (data versions are beta; we rely on them knowingly), matched by their text so that
-    # the command need not import Dagster to silence them before it has started its run workers.
+    # a command need not import Dagster to silence them.
     warnings.filterwarnings("ignore", message=r".* is currently in beta")
 
 

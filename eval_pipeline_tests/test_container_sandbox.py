@@ -401,7 +401,7 @@ def _engine_answering(ping_headers: dict[str, str], paths: list[str]) -> Threadi
     ("ping", "version", "podman", "asked_version"),
     [
         ({"Api-Version": "1.43", "Libpod-Api-Version": "4.3.1"}, "1.43", True, False),
-        ({"Api-Version": "1.51", "Server": "Docker/29.0.0 (linux)"}, "1.44", False, False),  # docker-py's newest
+        ({"Api-Version": "1.51", "Server": "Docker/29.0.0 (linux)"}, "1.51", False, False),  # past docker-py's 1.44
         ({}, "1.40", False, True),  # an engine whose ping names no version: docker-py's negotiation
     ],
 )

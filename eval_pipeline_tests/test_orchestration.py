@@ -1,6 +1,9 @@
 """The CLI's driver in process: a cycle requests each run once, resumes from Dagster's record and the store's."""
 
+import os
 import shutil
+import subprocess
+import sys
 from collections import Counter, deque
 from types import SimpleNamespace
 
@@ -9,12 +12,13 @@ from dagster import AssetKey, DagsterRunStatus, RunRequest, instance_for_test
 
 from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import parse_campaign
-from eval_pipeline.defs.group import ENVIRONMENT_POOL
+from eval_pipeline.defs.group import ENVIRONMENT_POOL, MODEL_API_POOL
 from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, CampaignPartitions, PartitionBatch
 from eval_pipeline.defs.progress import REQUEST_TAG, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline.orchestration.campaign_run import create_pools, run_campaign
-from eval_pipeline.orchestration.driver import CycleFeed, _launchable, new_cycle, run_one
+from eval_pipeline.orchestration.driver import CycleFeed, _launchable, new_cycle, run_one, stage_limits
+from eval_pipeline.orchestration.errors import CampaignRunError
 from eval_pipeline.orchestration.launchers import WorkerPoolLauncher
 from eval_pipeline.orchestration.run_workers import environment_lanes, start_run_workers, stop_run_workers
 from eval_pipeline.trial.selection import SelectionError, TrialSelection
@@ -252,3 +256,40 @@ def test_only_a_campaign_in_containers_has_an_environment_lane():
         "pods.yaml",
     )
     assert (environment_lanes(local), environment_lanes(pods)) == (0, 1)
+
+
+FORKED_OR_SPAWNED = """
+import sys
+from pathlib import Path
+from eval_pipeline.common.settings import Paths
+from eval_pipeline.config.campaign import load_campaign
+from eval_pipeline.orchestration import run_workers
+campaign, paths = load_campaign("demo"), Paths(Path(sys.argv[1]))
+for _ in range(2):  # as calibrate does, a session per multiplier
+    pool = run_workers.embedded_run_workers(campaign, paths, 2)
+    print(pool._mp_context.get_start_method())
+    run_workers.stop_run_workers(pool)
+    run_workers.open_instance()
+"""
+
+
+def test_the_command_forks_its_workers_only_until_it_has_opened_an_instance(tmp_path):
+    """Forked workers would share what their parent holds open (database connections, cached store and engine
+    clients): the command forks them while it has opened no instance; once it has (calibrate's next multiplier),
+    they are spawned."""
+    env = {key: value for key, value in os.environ.items() if key != "EVAL_PIPELINE_DAGSTER_URL"}
+    (home := tmp_path / "home").mkdir()
+    code = [sys.executable, "-c", FORKED_OR_SPAWNED, str(tmp_path / "data")]
+    started = subprocess.run(code, capture_output=True, text=True, env={**env, "DAGSTER_HOME": str(home)})
+    assert started.stdout.split() == ["fork", "spawn"], started.stderr[-2000:]
+
+
+def test_the_driver_takes_each_stage_s_pool_limit_and_refuses_a_pool_with_no_slot():
+    with instance_for_test() as instance:
+        assert stage_limits(instance) == {}  # no pool, no limit
+        instance.event_log_storage.set_concurrency_slots(ENVIRONMENT_POOL, 3)
+        instance.event_log_storage.set_concurrency_slots(MODEL_API_POOL, 5)
+        assert stage_limits(instance) == {"environments": 3, "trials": 5}
+        instance.event_log_storage.set_concurrency_slots(ENVIRONMENT_POOL, 0)
+        with pytest.raises(CampaignRunError, match=f"{ENVIRONMENT_POOL} has a limit of 0"):
+            stage_limits(instance)

@@ -7,7 +7,6 @@ those under `if TYPE_CHECKING:` (never executed).
 
 import ast
 import importlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -186,24 +185,6 @@ def test_the_code_location_loads_no_backend_it_does_not_use():
         "print(sorted(name for name in ('kubernetes', 'scipy', 'pandas', 'pytest', 'mcp') if name in sys.modules))"
     )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
-
-
-def test_the_run_command_starts_its_workers_before_it_imports_dagster(tmp_path):
-    """A run worker's start (about 2 s of imports) overlaps the command's own only if the command has not
-    imported Dagster by then: everything `eval-pipeline run` does before it starts its workers stays free of it."""
-    code = (
-        "import sys\n"
-        "import eval_pipeline.orchestration.run_workers as run_workers\n"
-        "def started(*args):\n"
-        "    print(sorted(name for name in sys.modules if name.split('.')[0] == 'dagster'))\n"
-        "    raise SystemExit(0)\n"
-        "run_workers.embedded_run_workers = started\n"
-        "import eval_pipeline.cli\n"
-        "eval_pipeline.cli.main(['run', '--campaign', 'demo', '--workers', '2'])\n"
-    )
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home")}
-    started = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert started.stdout == "[]\n"
 
 
 # The exceptions, by module. Dagster 1.13 exports no way to name the materialization a check evaluation is

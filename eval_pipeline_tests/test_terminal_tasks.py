@@ -521,4 +521,4 @@ def test_a_snapshot_the_agent_broke_for_the_harness_is_scored_when_the_reference
     assert generation.snapshot, generation.error
     regraded = evaluate(task, task.environment, generation, environment, sandbox, store, 61)
     assert regraded.outcome == Outcome.PATCH_BROKE_TEST_RUN.value, regraded.detail
-    assert "scored: the reference" in regraded.detail and "sh" in regraded.detail
+    assert "scored: the reference" in regraded.detail and "setting the verifier up failed" in regraded.detail

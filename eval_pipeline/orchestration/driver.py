@@ -169,8 +169,16 @@ def run_all(
 def stage_limits(instance: DagsterInstance) -> dict[str, int]:
     """How many runs of a stage may run at once: the limit of the pool its steps claim a slot of. A run launched
     past it only waits for a slot, and Dagster's in-process executor waits without sleeping (its
-    `interval_to_next_pending_claim_check` never returns more than 0): a worker, and a core, spent spinning."""
+    `interval_to_next_pending_claim_check` never returns more than 0): a worker, and a core, spent spinning.
+    Read once a cycle, and counting only this driver's runs: slots other launchers hold still make its runs
+    wait. A pool with no slot at all is an error, not a wait without end."""
     limits = {pool.name: pool.limit for pool in instance.event_log_storage.get_pool_limits()}
+    for stage, pool in STAGE_POOLS.items():
+        if limits.get(pool, 1) < 1:
+            raise CampaignRunError(
+                f"the concurrency pool {pool} has a limit of {limits[pool]}: no {stage} run can start;"
+                f" raise it with `dagster instance concurrency set {pool} <limit>`"
+            )
     return {stage: limits[pool] for stage, pool in STAGE_POOLS.items() if pool in limits}
 
 
@@ -184,7 +192,7 @@ def _launchable(
 
     def fits(request: RunRequest) -> bool:
         stage = request.tags[STAGE_TAG]
-        return running[stage] < limits.get(stage, running[stage] + 1)
+        return stage not in limits or running[stage] < limits[stage]
 
     environments = running[ENVIRONMENTS]
     if environments < launcher.environment_lanes:

@@ -94,7 +94,7 @@ class WorkerPoolLauncher:
         workers: ProcessPoolExecutor | None = None,
     ) -> None:
         """`workers`: the pool `run_workers.embedded_run_workers` started for `capacity` (the command starts it
-        before it imports Dagster); without, the launcher starts its own, on `instance`."""
+        before it opens its instance); without, the launcher starts its own, on `instance`."""
         self.capacity = max(1, capacity)
         self.environment_lanes = environment_lanes(campaign)
         self._finished: list[str] = []

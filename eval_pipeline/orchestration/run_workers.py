@@ -4,9 +4,10 @@ then execute run after run (`launchers.WorkerPoolLauncher` hands them the runs).
 The command's workers are forked from it once it has imported what a run needs (`embedded_run_workers`):
 Dagster, the definitions, the instance's storage and the campaign's sandbox backend, about 1.5 s of CPU that
 each of them would otherwise spend again, on the same cores, while the command and the first runs wait for them
-(5 workers at concurrency 4 on 2 cores: 10 s of CPU). Nothing is open and no thread runs in the command then.
-Workers a launcher starts for itself (`start_run_workers` with an instance opened) are spawned: a fork would
-share the opened instance's connections.
+(5 workers at concurrency 4 on 2 cores: 10 s of CPU). Only from a process that has opened no instance and runs
+no other thread: a fork would share what is open (database connections, the artifact store's and the engine's
+clients, cached per process) and a lock another thread held. Otherwise (calibrate's second multiplier, a
+launcher that opened its instance, a test under pytest-xdist) the workers are spawned.
 """
 
 import ctypes
@@ -58,6 +59,7 @@ OPENED_MARK = ".eval-pipeline-opened"
 
 _definitions: "Definitions | None" = None
 _instance: "DagsterInstance | None" = None
+_opened_an_instance = False  # whether this process has opened one (`open_instance`): it then forks no workers
 
 
 def environment_lanes(campaign: Campaign) -> int:
@@ -74,8 +76,10 @@ def embedded_run_workers(campaign: Campaign, paths: Paths, capacity: int) -> Pro
     before the command opens its instance or starts a thread."""
     if os.environ.get(DAGSTER_URL_VARIABLE) or capacity + environment_lanes(campaign) <= 1:
         return None
+    if _opened_an_instance or threading.active_count() > 1:  # nothing may be open or held when forking
+        return start_run_workers(campaign, paths, capacity)
     _import_what_a_run_needs(campaign)
-    gc.freeze()  # the objects imported stay shared with the workers: no page copied for their reference counts
+    gc.freeze()  # the workers' collections then leave the imported objects' pages alone (still shared)
     return start_run_workers(campaign, paths, capacity, start_method="fork")
 
 
@@ -118,6 +122,8 @@ def open_instance(instance_ref: Any = None) -> "DagsterInstance":
     waiting on every start. `_opened_before` says when they exist."""
     from dagster import DagsterInstance
 
+    global _opened_an_instance
+    _opened_an_instance = True
     if instance_ref is not None:  # an instance that whoever made the ref has opened: its databases exist
         return DagsterInstance.from_ref(instance_ref)
     home = dagster_home()

@@ -104,6 +104,12 @@ class EngineUnreachable(SandboxError):
     user's to fix, so the command says it in one line; any other infrastructure failure keeps its traceback."""
 
 
+class SnapshotUnusable(SandboxError):
+    """A re-grade's container, started from the agent's snapshot and running, in which the harness could not set
+    the verifier up: what the agent left (root in its container) may be the cause, so grading judges it by
+    intention to treat (trial/evaluation.py), as it does a test run that ended abnormally."""
+
+
 class RunnerEnded(SandboxError):
     """The harness's command runner in a container that still runs ended with an exit of its own and no result:
     killed by a process of the trial, most likely (the engine answered, and the container serves on). Generation

@@ -13,7 +13,8 @@ evaluation is that knowledge.
 
 Every planned trial counts unless the harness shows the fault is its own (intention to treat): a grading that
 ended abnormally while the patch's grading ran (no report, a crash of the runner, the OOM killer, the time limit,
-the engine refusing a command, a verifier killed by a signal) is followed at once by the instance's reference,
+the engine refusing a command, a verifier killed by a signal, a re-grade's container from the agent's snapshot
+in which the verifier cannot be set up) is followed at once by the instance's reference,
 graded in the same environment under the same limits. If the reference resolves, the patch broke the run: the
 trial is scored not resolved (`patch_broke_test_run`, or the limit's scored twin) and the reference's pass is
 kept as evidence. Only if the reference fails too is the fault the harness's, retried and never scored. A
@@ -48,6 +49,7 @@ from eval_pipeline.agents.builtin import OracleAgent
 from eval_pipeline.common.outcomes import InfrastructureError, Outcome, no_space_left
 from eval_pipeline.grading.verdict import GRADING_VERSION, Verdict, VerifierRun, grade_task
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
+from eval_pipeline.sandbox.base import SnapshotUnusable
 from eval_pipeline.store.artifacts import ArtifactStore, StoredRecord
 from eval_pipeline.store.attempts import Attempt, Stage, keep, now
 from eval_pipeline.tasks.environment import EnvironmentSpec
@@ -132,9 +134,9 @@ def _judge(
 ) -> Verdict:
     """The verdict, whatever happens: the agent's own failure, the grading's, or the infrastructure's. A failure
     raised while the agent's product was being graded leaves a `grading_interrupted` step, which tells it from
-    the machinery failing before (a snapshot gone, a workspace that cannot be made). A re-grade's workspace is
-    made from the agent's snapshot, which the agent, root in its container, could have broken: its making is
-    part of the grading."""
+    the machinery failing before (a snapshot gone, a workspace that cannot be made). So does a re-grade's
+    container, started from the agent's snapshot, in which the harness could not set the verifier up
+    (`SnapshotUnusable`): the agent, root in its container, may have broken it."""
     if generation.status != COMPLETED:  # the agent crashed or ran out of time: its failure, already final
         return Verdict(Outcome(generation.status), detail=generation.error[-2000:])
     mode = grading_mode(generation, test_timeout_s, sandbox.resources_record())
@@ -144,13 +146,13 @@ def _judge(
     try:
         if mode == SNAPSHOT:  # the agent's files are in the snapshot: nothing to apply
             environment = sandbox.snapshot_environment(environment, generation.snapshot or {})
-            grading = True
         patch = "" if mode == SNAPSHOT else generation.patch
         with sandbox.workspace(environment, label=f"eval-{generation.seed}") as workspace:
             grading = True
             return grade_task(instance, spec, patch, workspace, test_timeout_s)
     except InfrastructureError as error:
-        steps = [{"step": "grading_interrupted", "outcome": error.outcome.value}] if grading else []
+        interrupted = grading or isinstance(error, SnapshotUnusable)
+        steps = [{"step": "grading_interrupted", "outcome": error.outcome.value}] if interrupted else []
         return Verdict(error.outcome, steps=steps, detail=f"{error}\n{traceback.format_exc(limit=20)}")
     except Exception as error:  # noqa: BLE001 - a harness bug is an outcome, not a crash, and no verdict on the agent
         outcome = Outcome.STORAGE_ERROR if no_space_left(error) else Outcome.GRADING_ERROR  # a full disk is retried

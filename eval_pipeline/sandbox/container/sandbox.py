@@ -52,7 +52,6 @@ import docker.errors
 import requests.exceptions
 from docker.constants import DEFAULT_DOCKER_API_VERSION
 from docker.models.containers import Container
-from docker.utils import version_lt
 
 from eval_pipeline.common.git import KEEP_ANCESTORS, clone_at
 from eval_pipeline.common.hashing import stable_hash
@@ -369,16 +368,14 @@ def _connect() -> tuple[docker.DockerClient, bool]:
     """A client speaking the engine's API version as its ping states it, and whether the engine is Podman.
     docker-py's own negotiation asks the engine's /version, which Podman answers by running its OCI runtime's and
     conmon's binaries: 0.45 s idle and a second under load, in every process of the command (twice, with the
-    question which engine it is). An engine whose ping names no version gets docker-py's negotiation."""
+    question which engine it is). The version is the engine's, as docker-py's negotiation takes it; an engine
+    whose ping names none gets that negotiation."""
     client = docker.from_env(version=DEFAULT_DOCKER_API_VERSION, timeout=CLIENT_TIMEOUT_S)  # asks nothing yet
-    ping = client.api.get(f"{client.api.base_url}/_ping")
+    ping = client.api._get(client.api._url("/_ping", versioned_api=False))  # with the client's headers, timeout
     ping.raise_for_status()
     podman = "Libpod-Api-Version" in ping.headers
-    server = ping.headers.get("Api-Version")
+    version = ping.headers.get("Api-Version") or "auto"
     client.close()
-    if not server:
-        return docker.from_env(version="auto", timeout=CLIENT_TIMEOUT_S), podman
-    version = server if version_lt(server, DEFAULT_DOCKER_API_VERSION) else DEFAULT_DOCKER_API_VERSION
     return docker.from_env(version=version, timeout=CLIENT_TIMEOUT_S), podman
 
 

@@ -44,6 +44,7 @@ from eval_pipeline.sandbox.base import (
     ResourceLimits,
     RunnerEnded,
     SandboxError,
+    SnapshotUnusable,
     ToolChannel,
     Workspace,
 )
@@ -246,7 +247,10 @@ class ExecWorkspace(Workspace):
         removed first: the agent may have left anything at its place (a file, a link)."""
         made = f"mkdir -p -m 700 {self.root}/harness/{OUTPUT_DIR} && mkdir -p {shlex.join(task.VERIFIER_DIRS)}"
         if task.from_snapshot:
-            self._as_root(["sh", "-c", f"rm -rf {self.root} && {made}"])
+            exit_code, _, stderr = self.pod.run(["sh", "-c", f"rm -rf {self.root} && {made}"])
+            if exit_code != 0:
+                failure = self.pod.failure(f"setting the verifier up failed (exit {exit_code}): {stderr[-2000:]!r}")
+                raise SnapshotUnusable(str(failure)) if type(failure) is SandboxError else failure
             return
         commit = self._as_root(["sh", "-c", f"{made} && git --git-dir={TASK_GIT_DIR} rev-parse HEAD"]).strip()
         if not re.fullmatch(rb"[0-9a-f]{40,64}", commit):  # the engine lost the exec's output (seen under load)
