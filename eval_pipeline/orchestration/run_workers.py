@@ -255,9 +255,8 @@ def _import_what_a_run_needs(campaign: Campaign) -> None:
     if settings.exists():
         modules += _modules_named(yaml.safe_load(settings.read_text()))
     for module in modules:
-        with suppress(
-            ImportError
-        ):  # a name Dagster resolves itself (`dagster.core…`), or a broken one: the worker's to say
+        # A name Dagster resolves itself (`dagster.core…`), or a broken one, is left to the worker to say.
+        with suppress(ImportError):
             importlib.import_module(module)
 
 

@@ -332,8 +332,8 @@ class ContainerWorkspace(ExecWorkspace):
             return content.read() if content else None
 
 
-_clients: dict[tuple[int, str], docker.DockerClient] = {}
-_podman: dict[tuple[int, str], bool] = {}
+# Per process and engine: the client, and whether the engine is Podman.
+_clients: dict[tuple[int, str], tuple[docker.DockerClient, bool]] = {}
 _clients_lock = threading.Lock()
 
 
@@ -341,27 +341,26 @@ def engine_client() -> docker.DockerClient:
     """This process's client of the engine at DOCKER_HOST, made once: a client per step cost a third of a pod
     campaign's wall (each one reads the environment, opens a connection pool and asks the engine its version).
     Keyed by pid too, so a forked worker does not share its parent's connections."""
-    key = _engine_key()
+    return _engine()[0]
+
+
+def engine_is_podman() -> bool:
+    """Whether this process's engine is Podman (its ping names Libpod's API version)."""
+    return _engine()[1]
+
+
+def _engine() -> tuple[docker.DockerClient, bool]:
+    key = (os.getpid(), os.environ.get("DOCKER_HOST", ""))
     with _clients_lock:
         if key not in _clients:
             try:
                 with engine_errors(
                     f"connecting to the container engine at {key[1] or 'the default socket'} (DOCKER_HOST)"
                 ):
-                    _clients[key], _podman[key] = _connect()
+                    _clients[key] = _connect()
             except SandboxError as error:
                 raise EngineUnreachable(str(error)) from error.__cause__
         return _clients[key]
-
-
-def engine_is_podman() -> bool:
-    """Whether this process's engine is Podman (its ping names Libpod's API version)."""
-    engine_client()
-    return _podman[_engine_key()]
-
-
-def _engine_key() -> tuple[int, str]:
-    return os.getpid(), os.environ.get("DOCKER_HOST", "")
 
 
 def _connect() -> tuple[docker.DockerClient, bool]:
