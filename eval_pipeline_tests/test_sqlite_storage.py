@@ -10,7 +10,17 @@ import time
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, AssetMaterialization, DagsterEvent, DagsterEventType, DagsterInstance
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    DagsterEvent,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRunStatus,
+    JobDefinition,
+    job,
+    op,
+)
 from dagster._core.events import StepMaterializationData
 from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log import EventLogStorage, SqliteEventLogStorage
@@ -19,7 +29,11 @@ from eval_pipeline.common.settings import Deployment
 from eval_pipeline.orchestration import run_workers
 from eval_pipeline.orchestration.instance_config import ensure_instance_config
 from eval_pipeline.orchestration.run_workers import open_instance
-from eval_pipeline.orchestration.sqlite_storage import HELD_RUN_DATABASES, HeldSqliteEventLogStorage
+from eval_pipeline.orchestration.sqlite_storage import (
+    HELD_RUN_DATABASES,
+    HeldSqliteEventLogStorage,
+    HeldSqliteRunStorage,
+)
 
 ASSET = AssetKey(["demo", "evaluation"])
 
@@ -209,3 +223,47 @@ def test_a_template_holding_more_than_the_schema_is_not_copied(tmp_path):
     with sqlite3.connect(runs / "run-after.db") as connection:
         assert connection.execute("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'").fetchone() == (0,)
         assert connection.execute("SELECT count(*) FROM event_logs").fetchone() == (1,)
+
+
+def test_a_table_is_asked_for_until_the_index_has_it_then_remembered(tmp_path, monkeypatch):
+    """Dagster asks whether the index has a table before every dynamic partition query and tagged asset event,
+    each time on a connection of its own: the held storage asks until the table is there, never longer."""
+    storage = HeldSqliteEventLogStorage(str(tmp_path / "runs"))
+    assert not storage.has_table("added_later")
+    with storage.index_connection() as connection:
+        connection.exec_driver_sql("CREATE TABLE added_later (x INTEGER)")
+    asked: list[str] = []
+    ask = SqliteEventLogStorage.has_table
+    monkeypatch.setattr(SqliteEventLogStorage, "has_table", lambda self, name: asked.append(name) or ask(self, name))
+    assert storage.has_table("added_later") and storage.has_table("added_later")
+    assert storage.has_table("dynamic_partitions")
+    assert asked == ["added_later", "dynamic_partitions"]
+    storage.wipe()  # deletes rows, not tables
+    assert storage.has_table("dynamic_partitions") and storage.has_table("added_later")
+    assert not storage.has_table("never_made") and not storage.has_table("never_made")
+    assert asked.count("never_made") == 2
+
+
+def test_run_storages_held_by_two_processes_see_each_others_runs(tmp_path):
+    """The run storage keeps one engine per process: a run one process adds, another (the command, a worker)
+    reads and ends, and the first reads it ended."""
+    ensure_instance_config(tmp_path, Deployment())
+    with DagsterInstance.from_config(str(tmp_path)) as command, DagsterInstance.from_config(str(tmp_path)) as worker:
+        assert isinstance(command.run_storage, HeldSqliteRunStorage)
+        run = command.create_run_for_job(job_def=_one_op_job())
+        assert worker.get_run_by_id(run.run_id).status is DagsterRunStatus.NOT_STARTED
+        worker.report_run_canceled(worker.get_run_by_id(run.run_id))
+        assert command.get_run_record_by_id(run.run_id).dagster_run.status is DagsterRunStatus.CANCELED
+        assert command.run_storage.has_run_stats_index_cols()
+
+
+def _one_op_job() -> JobDefinition:
+    @op
+    def nothing() -> None:
+        pass
+
+    @job
+    def held_job() -> None:
+        nothing()
+
+    return held_job

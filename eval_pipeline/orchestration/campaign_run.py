@@ -6,6 +6,7 @@ the artifact store, not a regeneration.
 """
 
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -198,11 +199,15 @@ def run_campaign(
     terminal's live line: see _Teller); raises CampaignRunError when a stage every trial needs (preparing,
     results) fails, and SelectionError when the selection names what the campaign does not have."""
     create_pools(instance)
-    prepared = run_one(instance, launcher, cycle.request("prepare"))
+    harness = Harness.from_env(paths)
+    with ThreadPoolExecutor(
+        max_workers=1
+    ) as beside:  # asks the engine (a quarter second) while the dataset is prepared
+        shared_disks = beside.submit(harness.sandbox(campaign).disks_shared_with, harness_storage(paths))
+        prepared = run_one(instance, launcher, cycle.request("prepare"))
     if prepared.status != DagsterRunStatus.SUCCESS:
         raise failure_message(instance, prepared, f"campaign {campaign.name}: preparing the dataset")
-    harness = Harness.from_env(paths)
-    for shared in harness.sandbox(campaign).disks_shared_with(harness_storage(paths)):
+    for shared in shared_disks.result():
         say(f"{campaign.name}: warning: {shared}")
     portfolio = load_portfolio(campaign.slices, harness.paths).excluding(campaign.exclude)
     specs = trial_specs(campaign, portfolio, harness.sandbox_for(campaign))

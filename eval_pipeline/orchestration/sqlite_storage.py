@@ -47,7 +47,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
-__all__ = ["HeldSqliteEventLogStorage", "HeldSqliteStorage"]
+__all__ = ["HeldSqliteEventLogStorage", "HeldSqliteRunStorage", "HeldSqliteStorage"]
 
 # Run databases whose engines stay open besides the index's: the runs this process is writing, and a few more.
 HELD_RUN_DATABASES = 8
@@ -106,7 +106,16 @@ class HeldSqliteEventLogStorage(SqliteEventLogStorage):
     def __init__(self, base_dir: str, inst_data: Any = None) -> None:
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self._run_template: tuple[bytes, str] | tuple[()] | None = None  # (): none usable
+        self._tables: set[str] = set()  # tables the index is known to have
         super().__init__(base_dir, inst_data)
+
+    def has_table(self, table_name: str) -> bool:
+        """Whether the index has the table, asked until it has: Dagster asks before every dynamic partition query,
+        concurrency claim and tagged asset event, each time on an engine and connection of its own. No process
+        drops one (a migration adds tables, a wipe deletes rows)."""
+        if table_name not in self._tables and super().has_table(table_name):
+            self._tables.add(table_name)
+        return table_name in self._tables
 
     def _engine(self, shard: str) -> Engine:
         """The shard's engine, created (and its database initialised) on first use; the least recently used run
@@ -188,12 +197,39 @@ class HeldSqliteEventLogStorage(SqliteEventLogStorage):
         super().dispose()
 
 
+class HeldSqliteRunStorage(SqliteRunStorage):
+    """Dagster's SQLite run storage on one engine kept for the process, which Dagster's makes anew (and a
+    connection with it) for every query; whether the runs table has its statistics columns, which Dagster asks
+    before every run query and every run event, is asked until it has them (a migration adds them, no
+    process removes them)."""
+
+    def __init__(self, conn_string: str, inst_data: Any = None) -> None:
+        super().__init__(conn_string, inst_data)
+        self._engine = create_engine(
+            conn_string, pool_size=1, max_overflow=4, connect_args={"check_same_thread": False}
+        )
+        self._has_run_stats_columns = False
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        with self._engine.connect() as connection, connection.begin():
+            yield connection
+
+    def has_run_stats_index_cols(self) -> bool:
+        self._has_run_stats_columns = self._has_run_stats_columns or super().has_run_stats_index_cols()
+        return self._has_run_stats_columns
+
+    def dispose(self) -> None:
+        self._engine.dispose()
+        super().dispose()
+
+
 class HeldSqliteStorage(DagsterSqliteStorage):
-    """`DagsterSqliteStorage` (the same directories under `base_dir`) with the held event log."""
+    """`DagsterSqliteStorage` (the same directories under `base_dir`) with the held event log and run storage."""
 
     def __init__(self, base_dir: str, inst_data: Any = None) -> None:
         self.base_dir = base_dir
-        self._run_storage = SqliteRunStorage.from_local(_runs_directory(base_dir))
+        self._run_storage = HeldSqliteRunStorage.from_local(_runs_directory(base_dir))
         self._event_log_storage = HeldSqliteEventLogStorage(_event_logs_directory(base_dir))
         self._schedule_storage = SqliteScheduleStorage.from_local(_schedule_directory(base_dir))
         self._inst_data = inst_data

@@ -9,7 +9,7 @@ for every agent run and every grading. Backends differ in how they isolate
 import os
 import typing
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -317,6 +317,21 @@ class Workspace(ABC):
         """Run a task's verifier: as `run`, except where the agent's commands are kept from the verifier's
         paths (a terminal task's container), which the verifier sees."""
         return self.run(command, timeout_s=timeout_s, env=env)
+
+    def run_then_read(
+        self,
+        command: str,
+        names: Sequence[str],
+        *,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+        verifier: bool = False,
+    ) -> tuple[ExecResult, dict[str, bytes | None]]:
+        """`run` (`verify` for a `verifier`), then the harness files `names` as the command left them (None for
+        one it did not write). A backend that can reads them with the command's own answer (an exec's runner,
+        ExecWorkspace), where each read was an engine call of its own."""
+        result = (self.verify if verifier else self.run)(command, timeout_s=timeout_s, env=env)
+        return result, {name: self.read_harness_file(name) for name in names}
 
     @property
     def judged_in_place(self) -> bool:

@@ -25,6 +25,7 @@ output travels inside that JSON, already capped, so a command cannot forge the
 result, and gigabytes of output never leave the container.
 """
 
+import base64
 import ctypes
 import errno
 import fcntl
@@ -37,6 +38,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -695,8 +697,12 @@ def run_limited(
     view=None,
     keep_background=False,
     storage=None,
+    read_after=(),
+    read_cap=0,
 ):
-    """Run `sh -c command` in its own process group; kill the group on timeout. Returns a JSON-ready dict.
+    """Run `sh -c command` in its own process group; kill the group on timeout. Returns a JSON-ready dict,
+    with `files` ({path: `read_back`}) for the paths `read_after` names, read once the command has ended: a
+    reward file or a diff comes back with the command's answer, not in a call of its own.
 
     The group is killed when the command ends too, unless `keep_background` (a terminal task's container,
     where processes left running are the agent's product, as in Harbor): then only a group still holding
@@ -824,7 +830,9 @@ def run_limited(
         peak_memory_mb = round(watch.peak_bytes / 2**20, 1) if watch.peak_bytes else None
     else:
         peak_memory_mb = round(usage.ru_maxrss / 1024, 1)
+    files = {"files": {path: read_back(path, read_cap) for path in read_after}} if read_after else {}
     return {
+        **files,
         "command": command,
         "exit_code": process.returncode,
         "stdout": b"".join(out).decode("utf-8", errors="replace"),
@@ -840,6 +848,22 @@ def run_limited(
         or bool(oom_before is not None and oom_after is not None and oom_after > oom_before and not timed_out),
         "storage_exceeded": bool(disk and disk.exceeded),
     }
+
+
+def read_back(path, cap):
+    """A file the command left, as base64 of at most `cap` bytes; None where there is no regular file at `path`
+    itself: a link (planted by the command, it could name another trial's file) or a FIFO (whose opening would
+    wait for a writer) is no file."""
+    try:
+        if os.path.realpath(path) != path:
+            return None
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(descriptor, "rb") as opened:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        return base64.b64encode(opened.read(cap)).decode()
 
 
 def reap_forever():

@@ -117,14 +117,18 @@ def apply_patch(workspace: Workspace, patch: str, name: str) -> ExecResult:
     return workspace.run(f"patch --batch --forward --fuzz=5 -p1 -i {path}", timeout_s=PATCH_TIMEOUT_S)
 
 
-def _diff(workspace: Workspace, base_commit: str, output: str, binary_only: bool) -> None:
+def _diff(workspace: Workspace, base_commit: str, binary_only: bool) -> bytes:
+    """The workspace's diff against `base_commit`, written to DIFF_NAME by the workspace's own git and read back
+    with the command's answer."""
     attributes = ""
     if binary_only:  # every file as a binary patch: exact bytes, whatever their encoding
         attributes_file = workspace.write_harness_file(_BINARY_ATTRIBUTES, "* binary\n")
         attributes = f"-c core.attributesFile={shlex.quote(attributes_file)} "
-    result = workspace.run(
+    output = shlex.quote(workspace.harness_path(DIFF_NAME))
+    result, files = workspace.run_then_read(
         f"git add -A && git {attributes}-c core.quotepath=false diff --cached --no-color --no-ext-diff --binary "
-        f"{shlex.quote(base_commit)} --output={shlex.quote(output)} && wc -c < {shlex.quote(output)}",
+        f"{shlex.quote(base_commit)} --output={output} && wc -c < {output}",
+        (DIFF_NAME,),
         timeout_s=PATCH_TIMEOUT_S,
         env=workspace.harness_git_env,
     )
@@ -134,6 +138,7 @@ def _diff(workspace: Workspace, base_commit: str, output: str, binary_only: bool
         raise WorkspaceDiffError(
             f"the workspace's changes make a {int(result.stdout)} byte patch, over the limit of {MAX_PATCH_BYTES}"
         )
+    return files[DIFF_NAME] or b""
 
 
 def workspace_diff(workspace: Workspace, base_commit: str) -> str:
@@ -144,12 +149,8 @@ def workspace_diff(workspace: Workspace, base_commit: str) -> str:
     reproduces its bytes exactly instead of losing them to replacement
     characters.
     """
-    output = workspace.harness_path(DIFF_NAME)
     base_commit = workspace.base_revision or base_commit
-    _diff(workspace, base_commit, output, binary_only=False)
-    data = workspace.read_harness_file(DIFF_NAME) or b""
     try:
-        return data.decode("utf-8")
+        return _diff(workspace, base_commit, binary_only=False).decode("utf-8")
     except UnicodeDecodeError:
-        _diff(workspace, base_commit, output, binary_only=True)
-        return (workspace.read_harness_file(DIFF_NAME) or b"").decode("ascii")
+        return _diff(workspace, base_commit, binary_only=True).decode("ascii")

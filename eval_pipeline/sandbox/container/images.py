@@ -26,6 +26,7 @@ import re
 import shlex
 import tarfile
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import version
@@ -34,6 +35,7 @@ from typing import Any
 
 import docker
 import docker.errors
+from docker.models.images import Image
 
 from eval_pipeline.common.git import COMMIT_BASELINE, REFRESH_INDEX, STRIP_REFS
 from eval_pipeline.common.git import COMMIT_ENV as TASK_COMMIT_ENV
@@ -51,6 +53,11 @@ TESTBED = "/testbed"
 WORKSPACES = "/workspaces"
 PATH = f"{ENV_VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MANAGED_LABEL = "eval_pipeline.managed"
+# How long an image found on the engine is taken as found, without asking again: an environment step asks about
+# the same three images (the task's base, its own, the harness layer) eleven times within a second, each answer
+# about 20 ms of Podman's CPU. An image not found is asked about every time.
+IMAGE_LOOKUP_TTL_S = 5.0
+_found_images: dict[tuple[str, str], tuple[float, Image]] = {}
 
 
 # The engine's id of an image by its name, or '' where the engine has none (yet: a registry's, pulled at build).
@@ -286,6 +293,20 @@ def _log_text(lines: Iterable[Mapping[str, Any]]) -> str:
     return "".join(str(line.get("stream") or line.get("error") or "") for line in lines)
 
 
+def find_image(client: docker.DockerClient, name: str) -> Image | None:
+    """The engine's image `name` (a tag or an id), or None; one found within IMAGE_LOOKUP_TTL_S is not asked again."""
+    key = (client.api.base_url, name)
+    found = _found_images.get(key)
+    if found and time.monotonic() - found[0] < IMAGE_LOOKUP_TTL_S:
+        return found[1]
+    try:
+        image = client.images.get(name)
+    except docker.errors.ImageNotFound:
+        return None
+    _found_images[key] = (time.monotonic(), image)
+    return image
+
+
 class ImageBuilder:
     """Builds layers that do not exist yet, one builder per tag across processes, keeping every log."""
 
@@ -295,10 +316,8 @@ class ImageBuilder:
         self.locks = root / "locks"
 
     def image_id(self, tag: str) -> str | None:
-        try:
-            return self.client.images.get(tag).id
-        except docker.errors.ImageNotFound:
-            return None
+        image = find_image(self.client, tag)
+        return image.id if image else None
 
     def ensure(
         self, layer: ImageLayer, prepare_context: Callable[[ImageLayer], None] = lambda _: None

@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +49,7 @@ from eval_pipeline.sandbox.base import (
     Workspace,
 )
 from eval_pipeline.sandbox.container.images import ENV_VENV, PATH, TASK_GIT_DIR, TESTBED, WORKSPACES
+from eval_pipeline.sandbox.patches import MAX_PATCH_BYTES
 from eval_pipeline.sandbox.tool_runtime import ToolRuntime
 
 # Every harness process in a pod runs on the runtime's own interpreter, never on the environment's `python3`
@@ -103,6 +104,9 @@ with open(os.path.join(claims, "next"), "a+") as counter:
 sys.exit(75)
 """
 MISSING_FILE_EXIT = 3
+# The most of a file the runner reads back with a command's answer (`run_then_read`): a patch at its limit and
+# a byte more, which the patch's own check refuses.
+READ_BACK_CAP_BYTES = MAX_PATCH_BYTES + 1
 # How long a harness command (a workspace copy, a file transfer) may take before its exec counts as hung.
 HARNESS_COMMAND_TIMEOUT_S = 1800.0
 # A command's exec may outlast its own timeout by this much (the runner kills it, then reports) before
@@ -323,17 +327,42 @@ class ExecWorkspace(Workspace):
         }
 
     def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
-        return self._run_placed(self.command_placement(), command, timeout_s, env)
+        return self._run_placed(self.command_placement(), command, timeout_s, env)[0]
 
     def verify(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
         """A terminal task's verifier runs as Harbor runs it, where the directories the agent never saw are."""
-        placement = self._task_placement(self.task) if self.task else self.command_placement()
-        return self._run_placed(placement, command, timeout_s, env)
+        return self._run_placed(self._verifier_placement(), command, timeout_s, env)[0]
+
+    def run_then_read(
+        self,
+        command: str,
+        names: Sequence[str],
+        *,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+        verifier: bool = False,
+    ) -> tuple[ExecResult, dict[str, bytes | None]]:
+        """The runner reads the files as the command ends, in the same exec (limited_exec.read_back: a link or
+        anything but a regular file is no file); the names under `out/` are flat, as `read_harness_file`'s."""
+        placement = self._verifier_placement() if verifier else self.command_placement()
+        paths = {name: self._readable_harness_path(name) for name in names}
+        result, files = self._run_placed(placement, command, timeout_s, env, list(paths.values()))
+        return result, {name: files.get(path) for name, path in paths.items()}
+
+    def _verifier_placement(self) -> dict[str, Any]:
+        return self._task_placement(self.task) if self.task else self.command_placement()
 
     def _run_placed(
-        self, placement: Mapping[str, Any], command: str, timeout_s: float, env: Mapping[str, str] | None
-    ) -> ExecResult:
+        self,
+        placement: Mapping[str, Any],
+        command: str,
+        timeout_s: float,
+        env: Mapping[str, str] | None,
+        read_after: Sequence[str] = (),
+    ) -> tuple[ExecResult, dict[str, bytes | None]]:
         request = {**placement, "command": command, "env": {**placement["env"], **(env or {})}, "timeout_s": timeout_s}
+        if read_after:
+            request |= {"read_after": list(read_after), "read_cap": READ_BACK_CAP_BYTES}
         exit_code, stdout, stderr = self.pod.run(
             HARNESS.runner(), timeout_s=timeout_s + EXEC_MARGIN_S, private=json.dumps(request)
         )
@@ -343,8 +372,16 @@ class ExecWorkspace(Workspace):
                 raise RunnerEnded(str(failure)) from None
             raise failure
         try:
-            return ExecResult(**json.loads(stdout))
-        except (ValueError, TypeError):  # the answer was cut off on its way: the transport's failure, retried
+            answer = json.loads(stdout)
+            files = {
+                path: None if data is None else base64.b64decode(data) for path, data in answer.pop("files", {}).items()
+            }
+            return ExecResult(**answer), files
+        except (
+            ValueError,
+            TypeError,
+            AttributeError,
+        ):  # the answer was cut off on its way: the transport's failure, retried
             raise self.pod.failure(f"the command runner's answer was cut off: {stdout[-200:]!r}") from None
 
     def tool_server_command(self) -> tuple[list[str], dict[str, str]]:
@@ -372,6 +409,13 @@ class ExecWorkspace(Workspace):
         """Where the harness writes `name`, as root: never under `out/`, which the workspace's uid controls."""
         if not self.task and (name == OUTPUT_DIR or name.startswith(f"{OUTPUT_DIR}/")):
             raise ValueError(f"{name}: {OUTPUT_DIR}/ is for the workspace's commands to write, not the harness")
+        return self.harness_path(name)
+
+    def _readable_harness_path(self, name: str) -> str:
+        """Where the harness reads `name`: names under `out/` (the uid's directory) are flat, so no directory on
+        the way is the uid's."""
+        if name.startswith(f"{OUTPUT_DIR}/") and "/" in name.removeprefix(f"{OUTPUT_DIR}/"):
+            raise ValueError(f"{name}: names under {OUTPUT_DIR}/ are flat")
         return self.harness_path(name)
 
     def read_harness_file(self, name: str) -> bytes | None:

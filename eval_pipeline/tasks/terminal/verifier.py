@@ -28,8 +28,7 @@ REWARD_FILE = "verifier/reward.txt"
 REWARD_JSON = "verifier/reward.json"
 
 
-def _text(workspace: Workspace, name: str) -> str | None:
-    content = workspace.read_harness_file(name)
+def _text(content: bytes | None) -> str | None:
     return None if content is None else content.decode("utf-8", errors="replace")
 
 
@@ -45,12 +44,14 @@ def run_verifier(
     tests_dir = workspace.write_harness_tree("tests", task.tests)
     reward_file = workspace.harness_path(REWARD_FILE)
     reward_dir = shlex.quote(reward_file.rsplit("/", 1)[0])
-    tests = workspace.verify(
+    tests, rewards = workspace.run_then_read(
         f"rm -rf {reward_dir} && mkdir -p {reward_dir} && exec bash {shlex.quote(tests_dir + '/test.sh')}",
+        (REWARD_FILE, REWARD_JSON),
         timeout_s=test_timeout_s,
         env={**task.verifier_env, "EVAL_TESTS_DIR": tests_dir, "EVAL_REWARD_FILE": reward_file},
+        verifier=True,
     )
-    reward_txt, reward_json = _text(workspace, REWARD_FILE), _text(workspace, REWARD_JSON)
+    reward_txt, reward_json = _text(rewards[REWARD_FILE]), _text(rewards[REWARD_JSON])
     run = {**tests.summary(), "network": task.allow_internet}
     return VerifierRun(run, reward_txt, reward_json, test_timeout_s, in_place)
 
