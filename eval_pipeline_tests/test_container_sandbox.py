@@ -26,13 +26,7 @@ from eval_pipeline.defs import build_definitions, stage_job_name
 from eval_pipeline.sandbox import ResourceLimits
 from eval_pipeline.sandbox.container import janitor
 from eval_pipeline.sandbox.container.images import ENV_VENV, MANAGED_LABEL, ImageBuilder
-from eval_pipeline.sandbox.container.sandbox import (
-    CAMPAIGN_LABEL,
-    VOLUME_ID_LABEL,
-    engine_client,
-    engine_is_podman,
-    removals_done,
-)
+from eval_pipeline.sandbox.container.sandbox import CAMPAIGN_LABEL, VOLUME_ID_LABEL, engine_client, engine_is_podman
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT
 from eval_pipeline.store.artifacts import LocalArtifactStore
 from eval_pipeline.tasks.demo import DemoBug, DemoRepo, DemoStage, build_repos_benchmark
@@ -130,7 +124,6 @@ def test_gold_resolves_and_empty_does_not_in_containers(container_sandbox, demo_
                     assert workspace.container.labels["eval_pipeline.trial"] == "grade"
                 verdict = grade(instance, spec, patch, workspace, test_timeout_s=120)
             assert verdict.outcome is expected, (mode, instance.instance_id, verdict.detail, verdict.steps[-1:])
-    removals_done()  # each is removed behind its trial, on a thread of this process
     trial_containers = engine.containers.list(
         all=True, filters={"label": [f"eval_pipeline.campaign={sandbox.campaign}", "eval_pipeline.role=trial"]}
     )

@@ -41,7 +41,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -95,7 +95,6 @@ VOLUME_ID_LABEL = "eval_pipeline.volume_id"  # a tool volume's own id, new each 
 SNAPSHOT_REPOSITORY = "localhost/eval-pipeline-snapshot"  # terminal task containers as their agent left them
 CAMPAIGN_LABEL = "eval_pipeline.campaign"
 RELEASE_PARALLELISM = 8  # containers removed at once when a campaign releases its pods
-REMOVAL_THREADS = 2  # trial containers this process removes at once, behind its trials (_remove_soon)
 TOOLS_MARKER = ".complete"
 _FILLED_VOLUMES: set[tuple[str, str]] = set()  # (engine, volume) filled by this process
 # Commands are timed out inside the container; the client waits as long as they may run.
@@ -103,10 +102,6 @@ CLIENT_TIMEOUT_S = 24 * 3600
 # A container's network, as environment handles record it: the engine's default network, or none at all.
 ENGINE_NETWORK, NO_NETWORK = "engine default", "none"
 _ENGINE_FAILURES = (docker.errors.DockerException, requests.exceptions.RequestException)
-# Trial containers being removed behind the trials of this process (ContainerSandbox._remove_soon).
-_removals: ThreadPoolExecutor | None = None
-_pending_removals: set[Future] = set()
-_removals_lock = threading.Lock()
 
 logger = logging.getLogger(__name__)
 
@@ -703,7 +698,10 @@ class ContainerSandbox(SandboxBackend):
             with self._used(container, "trial", task, cut_network=False) as workspace:  # its own network, or none
                 yield workspace
         finally:
-            _remove_soon(container)
+            try:
+                container.remove(force=True)
+            except _ENGINE_FAILURES as error:  # the janitor removes what the engine could not remove now
+                logger.warning("could not remove %s: %s", name, error)
 
     @contextmanager
     def _used(
@@ -725,54 +723,12 @@ class ContainerSandbox(SandboxBackend):
         """Remove the campaign's containers, several at once: the engine stops each (its runner exits on
         SIGTERM), unmounts and deletes it, about half a second a pod, which one after the other made most of
         the seconds between a campaign's last trial and its report."""
-        removals_done()
         with engine_errors(f"releasing campaign {self.campaign}'s containers"):
             containers = self.client.containers.list(
                 all=True, filters={"label": [f"{MANAGED_LABEL}=true", f"{CAMPAIGN_LABEL}={self.campaign}"]}
             )
             with ThreadPoolExecutor(max_workers=RELEASE_PARALLELISM) as removing:
                 list(removing.map(lambda container: container.remove(force=True), containers))
-
-
-def _remove_soon(container: Container) -> None:
-    """Remove a trial's container (stopping what runs in it) on a thread of this process, while the trial's
-    records are stored: the engine takes 0.2-0.5 s a container, a tenth of a short trial's wall. `release`
-    and `removals_done` wait for it; a process that dies first leaves it to `release` or the janitor."""
-    global _removals
-    with _removals_lock:
-        _removals = _removals or ThreadPoolExecutor(max_workers=REMOVAL_THREADS, thread_name_prefix="remove")
-        removal = _removals.submit(_remove, container)
-        _pending_removals.add(removal)
-    removal.add_done_callback(_forget)
-
-
-def _remove(container: Container) -> None:
-    try:
-        container.remove(force=True)
-    except _ENGINE_FAILURES as error:  # the janitor removes what the engine could not remove now
-        logger.warning("could not remove %s: %s", container.name, error)
-
-
-def _forget(removal: Future) -> None:
-    with _removals_lock:
-        _pending_removals.discard(removal)
-
-
-def removals_done() -> None:
-    """Wait until every trial container this process set out to remove is removed (or failed to be)."""
-    with _removals_lock:
-        pending = list(_pending_removals)
-    wait(pending)
-
-
-def _no_removals_in_a_child() -> None:
-    """A forked child has none of its parent's threads: it starts its own, and waits only for its own removals."""
-    global _removals, _removals_lock
-    _removals, _removals_lock = None, threading.Lock()
-    _pending_removals.clear()
-
-
-os.register_at_fork(after_in_child=_no_removals_in_a_child)
 
 
 def _cloned_once(location: str, commit: str, target: Path, then: str = "") -> Path:
