@@ -12,7 +12,9 @@ import time
 import uuid
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
+import docker.errors
 import duckdb
 import pytest
 import yaml
@@ -24,8 +26,8 @@ from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import BUILTIN_DIR, load_campaign
 from eval_pipeline.defs import build_definitions, stage_job_name
 from eval_pipeline.sandbox import ResourceLimits
-from eval_pipeline.sandbox.container import janitor
-from eval_pipeline.sandbox.container.images import ENV_VENV, MANAGED_LABEL, ImageBuilder
+from eval_pipeline.sandbox.container import images, janitor
+from eval_pipeline.sandbox.container.images import ENV_VENV, MANAGED_LABEL, FoundImage, ImageBuilder, find_image
 from eval_pipeline.sandbox.container.sandbox import CAMPAIGN_LABEL, VOLUME_ID_LABEL, engine_client, engine_is_podman
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT
 from eval_pipeline.store.artifacts import LocalArtifactStore
@@ -419,3 +421,30 @@ def test_the_engine_client_learns_the_api_version_and_the_engine_from_the_ping(
         assert any(path.endswith("/version") for path in paths) == asked_version, paths
     finally:
         server.shutdown()
+
+
+class _EngineImages:
+    """The engine's image lookups as docker-py answers them, counted: what `find_image` asks of the engine."""
+
+    def __init__(self, present: dict[str, str]) -> None:
+        self.present, self.asked = present, []
+
+    def get(self, name: str) -> SimpleNamespace:
+        self.asked.append(name)
+        if name not in self.present:
+            raise docker.errors.ImageNotFound(name)
+        return SimpleNamespace(id=self.present[name], attrs={"Config": {"WorkingDir": "/app"}})
+
+
+def test_an_image_found_on_the_engine_is_not_asked_about_again_within_seconds(monkeypatch):
+    """An environment step asks about the same three images eleven times within a second: an image found is
+    taken as found for IMAGE_LOOKUP_TTL_S, one not found (about to be built) is asked about every time."""
+    lookups = _EngineImages({"task:1": "sha256:aa"})
+    client = SimpleNamespace(api=SimpleNamespace(base_url=f"http+docker://{uuid.uuid4().hex}"), images=lookups)
+    found = [find_image(client, "task:1") for _ in range(3)]
+    assert found == [FoundImage("sha256:aa", {"WorkingDir": "/app"})] * 3 and lookups.asked == ["task:1"]
+    assert find_image(client, "harness:1") is None and find_image(client, "harness:1") is None
+    assert lookups.asked == ["task:1", "harness:1", "harness:1"]
+    monkeypatch.setattr(images, "IMAGE_LOOKUP_TTL_S", 0.0)
+    lookups.present["task:1"] = "sha256:bb"  # rebuilt since
+    assert find_image(client, "task:1").id == "sha256:bb" and lookups.asked[-1] == "task:1"

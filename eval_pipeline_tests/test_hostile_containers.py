@@ -197,24 +197,21 @@ def test_a_trial_writes_nothing_of_the_harness_but_its_outputs(pod):
 
 def test_files_read_back_with_a_commands_answer_follow_no_link_and_wait_for_no_writer(pod):
     """`run_then_read` reads the named harness files as root in the runner, right after the command: an attack
-    that knows it plants a link to a file it cannot read, a link to a directory above a real file, and a FIFO
-    (which a plain open would wait on for ever) where the harness reads; each is no file. A real output is read."""
+    that knows it plants, where the harness reads, a link to a file only root may read and a FIFO (which a plain
+    open would wait on for ever) and leaves a directory in a third place; each is read as no file, and a real
+    output is read. A name that would go through a directory of the uid's (`out/up/...`) is refused before the
+    command runs."""
     sandbox, _, environment = pod
     with sandbox.workspace(environment, "t") as workspace:
         out = workspace.harness_path("out")
         attack = (
-            f"ln -s /opt/eval/tools/limited_exec.py {out}/junit.xml; mkfifo {out}/report.json; "
+            f"ln -s /etc/shadow {out}/junit.xml; mkfifo {out}/report.json; mkdir {out}/workspace.diff; "
             f"ln -s / {out}/up; echo tests ran > {out}/tests.log"
         )
-        names = ("out/junit.xml", "out/report.json", "out/tests.log", "out/absent")
+        names = ("out/junit.xml", "out/report.json", "out/workspace.diff", "out/tests.log", "out/absent")
         result, files = workspace.run_then_read(attack, names, timeout_s=30)
         assert result.ok, result.stderr
-        assert files == {
-            "out/junit.xml": None,
-            "out/report.json": None,
-            "out/tests.log": b"tests ran\n",
-            "out/absent": None,
-        }
+        assert files == dict.fromkeys(names) | {"out/tests.log": b"tests ran\n"}
         with pytest.raises(ValueError, match="flat"):
             workspace.run_then_read("true", ("out/up/etc/shadow",), timeout_s=30)
     still_works(pod)

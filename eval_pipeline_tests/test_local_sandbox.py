@@ -18,7 +18,7 @@ from eval_pipeline.common.settings import DeploymentError
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, local
 from eval_pipeline.sandbox.base import RunnerEnded
 from eval_pipeline.sandbox.interpreters import UPGRADE_PIP
-from eval_pipeline.sandbox.limited_exec import INODE_CHARGE, allocated_bytes, run_limited
+from eval_pipeline.sandbox.limited_exec import INODE_CHARGE, allocated_bytes, read_back, run_limited
 from eval_pipeline.sandbox.local import LocalSandbox, missing_system_packages
 from eval_pipeline.tasks.environment import EnvironmentSpec
 
@@ -486,3 +486,33 @@ def test_a_data_directory_below_a_pytest_configuration_is_refused_naming_it(tmp_
     (tmp_path / "tox.ini").write_text("[pytest]\n")
     with pytest.raises(DeploymentError, match="tox.ini"):
         LocalSandbox(plain / "data" / "sandboxes" / "local", ResourceLimits(), settings, "c")
+
+
+def test_a_file_read_back_with_a_commands_answer_is_a_regular_file_at_its_own_path(tmp_path):
+    """What the runner reads back as root after a command (`read_back`), where the command (an agent, root in a
+    terminal task's container) chose what lies there: only a regular file at the path itself is read. A link to it,
+    a directory on the way that is a link, a directory, a FIFO (a plain open would wait for a writer) and a device
+    are no file; a file over the cap is told apart (False), an empty one is empty."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "reward.txt").write_text("1")
+    (tmp_path / "empty").write_text("")
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "reward.txt")
+    (tmp_path / "up").symlink_to(tmp_path / "real")
+    (tmp_path / "directory").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    read = {name: read_back(str(tmp_path / name), 4) for name in ("real/reward.txt", "empty", "link", "up/reward.txt")}
+    assert read == {"real/reward.txt": "MQ==", "empty": "", "link": None, "up/reward.txt": None}
+    assert [read_back(str(tmp_path / name), 4) for name in ("directory", "fifo", "absent")] == [None] * 3
+    assert read_back("/dev/zero", 4) is None
+    (tmp_path / "big").write_bytes(b"12345")
+    assert read_back(str(tmp_path / "big"), 4) is False and read_back(str(tmp_path / "big"), 5) == "MTIzNDU="
+    answer = run_limited(
+        f"echo 0 > {tmp_path}/real/reward.txt",
+        str(tmp_path),
+        {},
+        30,
+        1000,
+        read_after=[str(tmp_path / "real" / "reward.txt"), str(tmp_path / "link")],
+        read_cap=4,
+    )
+    assert answer["files"] == {str(tmp_path / "real" / "reward.txt"): "MAo=", str(tmp_path / "link"): None}

@@ -24,6 +24,7 @@ from dagster import (
 from dagster._core.events import StepMaterializationData
 from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log import EventLogStorage, SqliteEventLogStorage
+from dagster._core.storage.runs import SqliteRunStorage
 
 from eval_pipeline.common.settings import Deployment
 from eval_pipeline.orchestration import run_workers
@@ -244,17 +245,23 @@ def test_a_table_is_asked_for_until_the_index_has_it_then_remembered(tmp_path, m
     assert asked.count("never_made") == 2
 
 
-def test_run_storages_held_by_two_processes_see_each_others_runs(tmp_path):
+def test_run_storages_held_by_two_processes_see_each_others_runs(tmp_path, monkeypatch):
     """The run storage keeps one engine per process: a run one process adds, another (the command, a worker)
-    reads and ends, and the first reads it ended."""
+    reads and ends, and the first reads it ended; whether the runs table has its statistics columns, which
+    Dagster asks before every run query and event, is asked once per process."""
     ensure_instance_config(tmp_path, Deployment())
+    asked: list[int] = []
+    ask = SqliteRunStorage.has_run_stats_index_cols
+    monkeypatch.setattr(SqliteRunStorage, "has_run_stats_index_cols", lambda self: asked.append(id(self)) or ask(self))
     with DagsterInstance.from_config(str(tmp_path)) as command, DagsterInstance.from_config(str(tmp_path)) as worker:
         assert isinstance(command.run_storage, HeldSqliteRunStorage)
         run = command.create_run_for_job(job_def=_one_op_job())
         assert worker.get_run_by_id(run.run_id).status is DagsterRunStatus.NOT_STARTED
         worker.report_run_canceled(worker.get_run_by_id(run.run_id))
-        assert command.get_run_record_by_id(run.run_id).dagster_run.status is DagsterRunStatus.CANCELED
-        assert command.run_storage.has_run_stats_index_cols()
+        for _ in range(3):
+            assert command.get_run_record_by_id(run.run_id).dagster_run.status is DagsterRunStatus.CANCELED
+        assert sorted(set(asked)) == sorted({id(command.run_storage), id(worker.run_storage)})
+        assert len(asked) == 2
 
 
 def _one_op_job() -> JobDefinition:

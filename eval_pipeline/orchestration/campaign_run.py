@@ -5,8 +5,9 @@ and trials not yet evaluated, and a re-run of a finished step costs a lookup in
 the artifact store, not a regeneration.
 """
 
+import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -200,11 +201,9 @@ def run_campaign(
     results) fails, and SelectionError when the selection names what the campaign does not have."""
     create_pools(instance)
     harness = Harness.from_env(paths)
-    with ThreadPoolExecutor(
-        max_workers=1
-    ) as beside:  # asks the engine (a quarter second) while the dataset is prepared
-        shared_disks = beside.submit(harness.sandbox(campaign).disks_shared_with, harness_storage(paths))
-        prepared = run_one(instance, launcher, cycle.request("prepare"))
+    # The engine is asked (a quarter second) while the dataset is prepared; a failed preparation does not wait.
+    shared_disks = _beside(harness.sandbox(campaign).disks_shared_with, harness_storage(paths))
+    prepared = run_one(instance, launcher, cycle.request("prepare"))
     if prepared.status != DagsterRunStatus.SUCCESS:
         raise failure_message(instance, prepared, f"campaign {campaign.name}: preparing the dataset")
     for shared in shared_disks.result():
@@ -236,6 +235,20 @@ def run_campaign(
         raise failure_message(instance, results, f"campaign {campaign.name}: building results")
     run.report = load_report(harness.fetch(paths.reports / campaign.name / "report.json"))
     return run
+
+
+def _beside(call: Callable[..., Any], *args: Any) -> Future:
+    """`call(*args)` on a daemon thread: an engine that does not answer never holds the command at its exit."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call(*args))
+        except BaseException as error:  # noqa: BLE001 - handed to whoever asks for the result
+            future.set_exception(error)
+
+    threading.Thread(target=run, name="beside", daemon=True).start()
+    return future
 
 
 def harness_storage(paths: Paths) -> dict[str, Path]:

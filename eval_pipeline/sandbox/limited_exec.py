@@ -698,11 +698,11 @@ def run_limited(
     keep_background=False,
     storage=None,
     read_after=(),
-    read_cap=0,
+    read_cap=2**20,
 ):
     """Run `sh -c command` in its own process group; kill the group on timeout. Returns a JSON-ready dict,
     with `files` ({path: `read_back`}) for the paths `read_after` names, read once the command has ended: a
-    reward file or a diff comes back with the command's answer, not in a call of its own.
+    reward file or a diff of up to `read_cap` bytes comes back with the command's answer, not in a call of its own.
 
     The group is killed when the command ends too, unless `keep_background` (a terminal task's container,
     where processes left running are the agent's product, as in Harbor): then only a group still holding
@@ -851,19 +851,32 @@ def run_limited(
 
 
 def read_back(path, cap):
-    """A file the command left, as base64 of at most `cap` bytes; None where there is no regular file at `path`
-    itself: a link (planted by the command, it could name another trial's file) or a FIFO (whose opening would
-    wait for a writer) is no file."""
+    """A file the command left, as base64; None where there is no regular file at `path` itself (a link planted
+    by the command, which could name another trial's file, a directory, a FIFO whose opening would wait for a
+    writer, a device); False where it holds more than `cap` bytes (the caller reads it another way). The file is
+    opened first and its path checked after, from the descriptor: a directory on the way that a process still
+    running (a terminal task's) swaps for a link between the two is seen."""
     try:
-        if os.path.realpath(path) != path:
+        if not stat.S_ISREG(os.lstat(path).st_mode):  # nothing else is even opened (a device may act on it)
             return None
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError:
         return None
-    with os.fdopen(descriptor, "rb") as opened:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode) or os.readlink(f"/proc/self/fd/{descriptor}") != path:
             return None
-        return base64.b64encode(opened.read(cap)).decode()
+        chunks, size = [], 0
+        while size <= cap:  # up to one byte past the cap, which tells a file over it
+            chunk = os.read(descriptor, cap + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+    return False if size > cap else base64.b64encode(b"".join(chunks)).decode()
 
 
 def reap_forever():

@@ -31,11 +31,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import docker
 import docker.errors
-from docker.models.images import Image
 
 from eval_pipeline.common.git import COMMIT_BASELINE, REFRESH_INDEX, STRIP_REFS
 from eval_pipeline.common.git import COMMIT_ENV as TASK_COMMIT_ENV
@@ -55,9 +54,19 @@ PATH = f"{ENV_VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:
 MANAGED_LABEL = "eval_pipeline.managed"
 # How long an image found on the engine is taken as found, without asking again: an environment step asks about
 # the same three images (the task's base, its own, the harness layer) eleven times within a second, each answer
-# about 20 ms of Podman's CPU. An image not found is asked about every time.
+# about 20 ms of Podman's CPU. An image not found is asked about every time; one removed within the window (a
+# prune) still counts as there, and the container started from it fails as the engine's error, retried.
 IMAGE_LOOKUP_TTL_S = 5.0
-_found_images: dict[tuple[str, str], tuple[float, Image]] = {}
+
+
+class FoundImage(NamedTuple):
+    """What the harness reads of an image: its id and its configuration (WORKDIR, ENV)."""
+
+    id: str
+    config: dict[str, Any]
+
+
+_found_images: dict[tuple[str, str], tuple[float, FoundImage]] = {}  # (engine, name) -> (when, image)
 
 
 # The engine's id of an image by its name, or '' where the engine has none (yet: a registry's, pulled at build).
@@ -293,18 +302,20 @@ def _log_text(lines: Iterable[Mapping[str, Any]]) -> str:
     return "".join(str(line.get("stream") or line.get("error") or "") for line in lines)
 
 
-def find_image(client: docker.DockerClient, name: str) -> Image | None:
+def find_image(client: docker.DockerClient, name: str) -> FoundImage | None:
     """The engine's image `name` (a tag or an id), or None; one found within IMAGE_LOOKUP_TTL_S is not asked again."""
-    key = (client.api.base_url, name)
+    key, now = (client.api.base_url, name), time.monotonic()
     found = _found_images.get(key)
-    if found and time.monotonic() - found[0] < IMAGE_LOOKUP_TTL_S:
+    if found and now - found[0] < IMAGE_LOOKUP_TTL_S:
         return found[1]
     try:
         image = client.images.get(name)
     except docker.errors.ImageNotFound:
         return None
-    _found_images[key] = (time.monotonic(), image)
-    return image
+    for stale in [k for k, (when, _) in _found_images.items() if now - when >= IMAGE_LOOKUP_TTL_S]:
+        _found_images.pop(stale, None)
+    _found_images[key] = (now, FoundImage(image.id, image.attrs.get("Config") or {}))
+    return _found_images[key][1]
 
 
 class ImageBuilder:

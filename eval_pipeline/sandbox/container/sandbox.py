@@ -309,9 +309,10 @@ class ContainerWorkspace(ExecWorkspace):
         return {"image": f"{SNAPSHOT_REPOSITORY}:{name}", "image_id": image_id}
 
     def read_harness_file(self, name: str) -> bytes | None:
-        """Through the engine's archive, whose output an exec under load can lose. The archive follows a final
-        link, so one (planted by the uid in out/: it could name another trial's file) is read as no file;
-        names under out/ are flat, so no directory on the way is the uid's."""
+        """Through the engine's archive, whose output an exec without the private channel can lose under load
+        (files a command leaves come back with its answer instead, over that channel: `run_then_read`). The
+        archive follows a final link, so one (planted by the uid in out/: it could name another trial's file) is
+        read as no file; names under out/ are flat, so no directory on the way is the uid's."""
         path = self._readable_harness_path(name)
         try:
             chunks, stat = self.container.get_archive(path)
@@ -477,8 +478,10 @@ class ContainerSandbox(SandboxBackend):
         starts at is read in each trial's container before the agent's first command (ExecWorkspace.create):
         a container started here only to read it cost each environment a second under load."""
         with engine_errors(f"reading the image of {task.instance_id}"):
-            found = find_image(self.client, image) or self.client.images.get(image)  # not found: the engine says so
-            config = found.attrs["Config"]
+            found = find_image(self.client, image)
+            if found is None:
+                raise docker.errors.ImageNotFound(f"no image {image}")
+            config = found.config
         env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
         return {"workdir": task.workdir, "env": {"HOME": "/root", **env}}
 

@@ -49,7 +49,6 @@ from eval_pipeline.sandbox.base import (
     Workspace,
 )
 from eval_pipeline.sandbox.container.images import ENV_VENV, PATH, TASK_GIT_DIR, TESTBED, WORKSPACES
-from eval_pipeline.sandbox.patches import MAX_PATCH_BYTES
 from eval_pipeline.sandbox.tool_runtime import ToolRuntime
 
 # Every harness process in a pod runs on the runtime's own interpreter, never on the environment's `python3`
@@ -104,9 +103,9 @@ with open(os.path.join(claims, "next"), "a+") as counter:
 sys.exit(75)
 """
 MISSING_FILE_EXIT = 3
-# The most of a file the runner reads back with a command's answer (`run_then_read`): a patch at its limit and
-# a byte more, which the patch's own check refuses.
-READ_BACK_CAP_BYTES = MAX_PATCH_BYTES + 1
+# The most of a file the runner reads back with a command's answer (`run_then_read`); a larger one (a big diff)
+# is read as `read_harness_file` reads it, so the runner, in the trial's cgroup, never holds much.
+READ_BACK_CAP_BYTES = 2**20
 # How long a harness command (a workspace copy, a file transfer) may take before its exec counts as hung.
 HARNESS_COMMAND_TIMEOUT_S = 1800.0
 # A command's exec may outlast its own timeout by this much (the runner kills it, then reports) before
@@ -343,11 +342,13 @@ class ExecWorkspace(Workspace):
         verifier: bool = False,
     ) -> tuple[ExecResult, dict[str, bytes | None]]:
         """The runner reads the files as the command ends, in the same exec (limited_exec.read_back: a link or
-        anything but a regular file is no file); the names under `out/` are flat, as `read_harness_file`'s."""
+        anything but a regular file is no file); one over READ_BACK_CAP_BYTES is read by `read_harness_file`.
+        The names under `out/` are flat, as `read_harness_file`'s."""
         placement = self._verifier_placement() if verifier else self.command_placement()
         paths = {name: self._readable_harness_path(name) for name in names}
         result, files = self._run_placed(placement, command, timeout_s, env, list(paths.values()))
-        return result, {name: files.get(path) for name, path in paths.items()}
+        read = {name: files.get(path) for name, path in paths.items()}
+        return result, {name: self.read_harness_file(name) if data is False else data for name, data in read.items()}
 
     def _verifier_placement(self) -> dict[str, Any]:
         return self._task_placement(self.task) if self.task else self.command_placement()
@@ -359,7 +360,8 @@ class ExecWorkspace(Workspace):
         timeout_s: float,
         env: Mapping[str, str] | None,
         read_after: Sequence[str] = (),
-    ) -> tuple[ExecResult, dict[str, bytes | None]]:
+    ) -> tuple[ExecResult, dict[str, bytes | bool | None]]:
+        """The command's result, and the files `read_after` names as the runner read them back (False: over the cap)."""
         request = {**placement, "command": command, "env": {**placement["env"], **(env or {})}, "timeout_s": timeout_s}
         if read_after:
             request |= {"read_after": list(read_after), "read_cap": READ_BACK_CAP_BYTES}
@@ -374,14 +376,11 @@ class ExecWorkspace(Workspace):
         try:
             answer = json.loads(stdout)
             files = {
-                path: None if data is None else base64.b64decode(data) for path, data in answer.pop("files", {}).items()
+                path: data if data in (None, False) else base64.b64decode(data)
+                for path, data in answer.pop("files", {}).items()
             }
             return ExecResult(**answer), files
-        except (
-            ValueError,
-            TypeError,
-            AttributeError,
-        ):  # the answer was cut off on its way: the transport's failure, retried
+        except (ValueError, TypeError, AttributeError):  # cut off on its way: the transport's failure, retried
             raise self.pod.failure(f"the command runner's answer was cut off: {stdout[-200:]!r}") from None
 
     def tool_server_command(self) -> tuple[list[str], dict[str, str]]:
