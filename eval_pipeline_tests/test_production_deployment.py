@@ -73,7 +73,7 @@ def test_the_embedded_default_loads_as_a_dagster_instance(tmp_path):
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
         assert instance.run_retries_enabled and instance.run_monitoring_enabled
-        assert type(instance.run_storage).__name__ == "SqliteRunStorage"
+        assert type(instance.run_storage).__name__ == "HeldSqliteRunStorage"
         assert type(instance.event_log_storage).__name__ == "HeldSqliteEventLogStorage"
 
 
