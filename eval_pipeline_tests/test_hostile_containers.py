@@ -1,5 +1,6 @@
 """Hostile agents in real containers: each is contained by the pod's isolation and limits, nothing else harmed."""
 
+import shlex
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +18,13 @@ from eval_pipeline_tests.conftest import prepare_on
 @pytest.fixture
 def pod(container_sandbox, demo_benchmark):
     sandbox = container_sandbox(limits=ResourceLimits(memory_floor_mb=64, memory_ceiling_mb=256, pids=128))
+    instance = demo_benchmark.instances[0]
+    return sandbox, instance, prepare_on(sandbox, demo_benchmark, instance)
+
+
+def pod_with_quota(container_sandbox, demo_benchmark, storage_mb: int):
+    """A pod for the demo's first instance whose trials each have `storage_mb` of disk."""
+    sandbox = container_sandbox(limits=ResourceLimits(storage_mb=storage_mb))
     instance = demo_benchmark.instances[0]
     return sandbox, instance, prepare_on(sandbox, demo_benchmark, instance)
 
@@ -286,9 +294,7 @@ def test_the_engine_storage_shared_with_the_harness_is_named_at_start(container_
 
 def test_a_file_removed_but_held_open_counts_against_the_quota(container_sandbox, demo_benchmark, store):
     """No walk finds a removed file a process still writes to; what the trial's processes hold open counts."""
-    sandbox = container_sandbox(limits=ResourceLimits(storage_mb=16))
-    instance = demo_benchmark.instances[0]
-    environment = prepare_on(sandbox, demo_benchmark, instance)
+    sandbox, instance, environment = pod_with_quota(container_sandbox, demo_benchmark, storage_mb=16)
     held = (
         "python3 -c \"import os, time\nf = open('hidden', 'wb')\nos.unlink('hidden')\n"
         'for _ in range(64): f.write(os.urandom(2**20)); f.flush()\ntime.sleep(60)"'
@@ -301,9 +307,7 @@ def test_space_freed_beside_a_pod_trial_does_not_hide_what_it_writes(container_s
     """In a pod, a finished trial's workspace is removed while others run, freeing more than a trial writes. The
     quota's walk is then triggered by what the trial's processes wrote (their /proc/<pid>/io, which the runner
     reads as root for the trial's uid), not only by the free space falling, which here rises."""
-    sandbox = container_sandbox(limits=ResourceLimits(storage_mb=8))
-    instance = demo_benchmark.instances[0]
-    environment = prepare_on(sandbox, demo_benchmark, instance)
+    sandbox, _, environment = pod_with_quota(container_sandbox, demo_benchmark, storage_mb=8)
     write = "python3 -c \"import os\nfor i in range(6): open(f'w{i}', 'wb').write(os.urandom(2**21))\""
     # The trial says it has started (so the runner has noted the free space), then waits for the neighbour's
     # removal, which the harness signals with a file of its own in the trial's working tree.
@@ -317,3 +321,27 @@ def test_space_freed_beside_a_pod_trial_does_not_hide_what_it_writes(container_s
             result = workspace.run(command, timeout_s=60)
             assert removed.result()[0] == 0
     assert result.storage_exceeded, result.summary()
+
+
+def test_a_trial_signalling_all_it_may_neither_kills_nor_freezes_the_quotas_walk(container_sandbox, demo_benchmark):
+    """The attack knows the design: the quota's walk stops the trial's processes from a forked child that the
+    runner gives the trial's uid, and its command's end kills them so. A thread of the trial's own process
+    then sends SIGKILL, or SIGSTOP, to every process it may (kill(-1) spares only its own process), as fast
+    as it can, while the process writes past its quota. The signaller's real uid is not the trial's, so
+    neither signal reaches it: the walk runs, and the command ends `storage_exceeded`, where it had ended
+    with the quota unwatched (the walk's thread killed) or hung (the walk's child stopped)."""
+    sandbox, _, environment = pod_with_quota(container_sandbox, demo_benchmark, storage_mb=8)
+    attack = (
+        "import os, signal, sys, threading, time\n"
+        "def signal_all(number):\n"
+        "    while True:\n"
+        "        try: os.kill(-1, number)\n"
+        "        except OSError: pass\n"
+        "threading.Thread(target=signal_all, args=(getattr(signal, sys.argv[1]),), daemon=True).start()\n"
+        "for i in range(6):\n"
+        "    open(f'w{i}', 'wb').write(os.urandom(2**21)); time.sleep(0.1)\n"
+    )
+    for signal in ("SIGKILL", "SIGSTOP"):
+        with sandbox.workspace(environment, f"signals-{signal}") as workspace:
+            result = workspace.run(f"exec python3 -c {shlex.quote(attack)} {signal}", timeout_s=60)
+            assert result.storage_exceeded and not result.timed_out, (signal, result.summary())

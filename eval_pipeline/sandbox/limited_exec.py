@@ -70,6 +70,13 @@ _HIDING_MOUNT = b"size=64m,mode=755"  # an empty, small tmpfs over each hidden p
 _LIBC = ctypes.CDLL(None, use_errno=True)
 # Where any uid may leave files that outlive its workspace: a trial's are removed when it ends.
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
+# A trial's uid is signalled by a process whose real and saved uid are the trial's plus this, and whose effective
+# uid is the trial's (`signal_all_of`): the trial's processes cannot signal it back. Trial uids stay below
+# 65534 - SIGNALLER_UID_OFFSET, so that both fit the 65536 ids a rootless engine maps (workspace.TRIAL_UIDS).
+SIGNALLER_UID_OFFSET = 22767
+# One signaller at a time in a runner: a storage walk's SIGSTOP and the command's end's SIGKILL would otherwise
+# each reach the other's signaller (both have the same real uid).
+_SIGNALLING = threading.Lock()
 
 
 class ViewUnavailable(OSError):
@@ -262,10 +269,22 @@ def end_processes_of(uid):
 
 
 def signal_all_of(uid, number):
-    """Send `number` to every process of `uid`, from a forked child that setuid()s to it and calls kill(-1):
-    the child sends it, not this runner, since as root kill(-1) would reach every process in the pod."""
+    """Send `number` to every process of `uid`, from a forked child that takes it as its effective uid and
+    calls kill(-1): the child sends it, not this runner, since as root kill(-1) would reach every process in
+    the pod.
+
+    The child's real and saved uid are the trial's plus SIGNALLER_UID_OFFSET, which no process of the pod
+    has: the kernel lets a process signal one whose real or saved uid is its own real or effective uid, so
+    the child reaches the trial's processes and those processes cannot reach the child. With a uid of their
+    own, a loop of kill(-1, SIGKILL or SIGSTOP) in a trial's process killed or froze the child, and with it
+    the storage quota's walk or the end of the trial."""
     if not uid:
         raise ValueError("only a trial's own uid is signalled, never root's")
+    with _SIGNALLING:
+        _signal_from_child(uid, number)
+
+
+def _signal_from_child(uid, number):
     for _ in range(100):  # under an exhausted pids limit, fork fails until the killed group is reaped
         try:
             with warnings.catch_warnings():  # forking a threaded process is safe here: the child only signals
@@ -281,7 +300,7 @@ def signal_all_of(uid, number):
         try:
             os.setgroups([])
             os.setgid(uid)
-            os.setuid(uid)
+            os.setresuid(uid + SIGNALLER_UID_OFFSET, uid, uid + SIGNALLER_UID_OFFSET)
             os.kill(-1, number)
         except ProcessLookupError:
             pass  # no process of the uid was left
@@ -393,6 +412,7 @@ class _MemoryWatch:
         self.kill_group = kill_group
         self.peak_bytes = 0
         self.exceeded = False
+        self.failure = None
         self.exited = threading.Event()
 
     def run(self):
@@ -525,6 +545,7 @@ class _StorageWatch:
         self.armed = threading.Event()
         self.state = state
         self.exceeded = False
+        self.failure = None
         self.exited = threading.Event()
         self.free = _free_bytes(paths[0])
         self.written = written_bytes()
@@ -572,7 +593,15 @@ class _StorageWatch:
     def run(self):
         """Sample until the command ends, and once more then: a command that wrote past the quota within one
         interval and ended is judged too. The thread starts before the command does (as the output readers
-        do: a fork bomb exhausting the pids limit would leave none to start after), and waits to be armed."""
+        do: a fork bomb exhausting the pids limit would leave none to start after), and waits to be armed.
+        A watch that fails keeps its error for the runner to raise (`failure`): a quota no longer watched
+        never reads as one kept."""
+        try:
+            self._watch()
+        except BaseException as error:  # noqa: BLE001 - raised again in the runner's own thread
+            self.failure = error
+
+    def _watch(self):
         self.armed.wait()
         if self.kill_group is None:
             return  # the command never started
@@ -820,6 +849,8 @@ def run_limited(
         reader.join()
     if disk:
         disk_thread.join()
+        if disk.failure:
+            raise disk.failure
         disk.save()
     if watch_cgroup_oom:
         _reap_orphans(time.monotonic() + _REAP_GRACE_S)

@@ -49,14 +49,15 @@ from eval_pipeline.sandbox.base import (
     Workspace,
 )
 from eval_pipeline.sandbox.container.images import ENV_VENV, PATH, TASK_GIT_DIR, TESTBED, WORKSPACES
+from eval_pipeline.sandbox.limited_exec import SIGNALLER_UID_OFFSET
 from eval_pipeline.sandbox.tool_runtime import ToolRuntime
 
 # Every harness process in a pod runs on the runtime's own interpreter, never on the environment's `python3`
 # (first on PATH, and possibly Python 3.6, or a trial's own): tool_runtime.py.
 HARNESS = ToolRuntime()
-# The uids trials get: clear of the image's own users, under 65534 (nobody) and so within the 65536 ids a
-# rootless engine maps into a container.
-TRIAL_UIDS = range(20000, 65534)
+# The uids trials get: clear of the image's own users, and, with each one's signaller uid (SIGNALLER_UID_OFFSET
+# above it), under 65534 (nobody) and so within the 65536 ids a rootless engine maps into a container.
+TRIAL_UIDS = range(20000, 65534 - SIGNALLER_UID_OFFSET)
 UID_CLAIMS = f"{WORKSPACES}/.uids"
 # World-writable directories every trial in a pod would share: each trial sees its own tmp there (limited_exec).
 SHARED_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
