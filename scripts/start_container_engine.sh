@@ -49,4 +49,31 @@ if ! podman image exists "$BASE_IMAGE"; then
   rm -rf "$rootfs"
 fi
 
+# netavark before 1.9 (Podman 4.3 here) leaves the default bridge's MAC address to the kernel, which gives a
+# bridge the lowest MAC of its ports: a container joining or leaving can change it, every other container's
+# cached address for the gateway goes stale, and their connections stall until that ARP entry expires
+# (40-60 s here, in a verifier's `pip install`; netavark#833 fixed it upstream). The bridge is made here with
+# a fixed address and a port of its own (one end of a veth pair: this kernel has no dummy links), so that
+# netavark reuses it and, the bridge never empty, never removes it.
+pin_default_bridge() {
+  local bridge gateway prefix
+  bridge=$(podman network inspect podman --format '{{.NetworkInterface}}')
+  gateway=$(podman network inspect podman --format '{{range .Subnets}}{{.Gateway}}{{end}}')
+  prefix=$(podman network inspect podman --format '{{range .Subnets}}{{.Subnet}}{{end}}')
+  prefix=${prefix#*/}
+  ip link show "$bridge" >/dev/null 2>&1 || ip link add "$bridge" type bridge
+  if [ "$(cat "/sys/class/net/$bridge/addr_assign_type")" != 3 ]; then  # 3: set by hand, never recalculated
+    # 0a:58 and the gateway's address in hex, as Kubernetes' bridge plugin derives its bridges' addresses.
+    ip link set "$bridge" address "$(printf '0a:58:%02x:%02x:%02x:%02x' ${gateway//./ })"
+  fi
+  ip link show eval-pin >/dev/null 2>&1 \
+    || { ip link add eval-pin type veth peer name eval-pin-peer && ip link set eval-pin master "$bridge" up; }
+  ip link set eval-pin-peer up  # the bridge keeps a carrier between containers
+  ip addr show dev "$bridge" | grep -q "inet $gateway/" || ip addr add "$gateway/$prefix" dev "$bridge"
+  ip link set "$bridge" up
+}
+if command -v ip >/dev/null && ! pin_default_bridge 2>/tmp/bridge-pin.log; then
+  echo "warning: the default bridge's address is not pinned (see /tmp/bridge-pin.log)" >&2
+fi
+
 echo "unix://$SOCKET"
