@@ -4,6 +4,8 @@ import json
 import os
 import resource
 import shlex
+import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -18,7 +20,14 @@ from eval_pipeline.common.settings import DeploymentError
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, local
 from eval_pipeline.sandbox.base import RunnerEnded
 from eval_pipeline.sandbox.interpreters import UPGRADE_PIP
-from eval_pipeline.sandbox.limited_exec import INODE_CHARGE, allocated_bytes, read_back, run_limited
+from eval_pipeline.sandbox.limited_exec import (
+    INODE_CHARGE,
+    allocated_bytes,
+    become_signaller,
+    read_back,
+    run_limited,
+    signal_all_of,
+)
 from eval_pipeline.sandbox.local import LocalSandbox, missing_system_packages
 from eval_pipeline.tasks.environment import EnvironmentSpec
 
@@ -516,3 +525,37 @@ def test_a_file_read_back_with_a_commands_answer_is_a_regular_file_at_its_own_pa
         read_cap=4,
     )
     assert answer["files"] == {str(tmp_path / "real" / "reward.txt"): "MAo=", str(tmp_path / "link"): None}
+
+
+# Far above any uid a container's trial gets (rootful engines share the host's uids): the attacker's kill(-1)
+# reaches no other test's trial.
+_HOST_TRIAL_UID = 2_900_000
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="taking a uid's credentials needs root")
+def test_a_uid_can_neither_kill_nor_stop_the_process_that_signals_its_processes():
+    """The signaller's credentials (`become_signaller`), as a trial that knows them attacks them: a process of
+    the trial's uid sends SIGKILL to the signaller's pid and SIGSTOP to every process it may (kill(-1)), and
+    the signaller runs on; `signal_all_of` still ends the uid's processes."""
+    held = os.fork()
+    if held == 0:  # a signaller held in place, as one is while a walk runs
+        try:
+            become_signaller(_HOST_TRIAL_UID)
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    victim = subprocess.Popen(["sleep", "60"], user=_HOST_TRIAL_UID, group=_HOST_TRIAL_UID, cwd="/")
+    try:
+        attack = f"kill -KILL {held} 2>/dev/null && echo reached || echo refused; kill -STOP -1"
+        attacker = subprocess.run(
+            ["sh", "-c", attack], user=_HOST_TRIAL_UID, group=_HOST_TRIAL_UID, cwd="/", capture_output=True, text=True
+        )
+        assert attacker.stdout.strip() == "refused", attacker
+        state = Path(f"/proc/{held}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state in "RS", f"the signaller is {state!r}, not running or sleeping"
+        signal_all_of(_HOST_TRIAL_UID, signal.SIGKILL)
+        assert victim.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        victim.kill()
+        os.kill(held, signal.SIGKILL)
+        os.waitpid(held, 0)

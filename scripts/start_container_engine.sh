@@ -56,23 +56,24 @@ fi
 # a fixed address and a port of its own (one end of a veth pair: this kernel has no dummy links), so that
 # netavark reuses it and, the bridge never empty, never removes it.
 pin_default_bridge() {
-  local bridge gateway prefix
-  bridge=$(podman network inspect podman --format '{{.NetworkInterface}}')
-  gateway=$(podman network inspect podman --format '{{range .Subnets}}{{.Gateway}}{{end}}')
-  prefix=$(podman network inspect podman --format '{{range .Subnets}}{{.Subnet}}{{end}}')
-  prefix=${prefix#*/}
-  ip link show "$bridge" >/dev/null 2>&1 || ip link add "$bridge" type bridge
+  local bridge gateway subnet
+  bridge=$(podman network inspect podman --format '{{.NetworkInterface}}') || return 1
+  # The first IPv4 subnet's gateway and prefix (a dual-stack network lists an IPv6 one too).
+  read -r gateway subnet < <(podman network inspect podman \
+    --format '{{range .Subnets}}{{.Gateway}} {{.Subnet}}{{"\n"}}{{end}}' | grep -m1 -E '^[0-9.]+ ') || return 1
+  ip link show "$bridge" >/dev/null 2>&1 || ip link add "$bridge" type bridge || return 1
   if [ "$(cat "/sys/class/net/$bridge/addr_assign_type")" != 3 ]; then  # 3: set by hand, never recalculated
     # 0a:58 and the gateway's address in hex, as Kubernetes' bridge plugin derives its bridges' addresses.
-    ip link set "$bridge" address "$(printf '0a:58:%02x:%02x:%02x:%02x' ${gateway//./ })"
+    ip link set "$bridge" address "$(printf '0a:58:%02x:%02x:%02x:%02x' ${gateway//./ })" || return 1
   fi
-  ip link show eval-pin >/dev/null 2>&1 \
-    || { ip link add eval-pin type veth peer name eval-pin-peer && ip link set eval-pin master "$bridge" up; }
-  ip link set eval-pin-peer up  # the bridge keeps a carrier between containers
-  ip addr show dev "$bridge" | grep -q "inet $gateway/" || ip addr add "$gateway/$prefix" dev "$bridge"
+  ip link show eval-pin >/dev/null 2>&1 || ip link add eval-pin type veth peer name eval-pin-peer || return 1
+  ip link set eval-pin master "$bridge" up && ip link set eval-pin-peer up || return 1  # a carrier between containers
+  [[ "$(ip -4 -o addr show dev "$bridge")" == *" $gateway/"* ]] || ip addr add "$gateway/${subnet#*/}" dev "$bridge" || return 1
   ip link set "$bridge" up
 }
-if command -v ip >/dev/null && ! pin_default_bridge 2>/tmp/bridge-pin.log; then
+if ! command -v ip >/dev/null; then
+  echo "warning: no \`ip\` (iproute2): the default bridge's address is not pinned" >&2
+elif ! pin_default_bridge 2>/tmp/bridge-pin.log; then
   echo "warning: the default bridge's address is not pinned (see /tmp/bridge-pin.log)" >&2
 fi
 

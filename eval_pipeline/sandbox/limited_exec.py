@@ -77,6 +77,7 @@ SIGNALLER_UID_OFFSET = 22767
 # One signaller at a time in a runner: a storage walk's SIGSTOP and the command's end's SIGKILL would otherwise
 # each reach the other's signaller (both have the same real uid).
 _SIGNALLING = threading.Lock()
+_SIGNAL_ATTEMPTS = 3  # forks of a signaller that another runner's (the same trial's) killed meanwhile
 
 
 class ViewUnavailable(OSError):
@@ -274,17 +275,36 @@ def signal_all_of(uid, number):
     the pod.
 
     The child's real and saved uid are the trial's plus SIGNALLER_UID_OFFSET, which no process of the pod
-    has: the kernel lets a process signal one whose real or saved uid is its own real or effective uid, so
-    the child reaches the trial's processes and those processes cannot reach the child. With a uid of their
-    own, a loop of kill(-1, SIGKILL or SIGSTOP) in a trial's process killed or froze the child, and with it
-    the storage quota's walk or the end of the trial."""
+    has (`become_signaller`): the kernel lets a process signal one whose real or saved uid is its own real or
+    effective uid, so the child reaches the trial's processes and those processes cannot reach the child.
+    With a uid of their own, a loop of kill(-1, SIGKILL or SIGSTOP) in a trial's process killed or froze the
+    child, and with it the storage quota's walk or the end of the trial. Only another signaller of the same
+    trial can reach the child now (a sweep beside a runner): a child it stopped is continued, and one it
+    killed is forked again."""
     if not uid:
         raise ValueError("only a trial's own uid is signalled, never root's")
     with _SIGNALLING:
-        _signal_from_child(uid, number)
+        for _ in range(_SIGNAL_ATTEMPTS):
+            status = _signal_from_child(uid, number)
+            if os.WIFEXITED(status):
+                break
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise OSError(f"could not signal the processes of uid {uid}")
+
+
+def become_signaller(uid):
+    """Drop this process (a forked child of the root runner) to the credentials that signal `uid`'s processes
+    and that none of them can signal back: effective uid `uid`, real and saved uid `uid` + SIGNALLER_UID_OFFSET,
+    no capability left (no uid is 0), and not dumpable (its /proc files stay root's)."""
+    os.setgroups([])
+    os.setgid(uid)
+    os.setresuid(uid + SIGNALLER_UID_OFFSET, uid, uid + SIGNALLER_UID_OFFSET)
+    if sys.platform == "linux":
+        _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def _signal_from_child(uid, number):
+    """The wait status of a child that sent `number` to `uid`'s processes (a stopped child is continued)."""
     for _ in range(100):  # under an exhausted pids limit, fork fails until the killed group is reaped
         try:
             with warnings.catch_warnings():  # forking a threaded process is safe here: the child only signals
@@ -298,18 +318,18 @@ def _signal_from_child(uid, number):
     if pid == 0:
         code = 0
         try:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setresuid(uid + SIGNALLER_UID_OFFSET, uid, uid + SIGNALLER_UID_OFFSET)
+            become_signaller(uid)
             os.kill(-1, number)
         except ProcessLookupError:
             pass  # no process of the uid was left
         except BaseException:  # noqa: BLE001 - the parent reports a failed signal by its exit code
             code = 1
         os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise OSError(f"could not signal the processes of uid {uid}")
+    while True:
+        _, status = os.waitpid(pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):
+            return status
+        os.kill(pid, signal.SIGCONT)
 
 
 def remove_files_of(uid, places=WORLD_WRITABLE):
@@ -412,7 +432,6 @@ class _MemoryWatch:
         self.kill_group = kill_group
         self.peak_bytes = 0
         self.exceeded = False
-        self.failure = None
         self.exited = threading.Event()
 
     def run(self):
@@ -600,6 +619,8 @@ class _StorageWatch:
             self._watch()
         except BaseException as error:  # noqa: BLE001 - raised again in the runner's own thread
             self.failure = error
+            if self.kill_group:
+                self.kill_group()  # the command runs no further unwatched
 
     def _watch(self):
         self.armed.wait()
@@ -618,6 +639,15 @@ class _StorageWatch:
                 self.exceeded = self.room < 0
                 return
 
+    def forget(self):
+        """Leave no room for the next command: it walks."""
+        if self.state:
+            for path in (self.state, f"{self.state}.new"):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
     def save(self):
         """Leave the room for the next command: never more than a walk found, less all either trigger counted
         since (a neighbour's deletions are not this trial's room)."""
@@ -630,11 +660,7 @@ class _StorageWatch:
                 json.dump({"room": room, "free": free}, saved)
             os.replace(f"{self.state}.new", self.state)
         except OSError:  # a full disk, most likely: the next command walks instead, and the result stands
-            for path in (self.state, f"{self.state}.new"):
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+            self.forget()
 
 
 def _disarm(disk):
@@ -850,6 +876,7 @@ def run_limited(
     if disk:
         disk_thread.join()
         if disk.failure:
+            disk.forget()
             raise disk.failure
         disk.save()
     if watch_cgroup_oom:
