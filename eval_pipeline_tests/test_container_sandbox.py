@@ -28,7 +28,13 @@ from eval_pipeline.defs import build_definitions, stage_job_name
 from eval_pipeline.sandbox import ResourceLimits
 from eval_pipeline.sandbox.container import images, janitor
 from eval_pipeline.sandbox.container.images import ENV_VENV, MANAGED_LABEL, FoundImage, ImageBuilder, find_image
-from eval_pipeline.sandbox.container.sandbox import CAMPAIGN_LABEL, VOLUME_ID_LABEL, engine_client, engine_is_podman
+from eval_pipeline.sandbox.container.sandbox import (
+    CAMPAIGN_LABEL,
+    VOLUME_ID_LABEL,
+    _fill_tools,
+    engine_client,
+    engine_is_podman,
+)
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT
 from eval_pipeline.store.artifacts import LocalArtifactStore
 from eval_pipeline.tasks.demo import DemoBug, DemoRepo, DemoStage, build_repos_benchmark
@@ -330,6 +336,29 @@ def test_releasing_a_campaign_removes_all_its_containers_and_no_other_campaigns(
         assert other.status == "running"
     finally:
         other.remove(force=True)  # the campaign's own are the fixture's to remove, should release have failed
+
+
+def test_a_tool_volume_put_the_engine_failed_is_made_once_more_and_a_refused_one_is_not():
+    """Podman's copier subprocess has broken its pipe under load (a 500, CI 2026-11-28): the runtime and its
+    marker are put again; an error of the request itself (4xx) is not retried, nor a second 500."""
+
+    class Filler:
+        def __init__(self, failures: list[int]) -> None:
+            self.failures, self.puts = failures, []
+
+        def put_archive(self, path: str, data: bytes) -> bool:
+            if self.failures:
+                status = self.failures.pop(0)
+                raise docker.errors.APIError("put", SimpleNamespace(status_code=status, reason="", url=""))
+            self.puts.append(path)
+            return True
+
+    filler = Filler([500])
+    _fill_tools(filler)
+    assert filler.puts == [TOOLS_ROOT, TOOLS_ROOT]  # the runtime, then its marker
+    for failures in ([404], [500, 500]):
+        with pytest.raises(docker.errors.APIError):
+            _fill_tools(Filler(failures))
 
 
 def test_the_tool_volume_is_looked_into_once_per_data_directory_and_again_when_made_anew(

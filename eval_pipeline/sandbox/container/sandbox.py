@@ -362,6 +362,20 @@ def _engine() -> tuple[docker.DockerClient, bool]:
         return _clients[key]
 
 
+def _fill_tools(filler: Container) -> None:
+    """Put the runtime, then its marker, into the tool volume through `filler`. Podman copies into a container
+    through a subprocess of its own, which under load has broken its pipe (a 500, "passing bulk input to
+    subprocess"): a put only overwrites, so one that failed on the engine's side is made once more."""
+    for attempt in range(2):
+        try:
+            filler.put_archive(TOOLS_ROOT, runtime_archive())
+            filler.put_archive(TOOLS_ROOT, _marker_archive())
+            return
+        except docker.errors.APIError as error:
+            if attempt or not error.is_server_error():
+                raise
+
+
 def _connect() -> tuple[docker.DockerClient, bool]:
     """A client speaking the engine's API version as its ping states it, and whether the engine is Podman.
     docker-py's own negotiation asks the engine's /version, which Podman answers by running its OCI runtime's and
@@ -597,8 +611,7 @@ class ContainerSandbox(SandboxBackend):
                 try:
                     filler.get_archive(f"{TOOLS_ROOT}/{TOOLS_MARKER}")
                 except docker.errors.NotFound:
-                    filler.put_archive(TOOLS_ROOT, runtime_archive())
-                    filler.put_archive(TOOLS_ROOT, _marker_archive())
+                    _fill_tools(filler)
             finally:
                 filler.remove(force=True)
             if volume_id:  # under the lock: a note cut short matches no id
