@@ -12,9 +12,9 @@ SOCKET=/run/podman/podman.sock
 BASE_IMAGE=${EVAL_PIPELINE_BASE_IMAGE:-localhost/eval-base:bookworm}
 
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null \
-  || ! command -v curl >/dev/null; then
+  || ! command -v curl >/dev/null || ! command -v ip >/dev/null; then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap curl >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap curl iproute2 >/dev/null
 fi
 
 # crun fails on this kind of host ("cgroups in hybrid mode"); podman's default
@@ -71,9 +71,7 @@ pin_default_bridge() {
   [[ "$(ip -4 -o addr show dev "$bridge")" == *" $gateway/"* ]] || ip addr add "$gateway/${subnet#*/}" dev "$bridge" || return 1
   ip link set "$bridge" up
 }
-if ! command -v ip >/dev/null; then
-  echo "warning: no \`ip\` (iproute2): the default bridge's address is not pinned" >&2
-elif ! pin_default_bridge 2>/tmp/bridge-pin.log; then
+if ! pin_default_bridge 2>/tmp/bridge-pin.log; then
   echo "warning: the default bridge's address is not pinned (see /tmp/bridge-pin.log)" >&2
 fi
 
