@@ -17,6 +17,7 @@ from eval_pipeline.common.settings import RESULTS_KEY_VARIABLE
 from eval_pipeline.results.warehouse import ResultRow
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxSettings, make_sandbox
 from eval_pipeline.sandbox.container.images import MANAGED_LABEL
+from eval_pipeline.sandbox.container.sandbox import removals_done
 from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline.store.artifacts import LocalArtifactStore, S3ArtifactStore
 from eval_pipeline.tasks.dataset import Benchmark
@@ -198,6 +199,7 @@ def engine():
             pytest.fail(f"CI must provide a container engine (see scripts/start_container_engine.sh): {error}")
         pytest.skip(f"no container engine reachable: {error}")
     yield client
+    removals_done()  # trial containers this process is removing behind its trials
     leftovers = client.containers.list(all=True, filters={"label": [f"{MANAGED_LABEL}=true"]})
     assert not leftovers, f"tests left containers behind: {[c.name for c in leftovers]}"
 

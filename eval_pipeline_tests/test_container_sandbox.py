@@ -25,7 +25,7 @@ from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import BUILTIN_DIR, load_campaign
 from eval_pipeline.defs import build_definitions, stage_job_name
-from eval_pipeline.sandbox import ResourceLimits
+from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
 from eval_pipeline.sandbox.container import images, janitor
 from eval_pipeline.sandbox.container.images import ENV_VENV, MANAGED_LABEL, FoundImage, ImageBuilder, find_image
 from eval_pipeline.sandbox.container.sandbox import (
@@ -34,6 +34,7 @@ from eval_pipeline.sandbox.container.sandbox import (
     _fill_tools,
     engine_client,
     engine_is_podman,
+    removals_done,
 )
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT
 from eval_pipeline.store.artifacts import LocalArtifactStore
@@ -132,6 +133,7 @@ def test_gold_resolves_and_empty_does_not_in_containers(container_sandbox, demo_
                     assert workspace.container.labels["eval_pipeline.trial"] == "grade"
                 verdict = grade(instance, spec, patch, workspace, test_timeout_s=120)
             assert verdict.outcome is expected, (mode, instance.instance_id, verdict.detail, verdict.steps[-1:])
+    removals_done()  # each is removed behind its trial, on a thread of this process
     trial_containers = engine.containers.list(
         all=True, filters={"label": [f"eval_pipeline.campaign={sandbox.campaign}", "eval_pipeline.role=trial"]}
     )
@@ -361,12 +363,12 @@ def test_a_tool_volume_put_the_engine_failed_is_made_once_more_and_a_refused_one
             _fill_tools(Filler(failures))
 
 
-def test_the_tool_volume_is_looked_into_once_per_data_directory_and_again_when_made_anew(
-    container_sandbox, engine, monkeypatch
+def test_the_tool_volume_is_looked_into_once_per_engine_and_again_when_made_anew(
+    container_sandbox, engine, monkeypatch, tmp_path
 ):
-    """The first process fills the tool volume (or finds it full) through a container; the command's other
-    processes trust the note it left, but only for that very volume: one removed and made again under the same
-    name, empty, is filled again before any trial mounts it."""
+    """The first process fills the tool volume (or finds it full) through a container and marks it on the
+    engine; later processes, of any data directory, trust the mark, but only for that very volume: one removed
+    and made again under the same name, empty, is filled again before any trial mounts it."""
     from docker.models.containers import ContainerCollection
 
     from eval_pipeline.sandbox.container import sandbox as container_module
@@ -390,6 +392,10 @@ def test_the_tool_volume_is_looked_into_once_per_data_directory_and_again_when_m
         assert len(created) == 1
         container_module._FILLED_VOLUMES.clear()  # as in the command's next process
         assert sandbox._tools_volume(image) == name and len(created) == 1
+        container_module._FILLED_VOLUMES.clear()  # a process of another data directory
+        settings = SandboxSettings.from_mapping({"backend": "container"})
+        elsewhere = make_sandbox(settings, tmp_path / "elsewhere", ResourceLimits(), f"test-{uuid.uuid4().hex[:8]}")
+        assert elsewhere._tools_volume(image) == name and len(created) == 1
         filled = runtime_files(name)
         assert filled
 
@@ -402,7 +408,9 @@ def test_the_tool_volume_is_looked_into_once_per_data_directory_and_again_when_m
             assert len(created) == 1
             assert runtime_files(name) == filled
     finally:
-        engine.volumes.get(name).remove(force=True)
+        for volume in engine.volumes.list():
+            if volume.name.startswith(name):  # the volume and its marks
+                volume.remove(force=True)
 
 
 def _engine_answering(ping_headers: dict[str, str], paths: list[str]) -> ThreadingHTTPServer:

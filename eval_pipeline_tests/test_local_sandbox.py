@@ -23,6 +23,7 @@ from eval_pipeline.sandbox.interpreters import UPGRADE_PIP
 from eval_pipeline.sandbox.limited_exec import (
     INODE_CHARGE,
     allocated_bytes,
+    answer,
     become_signaller,
     read_back,
     run_limited,
@@ -525,6 +526,20 @@ def test_a_file_read_back_with_a_commands_answer_is_a_regular_file_at_its_own_pa
         read_cap=4,
     )
     assert answer["files"] == {str(tmp_path / "real" / "reward.txt"): "MAo=", str(tmp_path / "link"): None}
+
+
+def test_a_request_s_set_up_runs_before_its_command_and_one_that_fails_runs_no_command(tmp_path):
+    """The runner of a task container's first command sets the container up first (`answer`'s `prepare`):
+    its output comes back beside the command's result, and the command sees what it made. A set-up that
+    fails is answered as such, with its error, and the command never runs: the harness's failure, not the
+    command's exit."""
+    request = {"command": "cat made", "cwd": str(tmp_path), "env": {}, "timeout_s": 30, "output_bytes": 1000}
+    done = answer({**request, "prepare": f"echo set > {tmp_path}/made && echo 0123abcd"})
+    assert (done["prepared"], done["stdout"], done["exit_code"]) == ("0123abcd\n", "set\n", 0)
+    assert "prepared" not in answer({**request, "command": "true"})
+    failed = answer({**request, "command": "touch ran", "prepare": "echo why >&2; exit 3"})
+    assert failed == {"prepare_failed": "exit 3: why\n"}
+    assert not (tmp_path / "ran").exists()
 
 
 # Far above any uid a container's trial gets (rootful engines share the host's uids): the attacker's kill(-1)

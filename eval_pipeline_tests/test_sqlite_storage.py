@@ -211,6 +211,35 @@ def test_a_new_runs_database_is_a_copy_of_dagsters_own_made_once(tmp_path, monke
     assert not list(runs.glob("*.tmp"))
 
 
+def test_a_home_whose_databases_exist_is_opened_without_alembic_and_an_unstamped_one_is_made(tmp_path, monkeypatch):
+    """Opening a home whose databases Dagster made loads none of alembic's revision scripts (each of the
+    command's processes did, for three databases, as they started at once); a database file without a revision
+    (another process still creating it, or an empty file) is still made by Dagster's own way."""
+    from alembic.script import ScriptDirectory
+
+    ensure_instance_config(tmp_path, Deployment())
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        store_materializations(instance, "run-0", ["a|s0"])
+    loaded: list[object] = []
+    from_config = ScriptDirectory.from_config.__func__
+    monkeypatch.setattr(
+        ScriptDirectory, "from_config", classmethod(lambda c, *a: loaded.append(a) or from_config(c, *a))
+    )
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        store_materializations(instance, "run-1", ["a|s1"])
+        assert materialized_partitions(instance) == ["a|s0", "a|s1"]
+        assert instance.get_runs() == []
+    assert loaded == []
+    schedules = tmp_path / "schedules" / "schedules.db"
+    schedules.unlink()
+    schedules.touch()
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.all_instigator_state() == []
+    assert len(loaded) >= 1
+    with sqlite3.connect(schedules) as connection:
+        assert connection.execute("SELECT version_num FROM alembic_version").fetchone()
+
+
 def test_a_template_holding_more_than_the_schema_is_not_copied(tmp_path):
     """Whoever can write the home (a local-backend agent, say) could add a trigger or rows to the run template,
     to be copied into every later run's database: such a template is not used, and `_initdb` makes each run's."""

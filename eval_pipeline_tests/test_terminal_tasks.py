@@ -422,6 +422,22 @@ def test_the_working_tree_s_commit_is_read_in_each_trial_s_container_and_never_i
 
 
 @pytest.mark.slow  # containers
+def test_a_task_container_is_set_up_by_the_runner_of_its_first_command(stateful, engine):
+    """No exec of its own for the set-up: the first command's runner makes the verifier's directories (the
+    agent's hiding mounts need them) and reads the commit before the command runs, in the same exec."""
+    task, sandbox, environment = stateful
+    commit = engine.containers.run(
+        environment.details["image"], ["git", f"--git-dir={TASK_GIT_DIR}", "rev-parse", "HEAD"], remove=True
+    )
+    with sandbox.workspace(environment, "first") as workspace:
+        execs, run = [], workspace.pod.run
+        workspace.pod.run = lambda argv, *args, **kwargs: execs.append(argv) or run(argv, *args, **kwargs)
+        assert workspace.run("test -d /tests && test -d /logs", timeout_s=60).ok
+        assert workspace.base_revision == commit.decode().strip()
+        assert len(execs) == 1, execs
+
+
+@pytest.mark.slow  # containers
 def test_validation_judges_a_stateful_task_s_reference_in_its_container(stateful):
     task, sandbox, environment = stateful
     validation = validate_task("t", task, task.environment, environment, sandbox, repeats=1, test_timeout_s=60)

@@ -244,7 +244,8 @@ def _start_worker(campaign: Campaign, data_dir: str, instance_ref: Any) -> None:
 
 def _import_what_a_run_needs(campaign: Campaign) -> None:
     """Dagster, the definitions, the campaign's sandbox backend and the modules the instance's settings name
-    (its storage, its compute logs): what a worker's first run would otherwise import."""
+    (its storage, its compute logs): what a worker's first run would otherwise import; and a container
+    backend's runtime identity, which each worker's first trial would otherwise work out."""
     import yaml
 
     from eval_pipeline.defs import location  # noqa: F401 - imports Dagster and every asset's module
@@ -258,6 +259,10 @@ def _import_what_a_run_needs(campaign: Campaign) -> None:
         # A name Dagster resolves itself (`dagster.core…`), or a broken one, is left to the worker to say.
         with suppress(ImportError):
             importlib.import_module(module)
+    if campaign.sandbox.backend != "local":
+        from eval_pipeline.sandbox.tool_runtime import runtime_identity
+
+        runtime_identity()  # names the tool volume or image: read from the installed metadata once, not per worker
 
 
 def _modules_named(settings: Any) -> list[str]:

@@ -22,10 +22,14 @@ Dagster also asks the schema before its queries: whether the index has a table (
 query, concurrency claim and tagged event) and whether the runs table has its statistics columns (before every
 run query and run event), each on an engine and connection made for the question. Both are asked until the
 answer is yes, then remembered, and the run storage keeps one engine too (`HeldSqliteRunStorage`): together
-about 1.1 s of the 14 s of Python a py-spy profile of the Harbor comparison's 8 trials sampled.
+about 1.1 s of the 14 s of Python a py-spy profile of the Harbor comparison's 8 trials sampled. Last, a home's
+databases that exist at a revision are opened as they are (`_stamped`), where Dagster's `from_local` and
+`_initdb` load alembic's revision scripts to learn a head they then leave alone: three databases in each of the
+command's processes, all starting at once.
 """
 
 import os
+import sqlite3
 import tempfile
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -82,6 +86,30 @@ def _linked_into_place(content: bytes, path: Path) -> bool:
         os.unlink(partial)
 
 
+def _stamped(database: Path, table: str) -> bool:
+    """Whether `database` exists holding `table` and an alembic revision: Dagster's `from_local` and `_initdb`
+    then leave it as it is, after loading alembic's hundred-odd revision scripts to learn the head (0.06 s
+    quiet, and three databases in each of the command's processes as they start at once). Opened without
+    creating it; any doubt (a database being made, locked past the busy timeout) is left to Dagster's way."""
+    if not database.exists():
+        return False
+    try:
+        connection = sqlite3.connect(f"file:{database}?mode=rw", uri=True, timeout=SQLITE_BUSY_TIMEOUT_SECONDS)
+        try:
+            revision = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+            found = connection.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+            return bool(revision and revision[0] and found.fetchone())
+        finally:
+            connection.close()
+    except sqlite3.Error:
+        return False
+
+
+def _conn_string(base_dir: str, name: str) -> str:
+    """Where Dagster's `from_local` keeps the database `name` under `base_dir`."""
+    return f"sqlite:///{os.path.abspath(base_dir)}/{name}.db"
+
+
 def _schema_only(content: bytes) -> tuple[bytes, str] | None:
     """The template and its revision, if it holds Dagster's schema alone: tables and their indexes, no row but
     alembic's revision."""
@@ -136,7 +164,11 @@ class HeldSqliteEventLogStorage(SqliteEventLogStorage):
             )
             event.listen(engine, "connect", _commit_without_waiting_for_the_disk)
             if shard not in self._initialized_dbs:
-                if shard == INDEX_SHARD_NAME or not self._run_database_from_template(shard, engine):
+                if shard == INDEX_SHARD_NAME:
+                    ready = _stamped(Path(self.path_for_shard(shard)), "event_logs")
+                else:
+                    ready = self._run_database_from_template(shard, engine)
+                if not ready:
                     self._initdb(engine)
                 self._initialized_dbs.add(shard)
         self._engines[shard] = engine
@@ -217,6 +249,13 @@ class HeldSqliteRunStorage(SqliteRunStorage):
         )
         self._has_run_stats_columns = False
 
+    @classmethod
+    def from_local(cls, base_dir: str, inst_data: Any = None) -> "HeldSqliteRunStorage":
+        """Dagster's, but without its alembic check for a database already made (`_stamped`)."""
+        if _stamped(Path(base_dir) / "runs.db", "instance_info"):
+            return cls(_conn_string(base_dir, "runs"), inst_data)
+        return super().from_local(base_dir, inst_data)
+
     @contextmanager
     def connect(self) -> Iterator[Connection]:
         with self._engine.connect() as connection, connection.begin():
@@ -231,6 +270,13 @@ class HeldSqliteRunStorage(SqliteRunStorage):
         super().dispose()
 
 
+def _schedule_storage(base_dir: str) -> SqliteScheduleStorage:
+    """Dagster's `from_local`, but without its alembic check for a database already made (`_stamped`)."""
+    if _stamped(Path(base_dir) / "schedules.db", "job_ticks"):
+        return SqliteScheduleStorage(_conn_string(base_dir, "schedules"))
+    return SqliteScheduleStorage.from_local(base_dir)
+
+
 class HeldSqliteStorage(DagsterSqliteStorage):
     """`DagsterSqliteStorage` (the same directories under `base_dir`) with the held event log and run storage."""
 
@@ -238,7 +284,7 @@ class HeldSqliteStorage(DagsterSqliteStorage):
         self.base_dir = base_dir
         self._run_storage = HeldSqliteRunStorage.from_local(_runs_directory(base_dir))
         self._event_log_storage = HeldSqliteEventLogStorage(_event_logs_directory(base_dir))
-        self._schedule_storage = SqliteScheduleStorage.from_local(_schedule_directory(base_dir))
+        self._schedule_storage = _schedule_storage(_schedule_directory(base_dir))
         self._inst_data = inst_data
         DagsterStorage.__init__(self)
 

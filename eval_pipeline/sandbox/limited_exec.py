@@ -974,6 +974,22 @@ def read_request():
     return json.loads(sys.stdin.readline())
 
 
+def answer(request):
+    """The answer to one request of a container's exec: `run_limited`'s, after the request's `prepare` (a shell
+    script) has run as this runner's user (root), its stdout returned as `prepared`. A workspace sets itself
+    up in the exec of its first command that way, rather than in an exec of its own before it, about 0.3 s
+    of a trial's wall under load; nothing of the trial has run before it. A script that fails is answered
+    `prepare_failed` and the command is not run: the harness's failure, never the command's."""
+    script = request.pop("prepare", None)
+    if script is None:
+        return run_limited(**request)
+    prepared = subprocess.run(["/bin/sh", "-c", script], stdin=subprocess.DEVNULL, capture_output=True)
+    if prepared.returncode != 0:
+        why = prepared.stderr.decode("utf-8", errors="replace")[-2000:]
+        return {"prepare_failed": f"exit {prepared.returncode}: {why}"}
+    return {**run_limited(**request), "prepared": prepared.stdout.decode("utf-8", errors="replace")}
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--reap"]:
         reap_forever()
@@ -984,6 +1000,6 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--usage"]:
         sys.exit(print(allocated_bytes(sys.argv[2:])))
     try:
-        print(json.dumps(run_limited(**read_request())))
+        print(json.dumps(answer(read_request())))
     except ViewUnavailable as error:
         sys.exit(f"{error} (the engine's seccomp profile or the kernel forbids user namespaces)")

@@ -41,7 +41,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -52,6 +52,7 @@ import docker.errors
 import requests.exceptions
 from docker.constants import DEFAULT_DOCKER_API_VERSION
 from docker.models.containers import Container
+from docker.models.volumes import Volume
 
 from eval_pipeline.common.git import KEEP_ANCESTORS, clone_at
 from eval_pipeline.common.hashing import stable_hash
@@ -95,6 +96,7 @@ VOLUME_ID_LABEL = "eval_pipeline.volume_id"  # a tool volume's own id, new each 
 SNAPSHOT_REPOSITORY = "localhost/eval-pipeline-snapshot"  # terminal task containers as their agent left them
 CAMPAIGN_LABEL = "eval_pipeline.campaign"
 RELEASE_PARALLELISM = 8  # containers removed at once when a campaign releases its pods
+REMOVAL_THREADS = 2  # trial containers this process removes at once, behind its trials (_remove_soon)
 TOOLS_MARKER = ".complete"
 _FILLED_VOLUMES: set[tuple[str, str]] = set()  # (engine, volume) filled by this process
 # Commands are timed out inside the container; the client waits as long as they may run.
@@ -102,6 +104,10 @@ CLIENT_TIMEOUT_S = 24 * 3600
 # A container's network, as environment handles record it: the engine's default network, or none at all.
 ENGINE_NETWORK, NO_NETWORK = "engine default", "none"
 _ENGINE_FAILURES = (docker.errors.DockerException, requests.exceptions.RequestException)
+# Trial containers being removed behind the trials of this process (ContainerSandbox._remove_soon).
+_removals: ThreadPoolExecutor | None = None
+_pending_removals: set[Future] = set()
+_removals_lock = threading.Lock()
 
 logger = logging.getLogger(__name__)
 
@@ -265,6 +271,8 @@ class ContainerWorkspace(ExecWorkspace):
         data = content.encode() if isinstance(content, str) else content
         path = self._writable_harness_path(name)
         at_harbor_path = bool(self.task and self.task.path(name))
+        if not at_harbor_path:  # the trial's directory, which the set-up makes
+            self._set_up()
         destination, relative = ("/", path.lstrip("/")) if at_harbor_path else (f"{self.root}/harness", name)
         archive = io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w") as tar:
@@ -292,6 +300,7 @@ class ContainerWorkspace(ExecWorkspace):
         `name` and labelled as the harness's and its campaign's."""
         if not self.judged_in_place:
             return None
+        self._set_up()  # the container as the agent found it, should it have run no command
         campaign = self.container.labels.get(CAMPAIGN_LABEL, "")
         labels = [
             f"LABEL {MANAGED_LABEL}=true",
@@ -360,6 +369,21 @@ def _engine() -> tuple[docker.DockerClient, bool]:
             except SandboxError as error:
                 raise EngineUnreachable(str(error)) from error.__cause__
         return _clients[key]
+
+
+def _filled_mark(volume: Volume) -> str | None:
+    """The name of the empty volume that says `volume` was seen full: its name and its own id (None without
+    one). Only the harness reaches the engine; no trial can make it."""
+    volume_id = (volume.attrs.get("Labels") or {}).get(VOLUME_ID_LABEL, "")
+    return f"{volume.name}.filled-{volume_id}" if volume_id else None
+
+
+def _volume_exists(client: docker.DockerClient, name: str) -> bool:
+    try:
+        client.volumes.get(name)
+    except docker.errors.NotFound:
+        return False
+    return True
 
 
 def _fill_tools(filler: Container) -> None:
@@ -580,9 +604,11 @@ class ContainerSandbox(SandboxBackend):
     def _tools_volume(self, image: str) -> str:
         """The volume holding the tool server's runtime (tool_runtime.py), filled once per engine through a
         container of `image` that is never started; a volume whose filling was cut short (no marker) is
-        filled again. A note beside the lock (the volume's own id, a label it was created with) spares the
-        command's other processes their own look through a container, a second of the engine's under load; a
-        volume made again under the same name has another id, and one made without an id is always looked into."""
+        filled again. Once a volume is seen full, an empty volume named for its own id (a label it was created
+        with) says so on the engine (`_filled_mark`): every later process, whatever its data directory, asks
+        the engine for that name (milliseconds) instead of looking through a container (a second of the
+        engine's under load, which the first trials of every command waited for). A volume made again under
+        the same name has another id, and one made without an id is always looked into."""
         name = f"{TOOLS_VOLUME_PREFIX}{runtime_identity()}"
         engine = os.environ.get("DOCKER_HOST", "")
         if (engine, name) in _FILLED_VOLUMES:
@@ -597,27 +623,27 @@ class ContainerSandbox(SandboxBackend):
                 volume = self.client.volumes.create(
                     name, labels={MANAGED_LABEL: "true", VOLUME_ID_LABEL: uuid.uuid4().hex}
                 )
-            checked = locks / f"{name}.checked"
-            volume_id = (volume.attrs.get("Labels") or {}).get(VOLUME_ID_LABEL, "")
-            if volume_id and checked.exists() and checked.read_text() == volume_id:  # this very volume, seen full
-                _FILLED_VOLUMES.add((engine, name))
-                return name
-            # nocopy: the engine would otherwise copy what `image` holds at TOOLS_ROOT into the empty volume
-            # (a task's own image could plant a sitecustomize.py there, run as root by every later server).
-            filler = self.client.containers.create(
-                image, ["true"], volumes={name: {"bind": TOOLS_ROOT, "mode": "rw,nocopy"}}, network_mode="none"
-            )
-            try:
-                try:
-                    filler.get_archive(f"{TOOLS_ROOT}/{TOOLS_MARKER}")
-                except docker.errors.NotFound:
-                    _fill_tools(filler)
-            finally:
-                filler.remove(force=True)
-            if volume_id:  # under the lock: a note cut short matches no id
-                checked.write_text(volume_id)
+            mark = _filled_mark(volume)
+            if not (mark and _volume_exists(self.client, mark)):
+                self._fill_if_empty(name, image)
+                if mark:  # after the fill: a fill cut short leaves no mark
+                    self.client.volumes.create(mark, labels={MANAGED_LABEL: "true"})
         _FILLED_VOLUMES.add((engine, name))
         return name
+
+    def _fill_if_empty(self, name: str, image: str) -> None:
+        # nocopy: the engine would otherwise copy what `image` holds at TOOLS_ROOT into the empty volume
+        # (a task's own image could plant a sitecustomize.py there, run as root by every later server).
+        filler = self.client.containers.create(
+            image, ["true"], volumes={name: {"bind": TOOLS_ROOT, "mode": "rw,nocopy"}}, network_mode="none"
+        )
+        try:
+            try:
+                filler.get_archive(f"{TOOLS_ROOT}/{TOOLS_MARKER}")
+            except docker.errors.NotFound:
+                _fill_tools(filler)
+        finally:
+            filler.remove(force=True)
 
     def _start(
         self, image: str, name: str, labels: Mapping[str, str], trials: int, network: str, task: bool = False
@@ -714,10 +740,7 @@ class ContainerSandbox(SandboxBackend):
             with self._used(container, "trial", task, cut_network=False) as workspace:  # its own network, or none
                 yield workspace
         finally:
-            try:
-                container.remove(force=True)
-            except _ENGINE_FAILURES as error:  # the janitor removes what the engine could not remove now
-                logger.warning("could not remove %s: %s", name, error)
+            _remove_soon(container)
 
     @contextmanager
     def _used(
@@ -739,12 +762,56 @@ class ContainerSandbox(SandboxBackend):
         """Remove the campaign's containers, several at once: the engine stops each (its runner exits on
         SIGTERM), unmounts and deletes it, about half a second a pod, which one after the other made most of
         the seconds between a campaign's last trial and its report."""
+        removals_done()
         with engine_errors(f"releasing campaign {self.campaign}'s containers"):
             containers = self.client.containers.list(
                 all=True, filters={"label": [f"{MANAGED_LABEL}=true", f"{CAMPAIGN_LABEL}={self.campaign}"]}
             )
             with ThreadPoolExecutor(max_workers=RELEASE_PARALLELISM) as removing:
                 list(removing.map(lambda container: container.remove(force=True), containers))
+
+
+def _remove_soon(container: Container) -> None:
+    """Remove a trial's container (stopping what runs in it) on a thread of this process, while the trial's
+    records are stored: the engine takes 0.2-0.5 s a container, a tenth of a short trial's wall. `release`
+    and `removals_done` wait for it; a process that dies first leaves it to `release` or the janitor. (On
+    Podman with netavark before 1.9 a removal beside another container's start changed the default bridge's
+    address and stalled that container's network for a minute: the engine set-up pins the bridge, docs/SANDBOXES.md.)"""
+    global _removals
+    with _removals_lock:
+        _removals = _removals or ThreadPoolExecutor(max_workers=REMOVAL_THREADS, thread_name_prefix="remove")
+        removal = _removals.submit(_remove, container)
+        _pending_removals.add(removal)
+    removal.add_done_callback(_forget)
+
+
+def _remove(container: Container) -> None:
+    try:
+        container.remove(force=True)
+    except _ENGINE_FAILURES as error:  # the janitor removes what the engine could not remove now
+        logger.warning("could not remove %s: %s", container.name, error)
+
+
+def _forget(removal: Future) -> None:
+    with _removals_lock:
+        _pending_removals.discard(removal)
+
+
+def removals_done() -> None:
+    """Wait until every trial container this process set out to remove is removed (or failed to be)."""
+    with _removals_lock:
+        pending = list(_pending_removals)
+    wait(pending)
+
+
+def _no_removals_in_a_child() -> None:
+    """A forked child has none of its parent's threads: it starts its own, and waits only for its own removals."""
+    global _removals, _removals_lock
+    _removals, _removals_lock = None, threading.Lock()
+    _pending_removals.clear()
+
+
+os.register_at_fork(after_in_child=_no_removals_in_a_child)
 
 
 def _cloned_once(location: str, commit: str, target: Path, then: str = "") -> Path:
