@@ -12,6 +12,7 @@ from eval_pipeline.agents.base import agent_task
 from eval_pipeline.common.git import git
 from eval_pipeline.common.outcomes import ImageBuildFailed, Outcome
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
+from eval_pipeline.sandbox.base import RunnerEnded
 from eval_pipeline.sandbox.container.images import TASK_GIT_DIR
 from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline.tasks.dataset import InvalidDatasetError
@@ -430,11 +431,30 @@ def test_a_task_container_is_set_up_by_the_runner_of_its_first_command(stateful,
         environment.details["image"], ["git", f"--git-dir={TASK_GIT_DIR}", "rev-parse", "HEAD"], remove=True
     )
     with sandbox.workspace(environment, "first") as workspace:
-        execs, run = [], workspace.pod.run
-        workspace.pod.run = lambda argv, *args, **kwargs: execs.append(argv) or run(argv, *args, **kwargs)
+        api = workspace.container.client.api
+        execs, exec_create = [], api.exec_create
+        api.exec_create = lambda *args, **kwargs: execs.append(args) or exec_create(*args, **kwargs)
         assert workspace.run("test -d /tests && test -d /logs", timeout_s=60).ok
         assert workspace.base_revision == commit.decode().strip()
         assert len(execs) == 1, execs
+
+
+@pytest.mark.slow  # containers
+def test_a_container_s_commands_share_one_runner_and_an_agent_that_kills_it_loses_its_command(stateful):
+    """One exec serves a workspace's commands (limited_exec.serve_session), each answered by a child of its
+    own. A command that kills that runner (root, as a task's agent is) ends with it, the agent's doing
+    (RunnerEnded, which a trial scores), and the next command gets another runner."""
+    task, sandbox, environment = stateful
+    with sandbox.workspace(environment, "session") as workspace:
+        api = workspace.container.client.api
+        execs, exec_create = [], api.exec_create
+        api.exec_create = lambda *args, **kwargs: execs.append(args) or exec_create(*args, **kwargs)
+        assert [workspace.run(f"echo {n}", timeout_s=60).stdout for n in range(3)] == ["0\n", "1\n", "2\n"]
+        assert len(execs) == 1
+        with pytest.raises(RunnerEnded):
+            workspace.run('read -r _ _ _ runner _ < /proc/$PPID/stat && kill -9 "$runner"; sleep 1', timeout_s=60)
+        assert workspace.run("echo again", timeout_s=60).stdout == "again\n"
+        assert len(execs) == 2
 
 
 @pytest.mark.slow  # containers

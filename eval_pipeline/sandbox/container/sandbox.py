@@ -30,6 +30,7 @@ counter are read in the container, and one JSON result comes back.
 
 import fcntl
 import io
+import json
 import logging
 import os
 import re
@@ -39,6 +40,7 @@ import subprocess
 import tarfile
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -61,6 +63,7 @@ from eval_pipeline.sandbox.base import (
     EngineUnreachable,
     EnvironmentHandle,
     ResourceLimits,
+    RunnerEnded,
     SandboxBackend,
     SandboxError,
     ToolChannel,
@@ -250,8 +253,65 @@ class EngineChannel(ToolChannel):
         self.socket.close()
 
 
+class RunnerSession:
+    """A workspace's command runner in one exec (limited_exec.serve_session): a request and its answer are JSON
+    lines on the exec's stdin and stdout, each numbered, so that an answer meant for an earlier request (one
+    that timed out) is never taken for the current one."""
+
+    def __init__(self, engine_exec: EngineExec) -> None:
+        self.engine_exec = engine_exec
+        api = engine_exec.container.client.api
+        argv = HARNESS.runner("--session")
+        try:
+            self.exec_id = api.exec_create(engine_exec.container.id, argv, stdin=True, user="0")["Id"]
+            self.channel = EngineChannel(api.exec_start(self.exec_id, socket=True)._sock, engine_exec)
+        except _ENGINE_FAILURES as error:
+            raise engine_exec.failure(f"starting the command runner failed: {error}") from error
+        self.asked = 0
+        self.pending = b""
+
+    def ask(self, request: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        """The answer to `request`. A runner whose answer never comes raises: RunnerEnded when it ended before
+        `timeout_s` while its container runs (the trial's processes may kill it: root in a task's container),
+        the transport's failure otherwise; either way the session is done."""
+        self.asked += 1
+        deadline = time.monotonic() + timeout_s
+        self.channel.socket.settimeout(timeout_s)
+        self.channel.send(json.dumps({"id": self.asked, "request": request}).encode() + b"\n")
+        while (line := self._line()) is not None:
+            try:
+                answer = json.loads(line)
+            except ValueError:
+                raise self.engine_exec.failure(f"the command runner's answer was cut off: {line[-200:]!r}") from None
+            if answer.pop("id", None) != self.asked:
+                continue  # a late answer to an earlier request
+            if not ({"runner_ended", "error", "view_unavailable"} & answer.keys()):
+                return answer
+            raise self._ended(f"the command runner ended: {answer}")
+        if time.monotonic() < deadline:
+            raise self._ended(f"the command runner ended: {self.channel.diagnostics()[-2000:]!r}")
+        raise self.engine_exec.failure(f"no answer from the command runner within {timeout_s:.0f} s")
+
+    def _ended(self, message: str) -> InfrastructureError:
+        failure = self.engine_exec.failure(message)
+        return RunnerEnded(str(failure)) if type(failure) is SandboxError else failure
+
+    def _line(self) -> bytes | None:
+        while b"\n" not in self.pending:
+            chunk = self.channel.receive()  # b"" once the exec's output ends, or its socket times out
+            if not chunk:
+                return None
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        return line
+
+    def close(self) -> None:
+        self.channel.close()  # the runner's stdin ends, and with it the runner
+
+
 class ContainerWorkspace(ExecWorkspace):
-    """An exec workspace whose harness files move as tar archives, one engine call each."""
+    """An exec workspace whose harness files move as tar archives, one engine call each, and whose commands all
+    go to one runner (`RunnerSession`), started by the first."""
 
     def __init__(
         self,
@@ -264,6 +324,22 @@ class ContainerWorkspace(ExecWorkspace):
     ) -> None:
         super().__init__(EngineExec(container), root, extra_env, limits, task, cut_network)
         self.container = container
+        self._session: RunnerSession | None = None
+        self._asking = threading.Lock()  # one request at a time on the session
+
+    def _runner_answer(self, request: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        with self._asking:
+            self._session = self._session or RunnerSession(self.pod)
+            try:
+                return self._session.ask(request, timeout_s)
+            except InfrastructureError:
+                self.end_commands()  # the next command starts another runner
+                raise
+
+    def end_commands(self) -> None:
+        if self._session:
+            self._session.close()
+            self._session = None
 
     def write_harness_file(self, name: str, content: str | bytes) -> str:
         """Root's file, readable (not writable) by the workspace's uid: the harness directory above it is

@@ -298,6 +298,7 @@ class ExecWorkspace(Workspace):
         try:
             yield self
         finally:
+            self.end_commands()
             try:
                 self.destroy()
             except InfrastructureError as error:  # the next workspace in this slot starts by removing it
@@ -386,16 +387,8 @@ class ExecWorkspace(Workspace):
             request |= {"read_after": list(read_after), "read_cap": READ_BACK_CAP_BYTES}
         if self._setup:
             request["prepare"] = self._setup  # limited_exec.answer
-        exit_code, stdout, stderr = self.pod.run(
-            HARNESS.runner(), timeout_s=timeout_s + EXEC_MARGIN_S, private=json.dumps(request)
-        )
-        if exit_code != 0 or not stdout:
-            failure = self.pod.failure(f"the command runner failed (exit {exit_code}): {stderr[-2000:]!r}")
-            if exit_code is not None and type(failure) is SandboxError:  # the engine reported the runner's own end
-                raise RunnerEnded(str(failure)) from None
-            raise failure
+        answer = self._runner_answer(request, timeout_s + EXEC_MARGIN_S)
         try:
-            answer = json.loads(stdout)
             if "prepare_failed" in answer:
                 raise self.pod.failure(f"setting up {self.root} failed: {answer['prepare_failed']}")
             if "prepared" in answer:
@@ -405,8 +398,29 @@ class ExecWorkspace(Workspace):
                 for path, data in answer.pop("files", {}).items()
             }
             return ExecResult(**answer), files
-        except (ValueError, TypeError, AttributeError):  # cut off on its way: the transport's failure, retried
-            raise self.pod.failure(f"the command runner's answer was cut off: {stdout[-200:]!r}") from None
+        except (ValueError, TypeError, AttributeError):  # not an answer: the transport's failure, retried
+            raise self.pod.failure(f"the command runner's answer was malformed: {str(answer)[-200:]!r}") from None
+
+    def _runner_answer(self, request: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        """The runner's answer to `request`, from an exec of its own (limited_exec.py's main). A runner that ended
+        with an exit of its own while its container runs raises RunnerEnded; an answer cut off on its way is the
+        transport's failure."""
+        exit_code, stdout, stderr = self.pod.run(HARNESS.runner(), timeout_s=timeout_s, private=json.dumps(request))
+        if exit_code != 0 or not stdout:
+            failure = self.pod.failure(f"the command runner failed (exit {exit_code}): {stderr[-2000:]!r}")
+            if exit_code is not None and type(failure) is SandboxError:  # the engine reported the runner's own end
+                raise RunnerEnded(str(failure)) from None
+            raise failure
+        try:
+            answer = json.loads(stdout)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):  # cut off on its way: the transport's failure, retried
+            raise self.pod.failure(f"the command runner's answer was cut off: {stdout[-200:]!r}")
+        return answer
+
+    def end_commands(self) -> None:
+        """Nothing more will run here: what serves this workspace's commands may go (`created`)."""
 
     def tool_server_command(self) -> tuple[list[str], dict[str, str]]:
         """The runtime mounted in every container (tool_runtime.py)."""
