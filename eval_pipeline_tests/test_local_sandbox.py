@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import eval_pipeline.sandbox.limited_exec as limited_exec
 from eval_pipeline.common.git import git
 from eval_pipeline.common.outcomes import ImageBuildFailed
 from eval_pipeline.common.settings import DeploymentError
@@ -23,7 +24,6 @@ from eval_pipeline.sandbox.interpreters import UPGRADE_PIP
 from eval_pipeline.sandbox.limited_exec import (
     INODE_CHARGE,
     allocated_bytes,
-    answer,
     become_signaller,
     read_back,
     run_limited,
@@ -528,18 +528,32 @@ def test_a_file_read_back_with_a_commands_answer_is_a_regular_file_at_its_own_pa
     assert answer["files"] == {str(tmp_path / "real" / "reward.txt"): "MAo=", str(tmp_path / "link"): None}
 
 
-def test_a_request_s_set_up_runs_before_its_command_and_one_that_fails_runs_no_command(tmp_path):
-    """The runner of a task container's first command sets the container up first (`answer`'s `prepare`):
-    its output comes back beside the command's result, and the command sees what it made. A set-up that
-    fails is answered as such, with its error, and the command never runs: the harness's failure, not the
-    command's exit."""
-    request = {"command": "cat made", "cwd": str(tmp_path), "env": {}, "timeout_s": 30, "output_bytes": 1000}
-    done = answer({**request, "prepare": f"echo set > {tmp_path}/made && echo 0123abcd"})
-    assert (done["prepared"], done["stdout"], done["exit_code"]) == ("0123abcd\n", "set\n", 0)
-    assert "prepared" not in answer({**request, "command": "true"})
-    failed = answer({**request, "command": "touch ran", "prepare": "echo why >&2; exit 3"})
-    assert failed == {"prepare_failed": "exit 3: why\n"}
-    assert not (tmp_path / "ran").exists()
+def test_a_session_runner_answers_each_request_by_its_id_and_a_child_killed_or_stopped_as_ended(tmp_path):
+    """`limited_exec.py --session` (a container workspace's one runner): each request answered in turn, numbered;
+    a command that kills or stops the child answering it (as a terminal agent, root, may) is answered for as
+    `runner_ended`, never half an answer or a session held for ever; the next request is served."""
+    session = subprocess.Popen(
+        [sys.executable, limited_exec.__file__, "--session"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    base = {"cwd": str(tmp_path), "env": {}, "timeout_s": 30, "output_bytes": 10_000_000}
+
+    def ask(number: int, command: str) -> dict:
+        session.stdin.write(json.dumps({"id": number, "request": {**base, "command": command}}) + "\n")
+        session.stdin.flush()
+        return json.loads(session.stdout.readline())
+
+    try:
+        assert json.loads(session.stdout.readline()) == {"id": 0, "pid": session.pid}  # where it can be found stopped
+        first = ask(1, "echo one")
+        assert (first["id"], first["stdout"], first["exit_code"]) == (1, "one\n", 0)
+        assert ask(2, "kill -9 $PPID") == {"id": 2, "runner_ended": f"wait status {signal.SIGKILL}"}
+        assert ask(3, "kill -STOP $PPID; sleep 5") == {"id": 3, "runner_ended": "stopped"}
+        big = ask(4, "head -c 3000000 /dev/zero | tr '\\0' x")
+        assert big["id"] == 4 and len(big["stdout"]) == 3_000_000
+        assert ask(5, "echo five")["stdout"] == "five\n"
+    finally:
+        session.stdin.close()
+        assert session.wait(timeout=30) == 0
 
 
 # Far above any uid a container's trial gets (rootful engines share the host's uids): the attacker's kill(-1)

@@ -1,6 +1,7 @@
 """Terminal tasks in the Harbor task format: loading, validation, and grading on the real local sandbox."""
 
 import shutil
+import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +14,7 @@ from eval_pipeline.common.git import git
 from eval_pipeline.common.outcomes import ImageBuildFailed, Outcome
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.base import RunnerEnded
+from eval_pipeline.sandbox.container import workspace as workspace_module
 from eval_pipeline.sandbox.container.images import TASK_GIT_DIR
 from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline.tasks.dataset import InvalidDatasetError
@@ -423,38 +425,67 @@ def test_the_working_tree_s_commit_is_read_in_each_trial_s_container_and_never_i
 
 
 @pytest.mark.slow  # containers
-def test_a_task_container_is_set_up_by_the_runner_of_its_first_command(stateful, engine):
-    """No exec of its own for the set-up: the first command's runner makes the verifier's directories (the
-    agent's hiding mounts need them) and reads the commit before the command runs, in the same exec."""
+def test_a_task_container_s_set_up_and_commands_share_one_exec(stateful, engine, monkeypatch):
+    """The set-up (the verifier's directories, which the agent's hiding mounts need, and the commit read) is the
+    first request of the workspace's one runner, not an exec of its own."""
     task, sandbox, environment = stateful
     commit = engine.containers.run(
         environment.details["image"], ["git", f"--git-dir={TASK_GIT_DIR}", "rev-parse", "HEAD"], remove=True
     )
+    execs, exec_create = [], sandbox.client.api.exec_create
+    monkeypatch.setattr(sandbox.client.api, "exec_create", lambda *a, **k: execs.append(a) or exec_create(*a, **k))
     with sandbox.workspace(environment, "first") as workspace:
-        api = workspace.container.client.api
-        execs, exec_create = [], api.exec_create
-        api.exec_create = lambda *args, **kwargs: execs.append(args) or exec_create(*args, **kwargs)
-        assert workspace.run("test -d /tests && test -d /logs", timeout_s=60).ok
         assert workspace.base_revision == commit.decode().strip()
+        assert workspace.run("test -d /tests && test -d /logs", timeout_s=60).ok
         assert len(execs) == 1, execs
 
 
 @pytest.mark.slow  # containers
-def test_a_container_s_commands_share_one_runner_and_an_agent_that_kills_it_loses_its_command(stateful):
+def test_a_container_s_commands_share_one_runner_and_an_agent_that_kills_it_loses_its_command(stateful, monkeypatch):
     """One exec serves a workspace's commands (limited_exec.serve_session), each answered by a child of its
     own. A command that kills that runner (root, as a task's agent is) ends with it, the agent's doing
-    (RunnerEnded, which a trial scores), and the next command gets another runner."""
+    (RunnerEnded, which a trial scores), and the next command gets another runner; a runner killed between
+    two commands loses the next one the same way, never as the engine's failure (which is retried, unscored)."""
     task, sandbox, environment = stateful
+    execs, exec_create = [], sandbox.client.api.exec_create
+    monkeypatch.setattr(sandbox.client.api, "exec_create", lambda *a, **k: execs.append(a) or exec_create(*a, **k))
     with sandbox.workspace(environment, "session") as workspace:
-        api = workspace.container.client.api
-        execs, exec_create = [], api.exec_create
-        api.exec_create = lambda *args, **kwargs: execs.append(args) or exec_create(*args, **kwargs)
         assert [workspace.run(f"echo {n}", timeout_s=60).stdout for n in range(3)] == ["0\n", "1\n", "2\n"]
         assert len(execs) == 1
         with pytest.raises(RunnerEnded):
             workspace.run('read -r _ _ _ runner _ < /proc/$PPID/stat && kill -9 "$runner"; sleep 1', timeout_s=60)
         assert workspace.run("echo again", timeout_s=60).stdout == "again\n"
         assert len(execs) == 2
+        # Killed between two commands, by a process the agent left running: the next command is the one lost.
+        later = 'read -r _ _ _ runner _ < /proc/$PPID/stat; (sleep 3; kill -9 "$runner") >/dev/null 2>&1 &'
+        assert workspace.run(later, timeout_s=60).ok  # after the 2 s its runner waits for what it left running
+        time.sleep(3)
+        with pytest.raises(RunnerEnded):
+            workspace.run("true", timeout_s=60)
+        assert workspace.run("echo third", timeout_s=60).stdout == "third\n"
+        # Stopped rather than killed, the child answering or the runner above it: the command is lost all the same.
+        with pytest.raises(RunnerEnded):
+            workspace.run("kill -STOP $PPID; sleep 5", timeout_s=60)
+        monkeypatch.setattr(workspace_module, "EXEC_MARGIN_S", 1.0)  # the runner's silence is waited out sooner
+        with pytest.raises(RunnerEnded):
+            workspace.run('read -r _ _ _ runner _ < /proc/$PPID/stat && kill -STOP "$runner"', timeout_s=3)
+        assert workspace.run("echo fourth", timeout_s=60).stdout == "fourth\n"
+
+
+@pytest.mark.slow  # containers
+def test_no_process_of_the_agent_can_write_answers_where_the_runner_writes_them(stateful):
+    """The runner's answers carry the verdict (the verifier's reward comes back in one). Root in its container,
+    an agent that knows the design opens the runner's output (/proc/<pid>/fd/1) to queue a forged answer for
+    the verifier's request, both at the child answering its command and at the session runner above it:
+    refused (neither is dumpable, and root in a container holds no CAP_SYS_PTRACE)."""
+    task, sandbox, environment = stateful
+    forge = (
+        "read -r _ _ _ session _ < /proc/$PPID/stat; for pid in $PPID $session; do"
+        ' (echo "{}" > /proc/$pid/fd/1) 2>/dev/null && echo "wrote $pid" || echo refused; done'
+    )
+    with sandbox.workspace(environment, "forge") as workspace:
+        assert workspace.run(forge, timeout_s=60).stdout == "refused\nrefused\n"
+        assert workspace.run("echo served", timeout_s=60).stdout == "served\n"
 
 
 @pytest.mark.slow  # containers

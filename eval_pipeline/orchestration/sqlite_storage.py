@@ -94,7 +94,8 @@ def _stamped(database: Path, table: str) -> bool:
     if not database.exists():
         return False
     try:
-        connection = sqlite3.connect(f"file:{database}?mode=rw", uri=True, timeout=SQLITE_BUSY_TIMEOUT_SECONDS)
+        uri = f"{database.resolve().as_uri()}?mode=rw"  # a name holding ? or # is quoted, never read as options
+        connection = sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_SECONDS)
         try:
             revision = connection.execute("SELECT version_num FROM alembic_version").fetchone()
             found = connection.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))

@@ -54,6 +54,7 @@ _WATCH_INTERVAL_S = 0.02
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4
 _REAP_GRACE_S = 2.0
+_SESSION_POLL_S = 0.1  # how often a session runner looks whether the child answering it was stopped
 _MAPS_TIMEOUT_S = 30.0  # how long a command's child waits for its parent to write its id maps
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWIPC = 0x08000000
@@ -971,60 +972,74 @@ def serve():
 
 def serve_session():
     """`--session`: a container workspace's runner, answering requests in turn until stdin closes: one JSON line
-    in ({"id": n, "request": ...}) and one out ({"id": n, ...`answer`'s}), so that a workspace's commands share
-    one exec of the engine, where each had one (0.3-0.45 s of a command's wall under load). Each request is
-    answered by a child forked for it, as an exec of its own answered it: the subreaper of its command's orphans,
-    which pass to the container's PID 1 when it exits, so that nothing a terminal task's agent leaves running
-    is this process's to wait for. A child that ends without answering (killed by the trial's processes, root
-    in a task's container) is answered for as {"runner_ended": its wait status}; the id tells a late answer of an
-    earlier request from the current one. Not dumpable: nothing reaches its stdin or stdout through /proc."""
+    in ({"id": n, "request": ...}) and one out ({"id": n, ...`run_limited`'s}), so that a workspace's commands
+    share one exec of the engine, where each had one (0.3-0.45 s of a command's wall under load). Each request
+    is answered by a child forked for it, as an exec of its own answered it: the subreaper of its command's
+    orphans, which pass to the container's PID 1 when it exits, so that nothing a terminal task's agent leaves
+    running is this process's to wait for. This process alone writes to stdout, relaying a child's answer only
+    once the child has exited whole: a child killed or stopped (by the trial's processes, root in a task's
+    container) is answered for as {"runner_ended": why}, never half an answer. Not dumpable: nothing reaches
+    its stdin or stdout through /proc."""
     if sys.platform == "linux":
         _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    sys.stdout.write(json.dumps({"id": 0, "pid": os.getpid()}) + "\n")  # where the harness finds it stopped
+    sys.stdout.flush()
     for line in sys.stdin:
         message = json.loads(line)
-        child = os.fork()
-        if child == 0:
-            _answer_then_exit(message["id"], message["request"])
-        _, status = os.waitpid(child, 0)
-        if status:
-            _reply({"id": message["id"], "runner_ended": status})
+        answer, why = _answer_in_child(message["request"])
+        reply = json.loads(answer) if answer is not None else {"runner_ended": why}
+        sys.stdout.write(json.dumps({**reply, "id": message["id"]}) + "\n")
+        sys.stdout.flush()
 
 
-def _answer_then_exit(request_id, request):
+def _answer_in_child(request):
+    """(the answer's JSON, None) from a child forked to answer `request`, or (None, why) when the child did not
+    end whole: killed, or stopped (then killed: it would hold the session for ever)."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read_end)
+        _answer_then_exit(request, write_end)
+    os.close(write_end)
+    chunks, status = [], None
+    with os.fdopen(read_end, "rb", buffering=0) as answers:
+        while True:
+            if select.select([answers], [], [], _SESSION_POLL_S)[0]:
+                if not (chunk := answers.read(65536)):
+                    break
+                chunks.append(chunk)
+            elif status is None and (found := os.waitpid(child, os.WNOHANG | os.WUNTRACED))[0]:
+                if os.WIFSTOPPED(found[1]):
+                    os.kill(child, signal.SIGKILL)
+                    os.waitpid(child, 0)
+                    return None, "stopped"
+                status = found[1]  # ended; the pipe's end follows
+    status = os.waitpid(child, 0)[1] if status is None else status
+    answer = b"".join(chunks)
+    if status or not answer.endswith(b"\n"):
+        return None, f"wait status {status}" if status else "no whole answer"
+    return answer, None
+
+
+def _answer_then_exit(request, answers):
+    """In the child: the answer (or the error that stopped it) written whole to `answers`, then exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # nothing else of this child's reaches the session's stdout
     try:
-        reply = answer(request)
+        reply = run_limited(**request)
     except ViewUnavailable as error:
         reply = {"view_unavailable": str(error)}
     except Exception:  # noqa: BLE001 - the caller raises it, with this process's traceback
         reply = {"error": traceback.format_exc()}
-    _reply({**reply, "id": request_id})
+    data = (json.dumps(reply) + "\n").encode()
+    while data:
+        data = data[os.write(answers, data) :]
     os._exit(0)
-
-
-def _reply(message):
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
 
 
 def read_request():
     """The request: one line of stdin (JSON has no raw newline)."""
     return json.loads(sys.stdin.readline())
-
-
-def answer(request):
-    """The answer to one request of a container's exec: `run_limited`'s, after the request's `prepare` (a shell
-    script) has run as this runner's user (root), its stdout returned as `prepared`. A workspace sets itself
-    up in the exec of its first command that way, rather than in an exec of its own before it, about 0.3 s
-    of a trial's wall under load; nothing of the trial has run before it. A script that fails is answered
-    `prepare_failed` and the command is not run: the harness's failure, never the command's."""
-    script = request.pop("prepare", None)
-    if script is None:
-        return run_limited(**request)
-    prepared = subprocess.run(["/bin/sh", "-c", script], stdin=subprocess.DEVNULL, capture_output=True)
-    if prepared.returncode != 0:
-        why = prepared.stderr.decode("utf-8", errors="replace")[-2000:]
-        return {"prepare_failed": f"exit {prepared.returncode}: {why}"}
-    return {**run_limited(**request), "prepared": prepared.stdout.decode("utf-8", errors="replace")}
 
 
 if __name__ == "__main__":
@@ -1039,6 +1054,6 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--usage"]:
         sys.exit(print(allocated_bytes(sys.argv[2:])))
     try:
-        print(json.dumps(answer(read_request())))
+        print(json.dumps(run_limited(**read_request())))
     except ViewUnavailable as error:
         sys.exit(f"{error} (the engine's seccomp profile or the kernel forbids user namespaces)")

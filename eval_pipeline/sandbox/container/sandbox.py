@@ -98,6 +98,8 @@ TOOLS_VOLUME_PREFIX = "eval-pipeline-tools-"
 VOLUME_ID_LABEL = "eval_pipeline.volume_id"  # a tool volume's own id, new each time one is created
 SNAPSHOT_REPOSITORY = "localhost/eval-pipeline-snapshot"  # terminal task containers as their agent left them
 CAMPAIGN_LABEL = "eval_pipeline.campaign"
+STOPPED_CHECK_TIMEOUT_S = 60.0  # for the exec asking whether a runner that gave no answer in time is stopped
+EXEC_END_POLLS = 20  # times a session's exec is asked whether it ended, 0.1 s apart, once its stream closed
 RELEASE_PARALLELISM = 8  # containers removed at once when a campaign releases its pods
 REMOVAL_THREADS = 2  # trial containers this process removes at once, behind its trials (_remove_soon)
 TOOLS_MARKER = ".complete"
@@ -269,32 +271,65 @@ class RunnerSession:
             raise engine_exec.failure(f"starting the command runner failed: {error}") from error
         self.asked = 0
         self.pending = b""
+        self.pid: int | None = None  # the runner's, in the container (its first line)
 
     def ask(self, request: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
-        """The answer to `request`. A runner whose answer never comes raises: RunnerEnded when it ended before
-        `timeout_s` while its container runs (the trial's processes may kill it: root in a task's container),
-        the transport's failure otherwise; either way the session is done."""
+        """The answer to `request`. A runner whose answer never comes raises: RunnerEnded when it ended (the trial's
+        processes may kill it: root in a task's container) while its container runs, the transport's failure
+        otherwise; either way the session is done."""
         self.asked += 1
         deadline = time.monotonic() + timeout_s
         self.channel.socket.settimeout(timeout_s)
-        self.channel.send(json.dumps({"id": self.asked, "request": request}).encode() + b"\n")
+        try:
+            self.channel.send(json.dumps({"id": self.asked, "request": request}).encode() + b"\n")
+        except SandboxLost:  # its end of the stream closed: killed since the last command, or the container gone
+            raise self._ended("the command runner had ended before the command") from None
         while (line := self._line()) is not None:
             try:
                 answer = json.loads(line)
             except ValueError:
                 raise self.engine_exec.failure(f"the command runner's answer was cut off: {line[-200:]!r}") from None
-            if answer.pop("id", None) != self.asked:
-                continue  # a late answer to an earlier request
+            number = answer.pop("id", None)
+            if number == 0:
+                self.pid = answer.get("pid")
+            if number != self.asked:
+                continue  # the runner's first line, or a late answer to an earlier request
             if not ({"runner_ended", "error", "view_unavailable"} & answer.keys()):
                 return answer
-            raise self._ended(f"the command runner ended: {answer}")
+            failure = self.engine_exec.failure(f"the command runner ended: {answer}")
+            raise RunnerEnded(str(failure)) if type(failure) is SandboxError else failure
         if time.monotonic() < deadline:
             raise self._ended(f"the command runner ended: {self.channel.diagnostics()[-2000:]!r}")
+        if self._stopped():  # by the trial's processes: SIGSTOP holds a runner until any timeout
+            raise self._ended(f"the command runner (pid {self.pid}) was stopped")
         raise self.engine_exec.failure(f"no answer from the command runner within {timeout_s:.0f} s")
 
+    def _stopped(self) -> bool:
+        """Whether the runner is stopped; if so it is killed, and its exec ends."""
+        if self.pid is None:
+            return False
+        script = f"grep -q '^State:[[:space:]]*[tT]' /proc/{self.pid}/status && kill -9 {self.pid}"
+        exit_code, _, _ = self.engine_exec.run(["sh", "-c", script], timeout_s=STOPPED_CHECK_TIMEOUT_S)
+        return exit_code == 0
+
     def _ended(self, message: str) -> InfrastructureError:
+        """RunnerEnded when the engine reports the runner's exec ended while its container runs; the container's
+        or the transport's failure otherwise."""
         failure = self.engine_exec.failure(message)
-        return RunnerEnded(str(failure)) if type(failure) is SandboxError else failure
+        if type(failure) is SandboxError and self._exec_ended():
+            return RunnerEnded(str(failure))
+        return failure
+
+    def _exec_ended(self) -> bool:
+        api = self.engine_exec.container.client.api
+        for _ in range(EXEC_END_POLLS):  # the engine notes the end a moment after the stream closes
+            try:
+                if not api.exec_inspect(self.exec_id)["Running"]:
+                    return True
+            except _ENGINE_FAILURES:
+                return False
+            time.sleep(0.1)
+        return False
 
     def _line(self) -> bytes | None:
         while b"\n" not in self.pending:
@@ -347,8 +382,6 @@ class ContainerWorkspace(ExecWorkspace):
         data = content.encode() if isinstance(content, str) else content
         path = self._writable_harness_path(name)
         at_harbor_path = bool(self.task and self.task.path(name))
-        if not at_harbor_path:  # the trial's directory, which the set-up makes
-            self._set_up()
         destination, relative = ("/", path.lstrip("/")) if at_harbor_path else (f"{self.root}/harness", name)
         archive = io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w") as tar:
@@ -376,7 +409,6 @@ class ContainerWorkspace(ExecWorkspace):
         `name` and labelled as the harness's and its campaign's."""
         if not self.judged_in_place:
             return None
-        self._set_up()  # the container as the agent found it, should it have run no command
         campaign = self.container.labels.get(CAMPAIGN_LABEL, "")
         labels = [
             f"LABEL {MANAGED_LABEL}=true",

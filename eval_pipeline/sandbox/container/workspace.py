@@ -196,8 +196,6 @@ class ExecWorkspace(Workspace):
         self.repo = task.workdir if task else f"{root}/repo"
         self.uid: int | None = None  # claimed by `create`; a task works as root
         self.task = task
-        self._base_revision: str | None = None
-        self._setup: str | None = None  # a task container's set-up, owed until an exec carries it (`_set_up`)
         self.cut_network = cut_network
         self._extra_env = extra_env
         self._output_bytes = limits.output_bytes
@@ -242,16 +240,16 @@ class ExecWorkspace(Workspace):
             self.storage_limit_bytes = int(copied) + self._storage_mb * 2**20
         except ValueError:  # the engine lost the exec's output (seen under load): the uid stays claimed, unused
             raise self.pod.failure(f"claiming a uid for {root} answered {claimed[-200:]!r}, not a uid") from None
-        self._base_revision = baseline.decode()
+        self.base_revision = baseline.decode()
 
     def _create_in_task_container(self, task: TaskLayout) -> None:
-        """The task's fresh container is set up before any command of the agent's, by the runner of its first
-        command (`_set_up`): the verifier's directories made, empty, as mount points for the agent's hiding
-        mounts, and the commit the working tree starts at read from the image's own history (the harness
-        layer's commit), which every patch is taken against. Not in a snapshot's container: an agent that
-        broke its git directory would otherwise fail its own re-grade as the harness's error, unscored. There
-        the harness's trial directory is removed first, in an exec of its own: the agent may have left
-        anything at its place (a file, a link)."""
+        """Before any command of the agent's, in the task's fresh container: the verifier's directories made,
+        empty, as mount points for the agent's hiding mounts, and the commit the working tree starts at read
+        from the image's own history (the harness layer's commit), which every patch is taken against; through
+        the command runner, so that where one runner serves the workspace's commands (a container's session)
+        this costs no exec of its own. Not in a snapshot's container: an agent that broke its git directory
+        would otherwise fail its own re-grade as the harness's error, unscored. There the harness's trial
+        directory is removed first: the agent may have left anything at its place (a file, a link)."""
         made = f"mkdir -p -m 700 {self.root}/harness/{OUTPUT_DIR} && mkdir -p {shlex.join(task.VERIFIER_DIRS)}"
         if task.from_snapshot:
             exit_code, _, stderr = self.pod.run(["sh", "-c", f"rm -rf {self.root} && {made}"])
@@ -259,25 +257,13 @@ class ExecWorkspace(Workspace):
                 failure = self.pod.failure(f"setting the verifier up failed (exit {exit_code}): {stderr[-2000:]!r}")
                 raise SnapshotUnusable(str(failure)) if type(failure) is SandboxError else failure
             return
-        self._setup = f"{made} && git --git-dir={TASK_GIT_DIR} rev-parse HEAD"
-
-    def _set_up(self) -> None:
-        """The set-up still owed, in an exec of its own: for whatever reaches the container before a command
-        does (a tool server, a harness file of the trial's directory, the commit asked for). A command's runner
-        carries it otherwise (`_run_placed`), which spares a trial one exec, about 0.3 s under load."""
-        if self._setup:
-            self._took_setup(self._as_root(["sh", "-c", self._setup]))
-
-    def _took_setup(self, output: bytes) -> None:
-        commit = output.strip()
-        if not re.fullmatch(rb"[0-9a-f]{40,64}", commit):  # the engine lost the exec's output (seen under load)
-            raise self.pod.failure(f"reading the task's commit in {self.root} answered {commit[-200:]!r}")
-        self._setup, self._base_revision = None, commit.decode()
-
-    @property
-    def base_revision(self) -> str | None:
-        self._set_up()
-        return self._base_revision
+        setup = {**self._task_placement(task), "cwd": "/", "env": {}, "timeout_s": HARNESS_COMMAND_TIMEOUT_S}
+        request = {**setup, "command": f"{made} && git --git-dir={TASK_GIT_DIR} rev-parse HEAD"}
+        answer = ExecResult(**self._runner_answer(request, HARNESS_COMMAND_TIMEOUT_S + EXEC_MARGIN_S))
+        commit = answer.stdout.strip()
+        if not answer.ok or not re.fullmatch(r"[0-9a-f]{40,64}", commit):
+            raise self.pod.failure(f"reading the task's commit in {self.root} answered {answer.summary()!r}")
+        self.base_revision = commit
 
     def destroy(self) -> None:
         """End every process of the uid and remove its files, then the workspace; only then free the uid
@@ -385,14 +371,8 @@ class ExecWorkspace(Workspace):
         request = {**placement, "command": command, "env": {**placement["env"], **(env or {})}, "timeout_s": timeout_s}
         if read_after:
             request |= {"read_after": list(read_after), "read_cap": READ_BACK_CAP_BYTES}
-        if self._setup:
-            request["prepare"] = self._setup  # limited_exec.answer
         answer = self._runner_answer(request, timeout_s + EXEC_MARGIN_S)
         try:
-            if "prepare_failed" in answer:
-                raise self.pod.failure(f"setting up {self.root} failed: {answer['prepare_failed']}")
-            if "prepared" in answer:
-                self._took_setup(answer.pop("prepared").encode())
             files = {
                 path: data if data in (None, False) else base64.b64decode(data)
                 for path, data in answer.pop("files", {}).items()
@@ -429,7 +409,6 @@ class ExecWorkspace(Workspace):
     def open_tool_channel(self, session: Mapping[str, Any]) -> ToolChannel:
         """The tool server runs as root in the pod; it drops to the workspace's uid and view for every call, as
         `run` does."""
-        self._set_up()
         argv, env = self.tool_server_command()
         return self.pod.open_channel(argv, env, json.dumps(session))
 
@@ -438,8 +417,6 @@ class ExecWorkspace(Workspace):
 
     def write_harness_file(self, name: str, content: str | bytes) -> str:
         path = self._writable_harness_path(name)
-        if not self.task or not self.task.path(name):  # the trial's directory, which the set-up makes
-            self._set_up()
         data = content.encode() if isinstance(content, str) else content
         for start in range(0, max(len(data), 1), FILE_CHUNK_BYTES):
             chunk = base64.b64encode(data[start : start + FILE_CHUNK_BYTES]).decode()
@@ -460,7 +437,6 @@ class ExecWorkspace(Workspace):
         return self.harness_path(name)
 
     def read_harness_file(self, name: str) -> bytes | None:
-        self._set_up()
         exit_code, stdout, stderr = self.pod.run(HARNESS.python("-c", _PRINT_BASE64, self.harness_path(name)))
         if exit_code == MISSING_FILE_EXIT:
             return None
