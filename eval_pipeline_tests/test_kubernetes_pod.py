@@ -88,10 +88,11 @@ def test_a_rendered_environment_pod_runs_a_trial_under_podman_kube_play(engine, 
         )
         assert pod.labels.items() >= manifest["metadata"]["labels"].items()
         assert pod.attrs["HostConfig"]["Memory"] == 512 * 2**20, "Podman enforces the manifest's limit: the ceiling"
-        status = dict(
-            line.split(":\t", 1) for line in pod.exec_run(["cat", "/proc/1/status"]).output.decode().splitlines()
-        )
-        assert status["NoNewPrivs"] == "1", "the security context forbids regaining privileges"
+        for _ in range(3):  # Podman 4.3 under load now and then loses an exec's output (CI at f059d61)
+            if "NoNewPrivs" in (output := pod.exec_run(["cat", "/proc/1/status"]).output.decode()):
+                break
+        status = dict(line.split(":\t", 1) for line in output.splitlines() if ":\t" in line)
+        assert status.get("NoNewPrivs") == "1", f"the security context forbids regaining privileges: {output!r}"
         pid1 = pod.exec_run(["readlink", "/proc/1/exe"]).output.decode().strip()
         assert pid1 == f"{TOOLS_ROOT}/python/bin/python3", "the runner runs on the runtime's interpreter"
         assert not int(status["CapBnd"], 16) & (1 << 13), "CAP_NET_RAW (13) is dropped"

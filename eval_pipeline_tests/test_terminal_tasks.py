@@ -425,17 +425,15 @@ def test_the_working_tree_s_commit_is_read_in_each_trial_s_container_and_never_i
 
 
 @pytest.mark.slow  # containers
-def test_a_task_container_s_set_up_and_commands_share_one_exec(stateful, engine, monkeypatch):
+def test_a_task_container_s_set_up_and_commands_share_one_exec(stateful, monkeypatch):
     """The set-up (the verifier's directories, which the agent's hiding mounts need, and the commit read) is the
     first request of the workspace's one runner, not an exec of its own."""
     task, sandbox, environment = stateful
-    commit = engine.containers.run(
-        environment.details["image"], ["git", f"--git-dir={TASK_GIT_DIR}", "rev-parse", "HEAD"], remove=True
-    )
     execs, exec_create = [], sandbox.client.api.exec_create
     monkeypatch.setattr(sandbox.client.api, "exec_create", lambda *a, **k: execs.append(a) or exec_create(*a, **k))
     with sandbox.workspace(environment, "first") as workspace:
-        assert workspace.base_revision == commit.decode().strip()
+        read = workspace.run(f"git --git-dir={TASK_GIT_DIR} rev-parse HEAD", timeout_s=60).stdout.strip()
+        assert workspace.base_revision == read and len(read) == 40
         assert workspace.run("test -d /tests && test -d /logs", timeout_s=60).ok
         assert len(execs) == 1, execs
 
