@@ -259,7 +259,10 @@ class ExecWorkspace(Workspace):
             return
         setup = {**self._task_placement(task), "cwd": "/", "env": {}, "timeout_s": HARNESS_COMMAND_TIMEOUT_S}
         request = {**setup, "command": f"{made} && git --git-dir={TASK_GIT_DIR} rev-parse HEAD"}
-        answer = ExecResult(**self._runner_answer(request, HARNESS_COMMAND_TIMEOUT_S + EXEC_MARGIN_S))
+        try:
+            answer = ExecResult(**self._runner_answer(request, HARNESS_COMMAND_TIMEOUT_S + EXEC_MARGIN_S))
+        except RunnerEnded as ended:  # before any command of the agent's: never the agent's doing
+            raise SandboxError(str(ended)) from None
         commit = answer.stdout.strip()
         if not answer.ok or not re.fullmatch(r"[0-9a-f]{40,64}", commit):
             raise self.pod.failure(f"reading the task's commit in {self.root} answered {answer.summary()!r}")
