@@ -1,6 +1,7 @@
 """The CLI's driver in process: a cycle requests each run once, resumes from Dagster's record and the store's."""
 
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,8 @@ from eval_pipeline.orchestration.driver import CycleFeed, _launchable, new_cycle
 from eval_pipeline.orchestration.errors import CampaignRunError
 from eval_pipeline.orchestration.launchers import WorkerPoolLauncher
 from eval_pipeline.orchestration.run_workers import environment_lanes, start_run_workers, stop_run_workers
+from eval_pipeline.sandbox import local
+from eval_pipeline.sandbox.interpreters import Interpreter
 from eval_pipeline.trial.selection import SelectionError, TrialSelection
 from eval_pipeline_tests.conftest import write_terminal_task
 
@@ -72,6 +75,31 @@ def test_a_cycle_runs_what_is_missing_and_the_next_only_what_the_store_lost(camp
         rates = [{name: (v.resolved_rate, v.n) for name, v in run.report.variants.items()} for run in (first, regraded)]
         assert rates[0] == rates[1]
         assert len(instance.get_materialized_partitions(AssetKey(["driven", "evaluation"]))) == 4
+
+
+def test_an_environment_recorded_under_another_key_is_prepared_again_and_its_trials_scored(
+    campaign, tmp_path, monkeypatch
+):
+    """The environment key the harness works out now decides, not Dagster's record that an environment was
+    materialized: here the same interpreter is reached through another path (`python` where it was
+    `python3.11`). Trusting the record, the trials ran in the old environment under keys no report reads, and
+    a campaign of finished trials reported every one missing."""
+    monkeypatch.delenv("EVAL_PIPELINE_ARTIFACTS", raising=False)
+    paths = Paths(tmp_path / "data")
+    with instance_for_test() as instance:
+        first, _ = drive_once(campaign, instance, paths)
+        link = tmp_path / "bin" / "python"
+        link.parent.mkdir()
+        link.symlink_to(sys.executable)
+        monkeypatch.setattr(local, "find_interpreter", lambda version: Interpreter(link, platform.python_version()))
+
+        again, stages = drive_once(campaign, instance, paths)
+        assert stages == ["prepare", "environments", "trials", "environments", "trials", "results"]
+        assert again.report.scored == first.report.scored == 4
+        assert again.report.variants["oracle"].resolved_rate == 1.0
+
+        _, stages = drive_once(campaign, instance, paths)
+        assert stages == ["prepare", "results"], "prepared under the key expected, an environment is ready"
 
 
 def test_a_trial_that_fails_in_a_batch_fails_alone_and_only_it_runs_again(tmp_path, monkeypatch):

@@ -15,14 +15,44 @@ only in how they launch the runs it requests.
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 
-from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, RunsFilter
+from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, RunsFilter
 
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.partitions import CampaignPartitions, PartitionBatch, trial_batches, trial_run_key
 from eval_pipeline.defs.stages import CYCLE_TAG, RELEASE_STAGE, STAGE_TAG, TRIALS, TRIGGER_TAG, stage_job_name
 
+# The tag Dagster writes a materialization's data version under (an environment's: its key). Stored in every
+# event log, so it does not change between Dagster releases; its constant lives in a private module.
+DATA_VERSION_TAG = "dagster/data_version"
 REQUEST_TAG = "eval_pipeline/request"  # the request a run answers: its cycle, stage and partition
 FINISHED = frozenset({DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED})
+
+
+@dataclass(frozen=True)
+class HarnessView:
+    """What the harness knows now, against which Dagster's record of a campaign's materializations is read:
+    `unstored`, the trial partitions whose scored evaluation the artifact store no longer holds (not evaluated,
+    whatever Dagster recorded); `environment_keys`, each instance's environment key as the sandbox works it out
+    now (an environment materialized under another key, say by the same interpreter through another path or
+    with another harness pytest, is not ready: its trials would run under keys no report reads). None: Dagster's
+    record of the environments is taken as it is (the nightly sensor, which loads no sandbox)."""
+
+    unstored: Set[str] = frozenset()
+    environment_keys: Mapping[str, str] | None = None
+
+    def environments_ready(self, instance: DagsterInstance, campaign: Campaign) -> frozenset[str]:
+        """The instances whose environment was materialized, under the key the harness expects where it says."""
+        key = AssetKey([campaign.name, "environment"])
+        if self.environment_keys is None:
+            return frozenset(instance.get_materialized_partitions(key))
+        latest = instance.event_log_storage.get_latest_tags_by_partition(
+            key, DagsterEventType.ASSET_MATERIALIZATION, [DATA_VERSION_TAG]
+        )
+        expected = self.environment_keys
+        return frozenset(p for p, tags in latest.items() if p in expected and tags.get(DATA_VERSION_TAG) == expected[p])
+
+
+AS_RECORDED = HarnessView()  # Dagster's record taken as it is
 
 
 @dataclass(frozen=True)
@@ -40,11 +70,11 @@ class CampaignProgress:
         cls,
         instance: DagsterInstance,
         campaign: Campaign,
-        unstored: Set[str] = frozenset(),
+        harness: HarnessView = AS_RECORDED,
         only: frozenset[str] | None = None,
     ) -> "CampaignProgress":
-        """`unstored`: trial partitions whose scored evaluation the artifact store no longer holds, which count
-        as not evaluated whatever Dagster recorded; `only`: the trial partitions a cycle is limited to."""
+        """`harness`: what the harness knows that overrides Dagster's record; `only`: the trial partitions a
+        cycle is limited to."""
         partitions = CampaignPartitions.for_campaign(campaign)
         evaluated = instance.get_materialized_partitions(AssetKey([campaign.name, "evaluation"]))
         instances = tuple(instance.get_dynamic_partitions(partitions.instances.name))
@@ -54,8 +84,8 @@ class CampaignProgress:
         return cls(
             instances,
             tuple(instance.get_dynamic_partitions(partitions.trials.name)),
-            frozenset(instance.get_materialized_partitions(AssetKey([campaign.name, "environment"]))),
-            frozenset(evaluated - unstored),
+            harness.environments_ready(instance, campaign),
+            frozenset(evaluated - harness.unstored),
             only,
         )
 
@@ -134,11 +164,11 @@ def next_step(
     instance: DagsterInstance,
     cycle: Cycle,
     launched: Iterable[RunRequest] = (),
-    unstored: Set[str] = frozenset(),
+    harness: HarnessView = AS_RECORDED,
     runs_at_once: int = 1,
 ) -> Step:
     """The runs the cycle needs that it has not requested yet (in the instance, or `launched` by the caller
-    and not yet there); `unstored` as for `CampaignProgress.read`; `runs_at_once` (the caller's capacity)
+    and not yet there); `harness` as for `CampaignProgress.read`; `runs_at_once` (the caller's capacity)
     shrinks the last batches so that those runs end together.
 
     Trial batches whose environment is ready come first, then environments still missing: the first trials
@@ -154,7 +184,7 @@ def next_step(
     in_flight = any(run.status not in FINISHED for run in runs) or any(
         request.tags[REQUEST_TAG] not in finished for request in launched
     )
-    progress = CampaignProgress.read(instance, campaign, unstored, cycle.only)
+    progress = CampaignProgress.read(instance, campaign, harness, cycle.only)
     batches = progress.runnable_batches(campaign.batches.size, requested_trials(tags, progress.trials), runs_at_once)
     new = [cycle.request_trials(batch) for batch in batches]
     new += [cycle.request("environments", key) for key in progress.missing_environments()]

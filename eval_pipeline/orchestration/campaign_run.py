@@ -21,7 +21,7 @@ from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.datasets.sources import load_portfolio
 from eval_pipeline.defs.group import ENVIRONMENT_POOL, MODEL_API_POOL
 from eval_pipeline.defs.partitions import trial_run_key
-from eval_pipeline.defs.progress import REQUEST_TAG, CampaignProgress, Cycle
+from eval_pipeline.defs.progress import REQUEST_TAG, CampaignProgress, Cycle, HarnessView
 from eval_pipeline.orchestration.driver import (
     FinishedRun,
     Materialized,
@@ -177,12 +177,16 @@ def _partition(spec: TrialSpec) -> str:
     return str(trial_run_key(spec.instance_id, spec.trial))
 
 
-def unstored_trials(specs: list[TrialSpec], harness: Harness) -> set[str]:
-    """Trial partitions with no intact scored evaluation in the artifact store (the pending scan: a listing per
-    storage prefix and one read per finished trial). Dagster's record of a partition is trusted only when the
-    store still holds what it recorded intact: a trial whose evaluation was lost, truncated or forged runs
-    again, reusing its patch."""
-    return {_partition(spec) for spec in pending_trials(specs, harness.store, verify=True)}
+def harness_view(specs: list[TrialSpec], harness: Harness) -> HarnessView:
+    """What the store holds and which environments the trials' keys name. Trial partitions with no intact scored
+    evaluation in the artifact store (the pending scan: a listing per storage prefix and one read per finished
+    trial): Dagster's record of a partition is trusted only when the store still holds what it recorded intact,
+    and a trial whose evaluation was lost, truncated or forged runs again, reusing its patch. Each instance's
+    environment key: one Dagster recorded under another key is prepared again."""
+    return HarnessView(
+        unstored={_partition(spec) for spec in pending_trials(specs, harness.store, verify=True)},
+        environment_keys={spec.instance_id: spec.environment_key for spec in specs},
+    )
 
 
 def run_campaign(
@@ -212,8 +216,8 @@ def run_campaign(
     specs = trial_specs(campaign, portfolio, harness.sandbox_for(campaign))
     if not selection.everything:
         cycle = replace(cycle, only=frozenset(map(_partition, selection.pick(specs))))
-    unstored = unstored_trials(specs, harness)
-    progress = CampaignProgress.read(instance, campaign, unstored, cycle.only)
+    view = harness_view(specs, harness)
+    progress = CampaignProgress.read(instance, campaign, view, cycle.only)
     pending = progress.pending_trials()
     planned = len(progress.instances) * len(progress.trials) if cycle.only is None else len(cycle.only)
     say(
@@ -225,7 +229,7 @@ def run_campaign(
     run = CampaignRun()
     try:
         teller = _Teller(run, Tally(len(pending)), say, show)
-        drive(instance, cycle, launcher, teller, unstored, teller.materialized)
+        drive(instance, cycle, launcher, teller, view, teller.materialized)
     finally:  # pods are restarted on demand by the next run
         harness.sandbox(campaign).release()
     results = _latest(instance, cycle, "results")

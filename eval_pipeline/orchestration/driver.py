@@ -8,7 +8,7 @@ The nightly sensor asks the same `next_step`; this module only adds launching, w
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.failures import failure_descriptions, failure_outcomes, innermost_error
 from eval_pipeline.defs.group import ENVIRONMENT_POOL, MODEL_API_POOL
-from eval_pipeline.defs.progress import REQUEST_TAG, Cycle, next_step
+from eval_pipeline.defs.progress import AS_RECORDED, REQUEST_TAG, Cycle, HarnessView, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, ENVIRONMENTS, STAGE_TAG, TRIALS
 from eval_pipeline.orchestration.errors import CampaignRunError
 from eval_pipeline.orchestration.launchers import POLL_S, Launcher
@@ -207,10 +207,10 @@ def drive(
     cycle: Cycle,
     launcher: Launcher,
     tell: Callable[[FinishedRun], None],
-    unstored: Set[str] = frozenset(),
+    harness: HarnessView = AS_RECORDED,
     tell_materialized: Callable[[Materialized], None] = lambda _: None,
 ) -> None:
-    """Carry a prepared cycle through environments, trials, results and release (`unstored`: as for
+    """Carry a prepared cycle through environments, trials, results and release (`harness`: as for
     `CampaignProgress.read`), telling each finished run and, while runs are in flight, the trials that
     ended (`tell_materialized`: their materializations).
 
@@ -227,7 +227,7 @@ def drive(
     ask = True
     while True:
         if ask or not queue:
-            step = next_step(instance, cycle, launched, unstored, launcher.capacity)
+            step = next_step(instance, cycle, launched, harness, launcher.capacity)
             if step.done:
                 return
             queue, ask = deque(step.requests), False
