@@ -19,7 +19,9 @@ until the last environment was ready (trials start before it) and until the
 last trial was told (results and report follow). With `--rounds N` the pair is
 measured N times, campaign and loop taking turns to go first (a shared
 machine's walls drift by a fifth from minute to minute), and the ratio and
-first trial are the rounds' medians. Issue 32's targets: ratio at most 1.2 at
+first trial are the rounds' medians. Each step also gives `steal_s`, the CPU time the machine's hypervisor
+took from it (from /proc/stat; on a shared VM this swings from 1 s to 27 s in a 40 s step and moves a pair's
+ratio by a third, so read a round's ratio beside it). Issue 32's targets: ratio at most 1.2 at
 72 and at 1k trials; first trial within 5 s.
 """
 
@@ -44,6 +46,15 @@ from eval_pipeline.sandbox import make_sandbox
 from eval_pipeline.store.artifacts import LocalArtifactStore
 from eval_pipeline.trial.evaluation import evaluate
 from eval_pipeline.trial.generation import generate
+
+
+def machine_steal_s() -> float:
+    """CPU seconds the hypervisor has taken from this machine since boot (0 where /proc/stat is absent)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return 0.0
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
 
 
 def write_campaign(directory: Path, rows: int, seeds: list[int], batch_size: int, concurrency: int) -> Path:
@@ -148,7 +159,9 @@ def measure_round(root: Path, args: argparse.Namespace, round_index: int) -> dic
         ),
     }
     for name in sorted(steps, reverse=round_index % 2 == 1):
+        steal_before = machine_steal_s()
         figures[name] = steps[name]()
+        figures[name]["steal_s"] = round(machine_steal_s() - steal_before, 2)
     figures["ratio"] = round(figures["campaign"]["wall_s"] / figures["plain_loop"]["wall_s"], 2)
     return figures
 
