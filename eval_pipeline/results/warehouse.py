@@ -20,8 +20,9 @@ a half-written table.
 
 import json
 import os
+import typing
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -137,33 +138,73 @@ def collect_warehouse(
 
 
 def write_warehouse(warehouse: Warehouse, path: Path) -> Path:
-    """Write every table to a DuckDB file at a temporary path, then move it into place; return its path."""
-    import pandas as pd  # here, not at the top: every run worker imports this module; only the results step writes
+    """Write every table to a DuckDB file at a temporary path, then move it into place; return its path.
 
+    Each table is typed from its rows' dataclass (`X | None` as X) or, for the few rows kept as mappings, from
+    each column's first value, and read by DuckDB from a file of JSON lines: no data frame library, whose
+    import (half a second) every `eval-pipeline run` paid at its end, after its last trial."""
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     scratch.unlink(missing_ok=True)
-    frames = {
-        "trials": pd.DataFrame([asdict(t) for t in warehouse.trials], columns=list(ResultRow.__dataclass_fields__)),
-        "attempts": pd.DataFrame(
-            [asdict(a) for a in warehouse.attempts], columns=list(AttemptRecord.__dataclass_fields__)
-        ),
-        "instances": pd.DataFrame(warehouse.instances),
-        "variants": pd.DataFrame(warehouse.variants),
-        "lineage": pd.DataFrame([warehouse.lineage]),
-        "rejected_records": pd.DataFrame(
-            [asdict(r) for r in warehouse.rejected], columns=list(RejectedRow.__dataclass_fields__)
-        ),
+    tables = {
+        "trials": _dataclass_table(ResultRow, warehouse.trials),
+        "attempts": _dataclass_table(AttemptRecord, warehouse.attempts),
+        "instances": _mapping_table(warehouse.instances),
+        "variants": _mapping_table(warehouse.variants),
+        "lineage": _mapping_table([warehouse.lineage]),
+        "rejected_records": _dataclass_table(RejectedRow, warehouse.rejected),
     }
     if warehouse.validation is not None:
-        frames["validation"] = pd.DataFrame(warehouse.validation, columns=list(VALIDATION_COLUMNS))
-    with duckdb.connect(str(scratch)) as connection:
-        for table, frame in frames.items():
-            connection.register("frame", frame)
-            connection.execute(f"CREATE TABLE {table} AS SELECT * FROM frame")
-            connection.unregister("frame")
+        tables["validation"] = _mapping_table(warehouse.validation, VALIDATION_COLUMNS)
+    lines = scratch.with_suffix(".jsonl")
+    try:
+        with duckdb.connect(str(scratch)) as connection:
+            for table, (columns, rows) in tables.items():
+                _create_table(connection, table, columns, rows, lines)
+    finally:
+        lines.unlink(missing_ok=True)
     os.replace(scratch, path)
     return path
+
+
+_Table = tuple[dict[str, str], list[dict[str, Any]]]  # column name -> DuckDB type, and the rows
+_DUCKDB_TYPES = {bool: "BOOLEAN", int: "BIGINT", float: "DOUBLE", str: "VARCHAR"}
+
+
+def _duckdb_type(python_type: Any) -> str:
+    """The column type of a field's type: `X | None` as X; anything but bool, int, float and str as text."""
+    types = [t for t in typing.get_args(python_type) if t is not type(None)] or [python_type]
+    return _DUCKDB_TYPES.get(types[0], "VARCHAR")
+
+
+def _dataclass_table(row_type: type, rows: list[Any]) -> _Table:
+    hints = typing.get_type_hints(row_type)
+    return {f.name: _duckdb_type(hints[f.name]) for f in fields(row_type)}, [vars(row) for row in rows]
+
+
+def _mapping_table(rows: list[dict[str, Any]], names: tuple[str, ...] = ()) -> _Table:
+    """`rows` with the columns `names` (else the first row's keys), each typed by its first value that is set."""
+    if not names and rows:
+        names = tuple(rows[0])
+    columns = {}
+    for name in names:
+        value = next((row[name] for row in rows if row.get(name) is not None), None)
+        columns[name] = _DUCKDB_TYPES.get(type(value), "VARCHAR")
+    return columns, rows
+
+
+def _create_table(
+    connection: duckdb.DuckDBPyConnection, table: str, columns: dict[str, str], rows: list[dict], lines: Path
+) -> None:
+    """The table `table` of `columns`, holding `rows` (written to `lines` as JSON for DuckDB's own reader)."""
+    encode = json.JSONEncoder().encode
+    with lines.open("w", encoding="utf-8") as out:
+        out.writelines(f"{encode(row)}\n" for row in rows)
+    schema = ", ".join(f"{json.dumps(name)}: '{kind}'" for name, kind in columns.items())
+    connection.execute(
+        f"CREATE TABLE {table} AS SELECT * FROM read_json(?, format = 'newline_delimited', columns = {{{schema}}})",
+        [str(lines)],
+    )
 
 
 def read_validation_table(path: Path) -> list[dict[str, Any]] | None:
