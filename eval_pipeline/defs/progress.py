@@ -18,12 +18,10 @@ from dataclasses import dataclass, field
 from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, RunsFilter
 
 from eval_pipeline.config.campaign import Campaign
+from eval_pipeline.defs.group import DATA_VERSION_TAG
 from eval_pipeline.defs.partitions import CampaignPartitions, PartitionBatch, trial_batches, trial_run_key
 from eval_pipeline.defs.stages import CYCLE_TAG, RELEASE_STAGE, STAGE_TAG, TRIALS, TRIGGER_TAG, stage_job_name
 
-# The tag Dagster writes a materialization's data version under (an environment's: its key). Stored in every
-# event log, so it does not change between Dagster releases; its constant lives in a private module.
-DATA_VERSION_TAG = "dagster/data_version"
 REQUEST_TAG = "eval_pipeline/request"  # the request a run answers: its cycle, stage and partition
 FINISHED = frozenset({DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED})
 
