@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter, deque
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +18,7 @@ from eval_pipeline.defs.group import ENVIRONMENT_POOL, MODEL_API_POOL
 from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, CampaignPartitions, PartitionBatch
 from eval_pipeline.defs.progress import REQUEST_TAG, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
+from eval_pipeline.orchestration import campaign_run
 from eval_pipeline.orchestration.campaign_run import create_pools, run_campaign
 from eval_pipeline.orchestration.driver import CycleFeed, _launchable, new_cycle, run_one, stage_limits
 from eval_pipeline.orchestration.errors import CampaignRunError
@@ -100,6 +102,25 @@ def test_an_environment_recorded_under_another_key_is_prepared_again_and_its_tri
 
         _, stages = drive_once(campaign, instance, paths)
         assert stages == ["prepare", "results"], "prepared under the key expected, an environment is ready"
+
+
+def test_an_environment_the_cycle_prepared_is_ready_whatever_key_it_recorded(campaign, tmp_path, monkeypatch):
+    """The harness's view of the keys is worked out before the cycle, and an environment run can work out
+    another later (a base image its instance's first build pulled changes the next ones' keys) or elsewhere (a
+    Dagster server's run workers). Once the cycle has prepared an environment, its trials run there, rather
+    than wait for a key no run of the cycle will record."""
+    monkeypatch.delenv("EVAL_PIPELINE_ARTIFACTS", raising=False)
+    worked_out = campaign_run.harness_view
+
+    def never_recorded(specs, harness):
+        view = worked_out(specs, harness)
+        return replace(view, environment_keys=dict.fromkeys(view.environment_keys, "a key no run records"))
+
+    monkeypatch.setattr(campaign_run, "harness_view", never_recorded)
+    with instance_for_test() as instance:
+        run, stages = drive_once(campaign, instance, Paths(tmp_path / "data"))
+        assert stages == ["prepare", "environments", "trials", "environments", "trials", "results"]
+        assert run.report.scored == 4 and run.report.variants["oracle"].resolved_rate == 1.0
 
 
 def test_a_trial_that_fails_in_a_batch_fails_alone_and_only_it_runs_again(tmp_path, monkeypatch):

@@ -38,6 +38,7 @@ def test_every_table_reads_back_what_was_written_typed_from_its_rows(tmp_path):
         sample(ResultRow, instance_id="a", trial="s0"),
         sample(ResultRow, instance_id="b", trial="s1", stop_reason=AWKWARD, cost_usd=1e-9, seed=2**40),
         sample(ResultRow, instance_id="c", trial="s2", peak_memory_mb=math.inf, limit_evidence=AWKWARD),
+        sample(ResultRow, instance_id="d", trial="s3", peak_memory_mb=-math.inf, cost_usd=math.nan),
     ]
     attempts = [sample(AttemptRecord, detail=AWKWARD, duration_s=None), sample(AttemptRecord, started_at="z")]
     rejected = [sample(RejectedRow, reason=AWKWARD)]
@@ -45,10 +46,13 @@ def test_every_table_reads_back_what_was_written_typed_from_its_rows(tmp_path):
         {name: index for index, name in enumerate(VALIDATION_COLUMNS)}
         | {"slice": "s", "instance_id": "a", "status": AWKWARD, "gold_resolved": True, "detail": None},
     ]
-    warehouse = Warehouse(trials, attempts, [{"instance_id": "a", "n": None}], [{"variant": "v"}], {"x": 1.5})
+    instances = [{"instance_id": "a", "n": None}, {"instance_id": "b", "later": 3}]
+    warehouse = Warehouse(trials, attempts, instances, [{"variant": "v"}], {"x": 1.5})
     path = write_warehouse(replace(warehouse, validation=validation, rejected=rejected), tmp_path / "r.duckdb")
 
-    assert read_results_table(path) == trials
+    read = read_results_table(path)
+    assert math.isnan(read[-1].cost_usd) and read[:-1] == trials[:-1]
+    assert read[-1] == replace(trials[-1], cost_usd=read[-1].cost_usd)
     assert read_attempts_table(path) == sorted(attempts, key=lambda a: a.started_at)
     assert read_rejected_table(path) == rejected
     assert read_validation_table(path) == validation
@@ -65,5 +69,12 @@ def test_every_table_reads_back_what_was_written_typed_from_its_rows(tmp_path):
     assert types["trials", "resource_multiplier"] == "DOUBLE"
     assert (types["trials", "seed"], types["trials", "scored"]) == ("BIGINT", "BOOLEAN")
     assert (types["validation", "gold_resolved"], types["validation", "gold_runs"]) == ("BOOLEAN", "BIGINT")
-    assert (types["instances", "n"], types["lineage", "x"]) == ("VARCHAR", "DOUBLE")
+    assert (types["instances", "n"], types["instances", "later"], types["lineage", "x"]) == (
+        "VARCHAR",
+        "BIGINT",
+        "DOUBLE",
+    )
     assert not list(tmp_path.glob(".*")), "no scratch file is left beside the warehouse"
+
+    empty = write_warehouse(replace(warehouse, trials=[], attempts=[]), tmp_path / "empty.duckdb")
+    assert read_results_table(empty) == [] and read_attempts_table(empty) == []

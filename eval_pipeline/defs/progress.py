@@ -20,7 +20,15 @@ from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRun, Dag
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.defs.group import DATA_VERSION_TAG
 from eval_pipeline.defs.partitions import CampaignPartitions, PartitionBatch, trial_batches, trial_run_key
-from eval_pipeline.defs.stages import CYCLE_TAG, RELEASE_STAGE, STAGE_TAG, TRIALS, TRIGGER_TAG, stage_job_name
+from eval_pipeline.defs.stages import (
+    CYCLE_TAG,
+    ENVIRONMENTS,
+    RELEASE_STAGE,
+    STAGE_TAG,
+    TRIALS,
+    TRIGGER_TAG,
+    stage_job_name,
+)
 
 REQUEST_TAG = "eval_pipeline/request"  # the request a run answers: its cycle, stage and partition
 FINISHED = frozenset({DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED})
@@ -70,9 +78,13 @@ class CampaignProgress:
         campaign: Campaign,
         harness: HarnessView = AS_RECORDED,
         only: frozenset[str] | None = None,
+        prepared: Set[str] = frozenset(),
     ) -> "CampaignProgress":
         """`harness`: what the harness knows that overrides Dagster's record; `only`: the trial partitions a
-        cycle is limited to."""
+        cycle is limited to; `prepared`: the instances whose environment the cycle itself prepared, ready
+        whatever key they recorded: the process that ran them worked the key out later than the harness's view
+        (a base image pulled by the first build changes the next ones'), or elsewhere (a Dagster server's run
+        workers), and their trials run where they ran."""
         partitions = CampaignPartitions.for_campaign(campaign)
         evaluated = instance.get_materialized_partitions(AssetKey([campaign.name, "evaluation"]))
         instances = tuple(instance.get_dynamic_partitions(partitions.instances.name))
@@ -82,7 +94,7 @@ class CampaignProgress:
         return cls(
             instances,
             tuple(instance.get_dynamic_partitions(partitions.trials.name)),
-            harness.environments_ready(instance, campaign),
+            harness.environments_ready(instance, campaign) | prepared,
             frozenset(evaluated - harness.unstored),
             only,
         )
@@ -182,10 +194,12 @@ def next_step(
     in_flight = any(run.status not in FINISHED for run in runs) or any(
         request.tags[REQUEST_TAG] not in finished for request in launched
     )
-    progress = CampaignProgress.read(instance, campaign, harness, cycle.only)
+    environments = f"{cycle.id}:{ENVIRONMENTS}:"  # the run key of an instance's environments request, less it
+    prepared = {key.removeprefix(environments) for key in succeeded if key and key.startswith(environments)}
+    progress = CampaignProgress.read(instance, campaign, harness, cycle.only, prepared)
     batches = progress.runnable_batches(campaign.batches.size, requested_trials(tags, progress.trials), runs_at_once)
     new = [cycle.request_trials(batch) for batch in batches]
-    new += [cycle.request("environments", key) for key in progress.missing_environments()]
+    new += [cycle.request(ENVIRONMENTS, key) for key in progress.missing_environments()]
     new = [request for request in new if request.run_key not in requested]
     if new or in_flight:
         return Step(new, waiting=in_flight)
