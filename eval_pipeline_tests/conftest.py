@@ -204,6 +204,19 @@ def engine():
     assert not leftovers, f"tests left containers behind: {[c.name for c in leftovers]}"
 
 
+def output_of(engine, image: str, command: list[str], **options) -> bytes:
+    """What `command` prints in a fresh container of `image`, read from its logs once it has exited: docker-py's
+    `containers.run` reads an attached stream, which Podman has left open under load until the test's timeout
+    (600 s) after the command had long ended."""
+    container = engine.containers.create(image=image, command=command, **options)  # by name: see the tool test
+    try:
+        container.start()
+        container.wait(timeout=120)
+        return container.logs(stdout=True, stderr=False)
+    finally:
+        container.remove(force=True)
+
+
 @pytest.fixture
 def container_sandbox(engine, tmp_path):
     """A factory of container sandboxes for a unique test campaign, removing its containers after the test."""

@@ -44,7 +44,7 @@ from eval_pipeline.tasks.swebench.grading import grade
 from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR
 from eval_pipeline.trial.evaluation import evaluate
 from eval_pipeline.trial.generation import generate
-from eval_pipeline_tests.conftest import prepare_on
+from eval_pipeline_tests.conftest import output_of, prepare_on
 
 # A bug whose test needs about 350 MB: OOM-killed under a 256 MB ceiling, fine under 3x.
 MEMHOG = DemoRepo(
@@ -375,7 +375,7 @@ def test_the_tool_volume_is_looked_into_once_per_engine_and_again_when_made_anew
 
     monkeypatch.setattr(container_module, "TOOLS_VOLUME_PREFIX", f"eval-pipeline-tools-test-{uuid.uuid4().hex[:8]}-")
     monkeypatch.setattr(container_module, "_FILLED_VOLUMES", set())
-    created = []  # the fillers the sandbox makes (`containers.run`, below, passes its arguments by name)
+    created = []  # the fillers the sandbox makes (`output_of`, below, passes its arguments by name)
     create = ContainerCollection.create
     monkeypatch.setattr(
         ContainerCollection, "create", lambda self, *a, **k: a and created.append(a) or create(self, *a, **k)
@@ -384,8 +384,7 @@ def test_the_tool_volume_is_looked_into_once_per_engine_and_again_when_made_anew
     sandbox = container_sandbox()
 
     def runtime_files(volume: str) -> list[str]:
-        listing = engine.containers.run(image, ["ls", TOOLS_ROOT], volumes={volume: {"bind": TOOLS_ROOT}}, remove=True)
-        return listing.decode().split()
+        return output_of(engine, image, ["ls", TOOLS_ROOT], volumes={volume: {"bind": TOOLS_ROOT}}).decode().split()
 
     name = sandbox._tools_volume(image)
     try:

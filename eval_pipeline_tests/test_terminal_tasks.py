@@ -22,6 +22,7 @@ from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR, load_terminal_task
 from eval_pipeline.trial.evaluation import evaluate
 from eval_pipeline.trial.generation import generate
 from eval_pipeline.trial.validation import Status, validate_task
+from eval_pipeline_tests.conftest import output_of
 from eval_pipeline_tests.real_data import task_base_images
 
 DETERMINISTIC = ("hello-file", "word-count", "fix-config", "csv-total", "sort-unique")
@@ -403,9 +404,7 @@ def test_the_working_tree_s_commit_is_read_in_each_trial_s_container_and_never_i
     snapshot, whose git directory the agent may have removed: it is not read there, so that cannot make the
     re-grade the harness's error."""
     task, sandbox, environment = stateful
-    commit = engine.containers.run(
-        environment.details["image"], ["git", f"--git-dir={TASK_GIT_DIR}", "rev-parse", "HEAD"], remove=True
-    )
+    commit = output_of(engine, environment.details["image"], ["git", f"--git-dir={TASK_GIT_DIR}", "rev-parse", "HEAD"])
     older = {**environment.details, "task": {**environment.details["task"], "base_commit": "0" * 40}}
     with sandbox.workspace(replace(environment, details=older), "older") as workspace:
         assert workspace.base_revision == commit.decode().strip()
