@@ -4,7 +4,7 @@
 
 Prints, per forgery and for the oracle, how many of the demo's 8 code issues
 resolved and which outcomes and audit flags the gradings ended with: the
-table of issue 19's closing note. The test command is the demo's with
+table of issue 19's closing note, with issue 49's status forgeries. The test command is the demo's with
 pytest's plugin autoloading on, as every SWE-bench command runs. Run it from a checkout of an older commit
 (PYTHONPATH) to see the same doors before the defences. The container modes
 need the engine (DOCKER_HOST) and the test settings of README's "Tests".
@@ -19,7 +19,7 @@ from pathlib import Path
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
 from eval_pipeline.tasks.demo import build_demo_benchmark
 from eval_pipeline.tasks.swebench.grading import grade
-from eval_pipeline_tests.forgeries import EVASIONS, FORGERIES, as_swebench_runs_it
+from eval_pipeline_tests.forgeries import EVASIONS, FORGERIES, STATUS_FORGERIES, as_swebench_runs_it
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
     )
     sandbox = make_sandbox(settings, root / "sandbox", ResourceLimits(memory_ceiling_mb=1024), "forged-verdicts")
     instances = [instance for instance in benchmark.instances if instance.own_image is None]
-    forgeries = {**FORGERIES, **EVASIONS}
+    forgeries = {**FORGERIES, **EVASIONS, **STATUS_FORGERIES}
     table: dict[str, list[tuple[str, tuple[str, ...]]]] = {case: [] for case in [*forgeries, "oracle"]}
     started = time.monotonic()
     try:

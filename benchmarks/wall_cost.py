@@ -2,16 +2,19 @@
 
     python benchmarks/wall_cost.py [--repeats N] [--repo PATH]
 
-Per command, on this machine (limited_exec.run_limited of `true`, median of N): no view; the trial's view
+Per command, on this machine (`true` run by the local backend's command runner, command_runner.run_command,
+as every local command is; median of N): no view; the trial's view
 (user, mount and network namespaces, the workspace bind-mounted); the view with private world-writable
-directories and IPC namespaces (a pod trial's); the view with everything outside the workspace read-only (the
-local opt-in's); and the disk quota, on a workspace holding `--repo` (a checkout of django, by default made
-from /work/mirrors-full, about 6,900 files): walked by a trial's first command, carried by the later ones.
+directories and IPC namespaces (a pod trial's); the view with everything outside the workspace read-only; that
+with a pid namespace of its own (an init and a fresh /proc); that with every unix socket the host has bound
+covered too (the local opt-in's whole view, local.WALLS); and the disk quota, on a workspace holding `--repo` (a
+checkout of django, by default made from /work/mirrors-full, about 6,900 files): walked by a trial's first
+command, carried by the later ones.
 
 Per trial, in a pod on the container engine (DOCKER_HOST; skipped without one): a workspace's making and
 removal, then a command with the pod's full placement against the same command without its private
-directories and quota. Per campaign, the walls that cost only what they do: the twins (3 to 6 extra test
-runs per grading, measured on the demo by benchmarks/twin_forger.py's gradings) and the reference run that
+directories and quota. Per campaign, the walls that cost only what they do: the twins (k extra runs of each
+twinned graded test, at most `twins.per_run`, 9 by default, per grading; benchmarks/twin_forger.py grades them) and the reference run that
 follows an abnormal grading only.
 """
 
@@ -24,7 +27,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from eval_pipeline.sandbox.limited_exec import allocated_bytes, run_limited
+from eval_pipeline.sandbox.command_runner import run_command
+from eval_pipeline.sandbox.limited_exec import allocated_bytes, bound_socket_paths
+from eval_pipeline.sandbox.local import WALLS
 
 DJANGO_MIRROR = Path("/work/mirrors-full/django/django")
 
@@ -54,24 +59,24 @@ def per_command(scratch: Path, tree: Path, repeats: int) -> dict[str, float]:
     target.mkdir()
     private = {place: str(scratch / "own-tmp") for place in ("/tmp", "/var/tmp", "/dev/shm")}
     (scratch / "own-tmp").mkdir()
+    walled = {"source": str(tree), "target": str(target), "writable": [str(tree)]}
+    sockets = len(bound_socket_paths([str(tree), str(target)]))
     views = {
         "no view": None,
         "view (user, mount, network namespaces)": {"source": str(tree), "target": str(target)},
         "view + private tmp dirs + IPC namespace": {"source": str(tree), "target": str(target), "private": private},
-        "view + read-only but the workspace": {"source": str(tree), "target": str(target), "writable": [str(tree)]},
+        "view + read-only but the workspace": walled,
+        "view + read-only + own pid namespace": {**walled, "own_pids": True},
+        f"view + read-only + own pids + {sockets} host sockets covered (local opt-in)": {**walled, **WALLS},
     }
+    request = {"command": "true", "cwd": str(tree), "env": dict(os.environ), "timeout_s": 30, "output_bytes": 1000}
     runs: dict[str, Callable[[], object]] = {
-        name: lambda view=view: run_limited("true", str(tree), os.environ, 30, 1000, view=view)
-        for name, view in views.items()
+        name: lambda view=view: run_command(**request, view=view) for name, view in views.items()
     }
     quota = {"paths": [str(tree)], "limit_bytes": 2**40}
     carried = {**quota, "state": str(scratch / "quota.json")}
-    runs["no view + disk quota, walked (a trial's first command)"] = lambda: run_limited(
-        "true", str(tree), os.environ, 30, 1000, storage=quota
-    )
-    runs["no view + disk quota, carried (every later command)"] = lambda: run_limited(
-        "true", str(tree), os.environ, 30, 1000, storage=carried
-    )
+    runs["no view + disk quota, walked (a trial's first command)"] = lambda: run_command(**request, storage=quota)
+    runs["no view + disk quota, carried (every later command)"] = lambda: run_command(**request, storage=carried)
     runs["the quota's walk alone"] = lambda: allocated_bytes([str(tree)])
     return medians_ms(runs, repeats)
 

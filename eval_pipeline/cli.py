@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from dagster import DagsterInstance
 
     from eval_pipeline.config.campaign import Campaign
+    from eval_pipeline.datasets.portfolio import Portfolio
     from eval_pipeline.defs.progress import Cycle
     from eval_pipeline.orchestration.launchers import Launcher
     from eval_pipeline.trial.selection import TrialSelection
@@ -222,17 +223,33 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _portfolio(campaign: "Campaign", paths: Paths) -> "Portfolio":
+    """The campaign's portfolio for a command that reads its stored trials; a dataset that cannot be loaded (an
+    invalid row: an id that is no id, a missing file) is the user's to fix, said in a UsageError."""
+    from eval_pipeline.datasets.sources import DatasetSourceError, load_portfolio
+    from eval_pipeline.tasks.dataset import InvalidDatasetError
+
+    try:
+        return load_portfolio(campaign.slices, paths).excluding(campaign.exclude)
+    except (DatasetSourceError, InvalidDatasetError) as error:
+        raise UsageError(str(error)) from None
+
+
 def _export(args: argparse.Namespace) -> int:
     """Write each trial's folder (instruction, patch, trajectory, test output, outcome, lineage, attempts) from the store."""
-    from eval_pipeline.datasets.sources import load_portfolio
-    from eval_pipeline.results.export import export_trials
+    from eval_pipeline.results.export import ExportError, export_trials
     from eval_pipeline.trial.harness import Harness
 
     campaign = _load(args.campaign)
     harness = Harness.from_env()
-    portfolio = load_portfolio(campaign.slices, harness.paths).excluding(campaign.exclude)
+    portfolio = _portfolio(campaign, harness.paths)
     store = harness.store.reading_only()
-    folders = export_trials(campaign, portfolio, harness.sandbox_for(campaign), store, Path(args.to), _selection(args))
+    try:
+        folders = export_trials(
+            campaign, portfolio, harness.sandbox_for(campaign), store, Path(args.to), _selection(args)
+        )
+    except ExportError as error:
+        raise UsageError(str(error)) from None
     if suspicion := store.wrong_key_suspected():
         raise UsageError(suspicion)
     print(f"{len(folders)} trial folder(s) under {args.to}")
@@ -241,14 +258,13 @@ def _export(args: argparse.Namespace) -> int:
 
 def _view(args: argparse.Namespace) -> int:
     """Serve the campaign's trials as web pages (results/viewer.py) until interrupted."""
-    from eval_pipeline.datasets.sources import load_portfolio
     from eval_pipeline.results.viewer import TrialPages, serve
     from eval_pipeline.trial.harness import Harness
     from eval_pipeline.trial.records import read_trials
 
     campaign = _load(args.campaign)
     harness = Harness.from_env()
-    portfolio = load_portfolio(campaign.slices, harness.paths).excluding(campaign.exclude)
+    portfolio = _portfolio(campaign, harness.paths)
     store, sandbox_for = harness.store.reading_only(), harness.sandbox_for(campaign)
     pages = TrialPages(
         campaign.name,

@@ -10,6 +10,12 @@ imported from the environment and configuration restored to the base commit;
 the last, which no runner can keep out, meets the canary and ends
 `report_forged`. Every one is
 flagged by the patch audit.
+
+Issue 49's round (`STATUS_FORGERIES`) forges the statuses the grader counts
+for a patch: an xfail, a skip, a pass written over the results once pytest is
+done, lines written on the launcher's report channel before, after, in place
+of or past the cap of the real ones, and xfails and skips made by code under
+test. None resolves on any backend.
 """
 
 import pytest
@@ -19,7 +25,7 @@ from eval_pipeline.sandbox.patches import apply_patch
 from eval_pipeline.tasks.swebench import specs as swebench_specs
 from eval_pipeline.tasks.swebench.grading import REPORT_NAME, grade, parse_junit
 from eval_pipeline_tests.conftest import prepare_on
-from eval_pipeline_tests.forgeries import EVASIONS, FORGERIES, as_swebench_runs_it
+from eval_pipeline_tests.forgeries import EVASIONS, FORGERIES, STATUS_FORGERIES, as_swebench_runs_it
 
 IN_PROCESS = "in-process report rewriting"
 
@@ -114,3 +120,27 @@ def test_no_evasion_resolves_on_the_local_backend(demo_benchmark, shared_sandbox
 def test_no_evasion_resolves_in_containers(demo_benchmark, container_sandbox, mode):
     instances = one_per_repository(demo_benchmark)
     assert_no_evasion_resolves(verdicts(container_sandbox(mode=mode), demo_benchmark, instances, EVASIONS), instances)
+
+
+# Issue 49's forgeries that end abnormally rather than forged: the reference judges them (intention to treat).
+CUT_SHORT = {"channel flooded past the output cap"}
+
+
+def assert_no_status_forgery_resolves(found, instances) -> None:
+    """Every status forgery ends `report_forged`, but the flood, which only cuts the channel short: a grading
+    error with its run recorded, which intention to treat scores against the patch when the reference passes."""
+    outcomes = {key: outcome for key, (outcome, _) in found.items()}
+    assert [outcomes[i.instance_id, "oracle"] for i in instances] == [Outcome.RESOLVED] * len(instances)
+    for case in STATUS_FORGERIES:
+        expected = Outcome.GRADING_ERROR if case in CUT_SHORT else Outcome.REPORT_FORGED
+        assert {outcomes[i.instance_id, case] for i in instances} == {expected}, case
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["local", "pod", "strict"])
+def test_no_status_forgery_resolves(demo_benchmark, shared_sandbox, request, backend):
+    """On ad50ec1 the exit-time xfail and skip, the channel forgers (whose JUnit rewrite was then what counted)
+    and the code-made xfail and skip resolved every issue; the pass and xpass rewrites met the twins there too."""
+    sandbox = shared_sandbox if backend == "local" else request.getfixturevalue("container_sandbox")(mode=backend)
+    instances = one_per_repository(demo_benchmark)
+    assert_no_status_forgery_resolves(verdicts(sandbox, demo_benchmark, instances, STATUS_FORGERIES), instances)

@@ -2,20 +2,49 @@
 
 The same cases that need a container's isolation (writes outside the
 workspace, a fork bomb, gigabytes of output) are in test_hostile_containers.py.
+Hostile strings (lone surrogates, bytes in no encoding, control characters) are
+kept, shown and scored as the agent's (common/foreign_text.py); hostile ids are
+refused where a dataset is loaded (tasks/dataset.py).
 """
 
+import json
+import re
+import threading
+import urllib.request
 import uuid
 from pathlib import Path
+from urllib.parse import quote
 
+import duckdb
 import pytest
 
 from eval_pipeline.agents import make_agent
 from eval_pipeline.common.git import git
 from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.common.settings import Paths
+from eval_pipeline.common.text import truncate
+from eval_pipeline.datasets.sources import load_benchmark
+from eval_pipeline.defs.failures import describe_outcome
+from eval_pipeline.results.export import ExportError, write_trial_folder
+from eval_pipeline.results.html import write_html_report
+from eval_pipeline.results.matrix import trial_id
+from eval_pipeline.results.report import build_report
+from eval_pipeline.results.trajectory import trajectories_for
+from eval_pipeline.results.viewer import TrialPages, serve
+from eval_pipeline.results.warehouse import Warehouse, write_warehouse
 from eval_pipeline.sandbox.patches import MAX_PATCH_BYTES, MAX_PATCH_FILES, apply_patch
+from eval_pipeline.store.artifacts import COUNTED
+from eval_pipeline.tasks.dataset import InvalidDatasetError
 from eval_pipeline.tasks.swebench.grading import grade
+from eval_pipeline.tasks.terminal.task import load_terminal_tasks
+from eval_pipeline.testing.scripted_model import ScriptedModelServer, _Handler
 from eval_pipeline.trial.evaluation import evaluate
-from eval_pipeline.trial.generation import generate
+from eval_pipeline.trial.generation import Generation, generate
+from eval_pipeline.trial.records import AttemptRecord, StoredTrial
+from eval_pipeline.trial.spec import TrialSpec
+from eval_pipeline_tests.conftest import eval_pipeline_cli, write_terminal_task
+from eval_pipeline_tests.conftest import trial as result_row
+from eval_pipeline_tests.test_dataset_sources import swebench_rows, write_jsonl
 
 FORCE_PASS_CONFTEST = """import pytest
 
@@ -217,3 +246,253 @@ def test_no_workspace_reaches_a_later_commit_hints_or_the_patches(demo_benchmark
             leaked = workspace.run("grep -rlF 'FAIL_TO_PASS' . $HOME $TMPDIR", timeout_s=30)
             assert leaked.stdout.strip() == "", leaked.stdout
     assert hidden, "the mirrors do hold later commits for the check to find"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Agent output is data: whatever a model, a tool or a file name holds is kept, shown and scored as the agent's.
+
+# What no UTF-8 encoder takes (lone surrogates, as a model's JSON may say them), what a terminal or a page acts on
+# (NUL, ESC sequences, BEL, DEL, a C1 control), and a very long line.
+HOSTILE_TEXT = "lone \ud800 and \udcff, NUL \x00, ESC \x1b[2J\x1b]0;title\x07, DEL \x7f, C1 \x9b; " + "long " * 4000
+HOSTILE_SHOWN = "lone \ufffd and \ufffd, NUL \u2400, ESC \u241b[2J\u241b]0;title\u2407, DEL \u2421, C1 \ufffd; long"
+RAW_MARKER = "<raw bytes>"
+RAW_BYTES = b"\xff\xfe\xc3("  # no UTF-8 at all: a model server passing on the bytes its model made
+RAW_READ = "\ufffd\ufffd\ufffd("  # what a reader of them as UTF-8 gets, each invalid sequence replaced
+# What no page of the harness's may hold: a control character but tab, newline and carriage return.
+HIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+class _RawBytesHandler(_Handler):
+    """The scripted model's HTTP side, with RAW_MARKER sent as RAW_BYTES: JSON whose string holds no UTF-8."""
+
+    def _send(self, response):
+        payload = json.dumps(response.body).encode().replace(RAW_MARKER.encode(), RAW_BYTES)
+        self._send_bytes(response.status, payload, "application/json", response.headers)
+
+
+class HostileModel(ScriptedModelServer):
+    """A model whose every answer says HOSTILE_TEXT (after bytes in no encoding, with `raw_bytes`), and which makes
+    `calls` (name, arguments) in turn, then answers without a call."""
+
+    def __init__(self, calls: list[tuple[str, dict]], raw_bytes: bool = True) -> None:
+        super().__init__(script="chatter")
+        self.calls, self.said = calls, (RAW_MARKER if raw_bytes else "") + HOSTILE_TEXT
+        if raw_bytes:
+            self._httpd.RequestHandlerClass = _RawBytesHandler
+
+    def chat_completion(self, body):
+        response = super().chat_completion(body)
+        made = sum(len(m.get("tool_calls") or []) for m in body["messages"] if m.get("role") == "assistant")
+        choice = response.body["choices"][0]
+        choice["message"]["content"] = self.said
+        if made < len(self.calls):
+            name, arguments = self.calls[made]
+            function = {"name": name, "arguments": json.dumps(arguments)}
+            choice["message"]["tool_calls"] = [{"id": f"call_{made}", "type": "function", "function": function}]
+            choice["finish_reason"] = "tool_calls"
+        return response
+
+
+def _shown_right(page: bytes) -> None:
+    """A page as a person's browser reads it: valid UTF-8 (decoding raises otherwise) with no control character
+    in it, the agent's control characters shown as their pictures and its lone surrogates as U+FFFD."""
+    text = page.decode("utf-8")
+    assert not HIDDEN.search(text), f"a control character reached the page: {HIDDEN.search(text)[0]!r}"
+    assert RAW_READ + HOSTILE_SHOWN in text
+
+
+def test_a_model_answering_lone_surrogates_raw_bytes_and_control_characters_is_scored_stored_and_shown(
+    instance, spec, environment, shared_sandbox, store, tmp_path
+):
+    """The model says what no encoder takes, its commands print bytes in no encoding and name a file in none,
+    its arguments hold lone surrogates; then it applies the fix. The trial is graded and scored (storing such a
+    trajectory raised, and the trial ended `missing`), its trajectory kept exactly, and shown as valid UTF-8
+    without a control character in the HTML report and the viewer, and exactly in an export."""
+    named = r"printf 'caf\351 \377\376 nul:\000 esc:\033[2J\n'; printf x > \"$(printf 'name-\377\033[1m')\""
+    calls = [
+        ("run_command", {"command": named}),
+        ("list_directory", {"path": "."}),
+        ("write_file", {"path": "notes-\ud800.txt", "content": "lone \udcff, NUL \x00, ESC \x1b[31m\n"}),
+        ("run_command", {"command": f"git apply - <<'EOF'\n{instance.patch}EOF"}),
+    ]
+    with HostileModel(calls) as server:
+        agent = make_agent("llm", {"model": "scripted-chatter", "base_url": server.base_url, "api_key_env": "NO_KEY"})
+        generation = generate(instance, agent, 0, environment, shared_sandbox, store)
+        evaluation = evaluate(instance, spec, generation, environment, shared_sandbox, store, 60)
+    assert generation.status == "completed", generation.error
+    assert evaluation.outcome_type is Outcome.RESOLVED, evaluation.detail  # scored, and the fix is graded
+
+    stored = store.get(generation.key)
+    said = [step["content"] for step in stored["trajectory"] if step["type"] == "model_call"]
+    assert said == [truncate(RAW_READ + HOSTILE_TEXT)] * (len(calls) + 1), "kept exactly: lone surrogates too"
+    steps = {step.get("tool"): step for step in stored["trajectory"] if step["type"] == "tool_call"}
+    assert steps["write_file"]["arguments"] == calls[2][1], "the model's arguments as it sent them"
+    assert json.loads(steps["write_file"]["result"])["path"] == "notes-\ufffd.txt", "the file it could be given"
+    listing = json.loads(steps["list_directory"]["result"])["listing"]
+    assert "name-\ufffd\x1b[1m" in listing, "a name in no encoding reaches the model as U+FFFD"
+
+    row = result_row(
+        instance.instance_id, "hostile", 0, "resolved", generation_key=generation.key, evaluation_key=evaluation.key
+    )
+    report = build_report("hostile", "d" * 64, "p" * 64, [row], directory=tmp_path)
+    views = trajectories_for([row], store.reading_only(), {trial_id(row)})
+    _shown_right(write_html_report(report, [row], views).read_bytes())
+
+    identity = TrialSpec("hostile", row.slice, row.instance_id, row.trial, "hostile", "llm", 0, "h", "g", "e", 60, {})
+    kept = Generation.from_payload(stored, key=generation.key, reused=True)
+    records = StoredTrial(identity, row, [], kept, evaluation)
+    server = serve(TrialPages("hostile", lambda selection: [records], lambda _: instance.instruction), port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/trial?id={quote(trial_id(row), safe='')}"
+        with urllib.request.urlopen(url, timeout=30) as page:
+            _shown_right(page.read())
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    folder = write_trial_folder(records, instance.instruction, tmp_path / "export")
+    assert json.loads((folder / "trajectory.json").read_bytes().decode("utf-8")) == stored["trajectory"]
+
+
+def test_mini_swe_agent_keeps_a_models_lone_surrogates_and_sends_them_on_as_valid_unicode(
+    instance, environment, shared_sandbox, store
+):
+    """mini-swe-agent's requests (litellm's) and its commands (the tool server's) take only valid Unicode: a lone
+    surrogate in the model's command is sent as U+FFFD, kept as the model sent it, and the agent goes on (it had
+    crashed, `agent_error`, its trajectory lost). A body in no encoding is its client's failure to read, the
+    endpoint's (`model_api_error`), so this model sends none."""
+    calls = [
+        ("bash", {"command": "printf 'caf\\351 \\033[2J'; echo \ud800"}),
+        ("bash", {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff"}),
+    ]
+    with HostileModel(calls, raw_bytes=False) as server:
+        params = {"model": "scripted-chatter", "base_url": server.base_url, "api_key_env": "NO_KEY", "step_limit": 5}
+        generation = generate(instance, make_agent("mini-swe-agent", params), 0, environment, shared_sandbox, store)
+    assert generation.status == "completed", generation.error
+    stored = store.get(generation.key)["trajectory"]
+    assert [step["content"] for step in stored if step["type"] == "model_call"] == [truncate(HOSTILE_TEXT)] * 2
+    ran = next(step for step in stored if step["type"] == "tool_call")
+    assert ran["arguments"] == {"command": calls[0][1]["command"]}, "kept as the model sent it"
+    assert "caf\ufffd \x1b[2J\ufffd" in ran["result"], "run with U+FFFD for the surrogate; its output read as UTF-8"
+
+
+def test_a_record_holding_any_str_is_stored_exactly_and_counted(store):
+    """The canonical JSON that a record's checksum and MAC are taken of holds a lone surrogate as its escape; a
+    surrogate pair split in two code points is the one character JSON reads it as, so the record read back is
+    counted, not refused as altered."""
+    said = ["lone \ud800", "low \udcff", "a pair in two code points \ud83d\ude00", "NUL \x00 ESC \x1b"]
+    assert store.put("generation/said.json", {"said": said})
+    assert store.get("generation/said.json") == {"said": [*said[:2], "a pair in two code points \U0001f600", said[3]]}
+    assert store.reads == {COUNTED: 1}
+
+
+def test_agent_text_reaches_the_warehouse_and_dagster_as_valid_unicode(tmp_path):
+    """A stop reason and an attempt's detail are an agent's words: DuckDB refuses a lone surrogate (the warehouse
+    would not be written), and Dagster's UI serves a failure's description as UTF-8 JSON."""
+    words = "stopped \ud800 here, NUL \x00, ESC \x1b[2J"
+    row = result_row("org__repo-1", "v", 0, "agent_error", stop_reason=words)
+    attempt = AttemptRecord("c", "org__repo-1", "v-s0", "generation", "agent_error", "agent", True, "t", 1.0, words)
+    warehouse = Warehouse([row], [attempt], [{"instance_id": "org__repo-1"}], [{"variant": "v"}], {"campaign": "c"})
+    path = write_warehouse(warehouse, tmp_path / "results.duckdb")
+    with duckdb.connect(str(path), read_only=True) as connection:
+        [(stop_reason,)] = connection.execute("SELECT stop_reason FROM trials").fetchall()
+        [(detail,)] = connection.execute("SELECT detail FROM attempts").fetchall()
+    assert stop_reason == detail == "stopped \ufffd here, NUL \x00, ESC \x1b[2J", "data: only the surrogate replaced"
+    described = describe_outcome(Outcome.AGENT_ERROR, words)
+    assert described == "agent_error: stopped \ufffd here, NUL \u2400, ESC \u241b[2J"
+    json.dumps({"description": described}, ensure_ascii=False).encode("utf-8")  # what the UI's server does
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Ids are not paths: a dataset's ids become directories, partition keys and command arguments, so a row whose id
+# is no id is refused where the dataset is loaded, before anything runs or is written.
+
+
+def hostile_rows(demo_benchmark, outside: Path) -> tuple[list[dict], list[tuple[int, str, str]]]:
+    """The demo's rows as a SWE-bench file, each with an id (or a repository) that is no id: a path up, an
+    absolute path (`outside`), Dagster's separators and range, a newline, nothing. With each row's
+    (index, field, value)."""
+    hostile = [
+        ("instance_id", "../../x"),
+        ("instance_id", str(outside)),
+        ("instance_id", "a|b"),
+        ("instance_id", "a,b"),
+        ("instance_id", "a\nb"),
+        ("instance_id", "a...b"),
+        ("repo", "../../escape"),
+        ("instance_id", ""),  # last: alone it refuses the whole file whether ids are checked or not
+    ]
+    rows = swebench_rows(demo_benchmark)
+    for row, (field, value) in zip(rows, hostile, strict=True):
+        row[field] = value
+    return rows, [(index, field, value) for index, (field, value) in enumerate(hostile)]
+
+
+def test_a_dataset_row_whose_id_is_no_id_is_refused_at_load_naming_dataset_row_and_field(demo_benchmark, tmp_path):
+    rows, hostile = hostile_rows(demo_benchmark, tmp_path / "abs")
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    with pytest.raises(InvalidDatasetError) as refused:
+        load_benchmark({"kind": "swebench", "path": str(path)}, Paths(tmp_path / "data"))
+    message = str(refused.value)
+    assert f"dataset {str(path)!r}: {len(rows)} invalid row(s)" in message
+    for index, field, value in hostile:
+        named = f"row {index} ({rows[index]['instance_id']!r}): field {field}: "
+        assert named + ("missing or empty" if value == "" else repr(value)) in message, (named, message)
+    commit = {**swebench_rows(demo_benchmark)[0], "base_commit": "--output=/tmp/pwned"}
+    with pytest.raises(InvalidDatasetError, match=r"field base_commit: '--output=/tmp/pwned' is not a commit"):
+        load_benchmark(
+            {"kind": "swebench", "path": str(write_jsonl(tmp_path / "commit.jsonl", [commit]))}, Paths(tmp_path)
+        )
+
+
+def test_a_terminal_task_whose_name_is_no_id_is_refused_at_load(tmp_path):
+    """`...` is the Dagster UI's partition range: a task directory may be named so, never an instance."""
+    write_terminal_task(tmp_path / "tasks", "fine-task", "echo 1 > $EVAL_REWARD_FILE\n")
+    write_terminal_task(tmp_path / "tasks", "a...b", "echo 1 > $EVAL_REWARD_FILE\n")
+    with pytest.raises(InvalidDatasetError, match=r"\('a\.\.\.b'\): field directory name: 'a\.\.\.b' is not an id"):
+        load_terminal_tasks(tmp_path / "tasks", tmp_path / "mirrors")
+
+
+def test_run_and_export_refuse_hostile_ids_before_anything_runs_or_is_written(demo_benchmark, campaign_env, tmp_path):
+    """`export --to DEST` writes nothing (`../../x`'s folder would be above DEST, the absolute id's at its own
+    path) and `run` runs nothing (`a|b`'s trials would end `missing` with nothing said): both name every row.
+    The empty id is left out: it refuses the file on its own."""
+    outside = tmp_path / "abs"
+    rows, hostile = hostile_rows(demo_benchmark, outside)
+    rows, hostile = rows[:-1], hostile[:-1]
+    write_jsonl(tmp_path / "rows.jsonl", rows)
+    campaign = tmp_path / "hostile.yaml"
+    campaign.write_text(
+        f"name: hostile\nbenchmark: {{kind: swebench, path: rows.jsonl, mirror_dir: {demo_benchmark.source.mirror_dir}}}"
+        "\nvariants: [{name: o, agent: oracle}]\n"
+    )
+    destination = tmp_path / "export" / "here"
+    exported = eval_pipeline_cli(campaign_env, "export", "--campaign", str(campaign), "--to", str(destination))
+    assert not (tmp_path / "export").exists() and not outside.exists(), "nothing is written, above DEST or at /abs"
+    ran = eval_pipeline_cli(campaign_env, "run", "--campaign", str(campaign))
+    assert not list((Path(campaign_env["DAGSTER_HOME"]) / "eval_pipeline").glob("artifacts/generation/*"))
+    for command in (exported, ran):
+        assert command.returncode != 0 and "Traceback" not in command.stderr, command.stderr[-3000:]
+        for index, field, _ in hostile:
+            assert f"row {index} ({rows[index]['instance_id']!r}): field {field}: " in command.stderr
+
+
+def test_export_writes_nothing_outside_its_destination_whatever_it_is_given(tmp_path):
+    """A folder's names are checked ids, yet a link inside the destination (or an id from a store written before
+    the check) could lead out: each folder is checked once its links are followed."""
+    outside, destination = tmp_path / "outside", tmp_path / "export"
+    outside.mkdir()
+    destination.mkdir()
+    (destination / "code").symlink_to(outside, target_is_directory=True)
+
+    def stored(instance_id: str, slice_name: str) -> StoredTrial:
+        row = result_row(instance_id, "v", 0, "unresolved", slice=slice_name)
+        identity = TrialSpec("c", slice_name, instance_id, row.trial, "v", "null", 0, "h", "g", "e", 60, {})
+        return StoredTrial(identity, row, [], None, None)
+
+    for records in (stored("org__repo-1", "code"), stored("../../x", "other"), stored(str(outside), "other")):
+        with pytest.raises(ExportError, match="outside the destination"):
+            write_trial_folder(records, "the instruction", destination)
+    assert list(outside.iterdir()) == [] and not (tmp_path / "x").exists()
+    assert write_trial_folder(stored("org__repo-1", "other"), "the instruction", destination).is_dir()

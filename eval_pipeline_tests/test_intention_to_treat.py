@@ -5,24 +5,36 @@ error, unscored, before), a program that writes its own reward and kills the ver
 resolved, before), an agent whose command runs out of memory (oom_killed, unscored, before). Each now loses its
 trial, because the reference, graded at once in the same environment under the same limits, resolves. Where the
 reference fails too, the fault is the harness's and the trial stays out of the score.
+
+The reference must prove something (trial/reference.py): graded once, a reference that passes half the time
+let a verifier-killer's trial go unscored half the time. It is graded up to R times (stopping at its first
+resolve), or as often as the pass rate validation measured asks; a verifier whose every run's result the test
+scripts makes the mechanism exact, with no timing and no chance. Exceptions of any type raised in grading
+are in test_grading_fuzz.py.
 """
 
+import itertools
 import shlex
 import subprocess
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from eval_pipeline.agents import make_agent
 from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.grading.verdict import VerifierRun
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
+from eval_pipeline.store.artifacts import LocalArtifactStore
 from eval_pipeline.tasks.terminal.task import load_terminal_tasks
 from eval_pipeline.tasks.terminal.verifier import score_verifier
 from eval_pipeline.trial.evaluation import evaluate
 from eval_pipeline.trial.generation import generate
-from eval_pipeline.trial.limits import GradingConditions, reference_pass
+from eval_pipeline.trial.limits import CAMPAIGN, VALIDATION, GradingConditions, ReferencePass, reference_pass
+from eval_pipeline.trial.reference import MAX_GRADINGS_PER_REPEAT, reference_gradings
+from eval_pipeline.trial.validation import leave_limit_evidence, validate_task
 from eval_pipeline_tests.conftest import prepare_on, write_terminal_task
 from eval_pipeline_tests.forgeries import fixed_module
 
@@ -111,7 +123,7 @@ def test_a_patch_that_ends_the_tests_at_their_first_failure_loses_its_trial(inst
     evaluation = evaluate(instance, spec, generation, environment, sandbox, store, 120)
     assert evaluation.outcome_type is Outcome.PATCH_BROKE_TEST_RUN, evaluation.detail
     assert evaluation.outcome_type.is_scored and not evaluation.outcome_type.is_resolved
-    assert "reported no test" in evaluation.detail and "graded at once" in evaluation.detail
+    assert "scored: the reference, graded at once" in evaluation.detail
     under = GradingConditions.of(instance, environment.key, sandbox, 120)
     assert reference_pass(store, under) is not None, "the reference's pass is kept as evidence"
     assert store.get(evaluation.key) is not None, "scored and final: never retried"
@@ -126,7 +138,7 @@ def test_when_the_reference_fails_too_the_fault_is_the_harnesss_and_the_trial_is
     generation = generate(instance, make_agent("null"), 0, environment, shared_sandbox, store)
     evaluation = evaluate(instance, slow, generation, environment, shared_sandbox, store, 0.5)
     assert evaluation.outcome_type is Outcome.TEST_TIMEOUT and not evaluation.outcome_type.is_scored
-    assert "ended test_timeout too: the harness's fault" in evaluation.detail
+    assert "graded at once 1 time under the same limits, ended test_timeout: the harness's fault" in evaluation.detail
     assert store.get(evaluation.key) is None, "retried, never final"
 
 
@@ -178,7 +190,7 @@ def test_a_verifier_that_always_dies_leaves_every_trial_unscored(answer_task, st
     tasks, sandbox = answer_task
     evaluation = run_terminal_trial(tasks, sandbox, store, "suicidal-verifier", make_agent("null"))
     assert evaluation.outcome_type is Outcome.GRADING_ERROR and not evaluation.outcome_type.is_scored
-    assert "ended grading_error too" in evaluation.detail
+    assert "1 time under the same limits, ended grading_error: the harness's fault" in evaluation.detail
 
 
 @pytest.mark.parametrize("exit_code", [-9, 137])
@@ -225,3 +237,115 @@ def test_a_patch_whose_code_fills_the_disk_at_grading_loses_its_trial(limited, i
     evaluation = evaluate(instance, spec, generation, environment, sandbox, store, 120)
     assert evaluation.outcome_type is Outcome.PATCH_BROKE_TEST_RUN, evaluation.detail
     assert "quota" in evaluation.detail
+
+
+class ScriptedVerifier:
+    """A terminal task's verifier whose every run's result the test sets: run n (counted in a file outside the
+    workspace) rewards a right answer only where line n of the script says `pass`."""
+
+    def __init__(self, directory):
+        self.script_file, self.counter = directory / "script", directory / "runs"
+
+    @property
+    def test_sh(self) -> str:
+        counter, script = shlex.quote(str(self.counter)), shlex.quote(str(self.script_file))
+        return (
+            "REWARD_FILE=${EVAL_REWARD_FILE:-/logs/verifier/reward.txt}\n"
+            f"run=$(( $(cat {counter} 2>/dev/null || echo 0) + 1 )); echo $run > {counter}\n"
+            f'if [ "$(python3 answer.py)" = 42 ] && [ "$(sed -n "${{run}}p" {script})" = pass ]; '
+            'then echo 1 > "$REWARD_FILE"; else echo 0 > "$REWARD_FILE"; fi\n'
+        )
+
+    def script(self, results: list[str]) -> None:
+        """The results of the next runs, in order, counted from 1 again."""
+        self.script_file.write_text("\n".join(results) + "\n")
+        self.counter.unlink(missing_ok=True)
+
+    def runs(self) -> int:
+        return int(self.counter.read_text()) if self.counter.exists() else 0
+
+
+@pytest.fixture
+def scripted(tmp_path):
+    """A task whose reference passes only where the script says (`answer`'s check, scripted), its environment, and
+    the generation of an agent whose answer writes reward 1 and kills the verifier: (task, spec, environment,
+    sandbox, generation, verifier)."""
+    verifier = ScriptedVerifier(tmp_path)
+    write_terminal_task(tmp_path / "tasks", "scripted", verifier.test_sh, "echo 'print(42)' > answer.py\n")
+    tasks = load_terminal_tasks(tmp_path / "tasks", tmp_path / "mirrors")
+    task = tasks.instance("scripted")
+    sandbox = LocalSandbox(tmp_path / "sb", ResourceLimits(memory_ceiling_mb=512), SandboxSettings(), "itt")
+    environment = sandbox.prepare(task, tasks.environment_for(task), tasks.source)
+    killer = make_agent("command", {"command": f"printf '%s' {shlex.quote(REWARD_THEN_KILL)} > answer.py"})
+    generation = generate(
+        task, killer, 0, environment, sandbox, LocalArtifactStore(tmp_path / "gen"), test_timeout_s=30
+    )
+    return task, tasks.environment_for(task), environment, sandbox, generation, verifier
+
+
+def test_a_reference_passing_half_the_time_leaves_a_verifier_killer_unscored_one_time_in_eight(scripted, tmp_path):
+    """Every sequence of a fair coin's first three tosses as the reference's next three gradings: graded once, the
+    reference left the four sequences that start with a failure unscored (1/2); graded up to three times, only
+    the one of three failures is (1/8 = (1 - 1/2)^3), and grading stops at the reference's first pass."""
+    task, spec, environment, sandbox, generation, verifier = scripted
+    ends = {}
+    for number, tosses in enumerate(itertools.product(("fail", "pass"), repeat=3)):
+        verifier.script(["killed", *tosses])  # run 1 is the killer's own grading
+        store = LocalArtifactStore(tmp_path / f"store-{number}")
+        evaluation = evaluate(task, spec, generation, environment, sandbox, store, 30)
+        assert "ended by signal 9" in evaluation.detail
+        ends[tosses] = (evaluation.outcome_type, verifier.runs())
+    unscored = [tosses for tosses, (outcome, _) in ends.items() if not outcome.is_scored]
+    assert unscored == [("fail", "fail", "fail")], ends
+    assert ends.pop(("fail", "fail", "fail"))[1] == 4
+    for tosses, (outcome, runs) in ends.items():
+        assert outcome is Outcome.PATCH_BROKE_TEST_RUN
+        assert runs == 2 + tosses.index("pass"), "the killer's run, then the reference's until its first pass"
+
+
+def test_the_pass_rate_validation_measured_sets_how_often_the_reference_is_graded(scripted, store):
+    """Validation saw the reference resolve 1 of its 3 runs (a rate estimated at 2/5): five gradings bring the
+    chance that each fails to at most 1/8, as three do for a reference passing half the time. A verifier-killer
+    whose reference passes only at its fifth grading is scored."""
+    task, spec, environment, sandbox, generation, verifier = scripted
+    verifier.script(["pass", "fail", "fail", *["fail"] * 3, "killed", *["fail"] * 4, "pass"])
+    validation = validate_task("terminal", task, spec, environment, sandbox, repeats=3, test_timeout_s=30)
+    assert (validation.status, validation.gold_resolved, validation.gold_runs) == ("flaky", 1, 3)
+    leave_limit_evidence(store, validation, GradingConditions.of(task, environment.key, sandbox, 30))
+    evaluation = evaluate(task, spec, generation, environment, sandbox, store, 30)
+    assert evaluation.outcome_type is Outcome.PATCH_BROKE_TEST_RUN, evaluation.detail
+    assert verifier.runs() == 12, "3 + 3 validation runs, the killer's, then the reference's five"
+
+
+def reference_passed(resolved_runs: int, runs: int, source: str = VALIDATION) -> ReferencePass:
+    return ReferencePass(
+        instance_id="row",
+        content_hash="content",
+        environment_key="environment",
+        resources={},
+        test_timeout_s=30.0,
+        grading_version="any",
+        source=source,
+        reference=f"{resolved_runs} of {runs}",
+        recorded_at="now",
+        resolved_runs=resolved_runs,
+        runs=runs,
+    )
+
+
+def test_the_reference_is_graded_r_times_where_no_validation_measured_its_rate():
+    assert reference_gradings(3, None) == 3
+    assert reference_gradings(5, reference_passed(0, 0, CAMPAIGN)) == 5, "one oracle pass measures no rate"
+    assert [reference_gradings(3, reference_passed(k, 3)) for k in (3, 2, 1)] == [2, 3, 5]
+
+
+@given(resolved=st.integers(1, 30), failed=st.integers(0, 30), repeats=st.integers(1, 6))
+def test_a_validated_rate_asks_for_the_fewest_gradings_that_reach_what_r_gives_a_coin_flip(resolved, failed, repeats):
+    """(1 - p)^n <= 2^-R with n as small as it can be, p the rate estimated from k of K runs, (k + 1) / (K + 2);
+    at most MAX_GRADINGS_PER_REPEAT x R."""
+    chance_failure = 1 - (resolved + 1) / (resolved + failed + 2)
+    gradings = reference_gradings(repeats, reference_passed(resolved, resolved + failed))
+    cap = MAX_GRADINGS_PER_REPEAT * repeats
+    assert 1 <= gradings <= cap
+    assert gradings == cap or chance_failure**gradings <= 2**-repeats * (1 + 1e-9)
+    assert gradings == 1 or chance_failure ** (gradings - 1) > 2**-repeats

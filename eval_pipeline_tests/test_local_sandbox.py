@@ -5,6 +5,7 @@ import os
 import resource
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -302,6 +303,204 @@ def test_an_opt_in_campaigns_trials_write_nowhere_but_their_workspace_and_share_
             path.unlink(missing_ok=True)
 
 
+@pytest.fixture(scope="module")
+def opted_in(tmp_path_factory, demo_benchmark):
+    """An opt-in campaign's sandbox (untrusted agents on the local backend, walled) and the demo's first
+    environment in it."""
+    settings = SandboxSettings(allow_untrusted_agents_locally=True)
+    sandbox = LocalSandbox(tmp_path_factory.mktemp("opted-in"), ResourceLimits(), settings, "opted-in")
+    instance = demo_benchmark.instances[0]
+    environment = sandbox.prepare(instance, demo_benchmark.environment_for(instance), demo_benchmark.source)
+    if environment.details["trial_view"] == "copy":
+        pytest.skip("this system refuses the mount namespace the walls take")
+    return sandbox, environment
+
+
+# Signals every process the attacker may (kill(-1)) with SIGURG, which no process dies of (nothing else on a
+# machine the test runs on is harmed if a wall is missing), then SIGKILLs the harness's process by its pid and
+# every process whose command line holds one of the tags, as it finds them in /proc, until its time is up.
+_ATTACKER = """
+import os, signal, sys, time
+
+harness_pid, *tags = open(sys.argv[1]).read().split()
+deadline = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < deadline:
+    for target, number in ((-1, signal.SIGURG), (int(harness_pid), signal.SIGKILL)):
+        try:
+            os.kill(target, number)
+        except OSError:
+            pass
+    for entry in (entry for entry in os.listdir("/proc") if entry.isdigit() and int(entry) != os.getpid()):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                words = cmdline.read()
+            if any(tag.encode() in words for tag in tags):
+                os.kill(int(entry), signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.05)
+print("attacked")
+"""
+
+# A process that tells when a signal reaches it (`{told}`: SIGURG, which kill(-1) sends), then sleeps.
+_SIGNALLED = (
+    "import signal, time; signal.signal(signal.SIGURG, lambda *_: {told}); time.sleep({seconds}); print('done')"
+)
+
+
+def test_a_process_an_opt_in_command_leaves_reaches_nothing_outside_its_trial(opted_in, tmp_path):
+    """The door: a process an untrusted agent leaves behind (setsid) ran as the harness's own user and killed the
+    pytest launchers of its own grading, of the reference and of honest neighbours (all unscored); a user
+    namespace does not stop it, since the kernel lets a process signal another of the same uid. The attack, as
+    the command and as the process it leaves: kill(-1), a SIGKILL to the harness's process by its pid, and to
+    every process it finds in /proc that is the harness's or a neighbour's (one started after the command
+    ended). Each command has a pid namespace of its own with its own /proc, which ends with it: the harness's
+    process and the neighbour's command are never reached, and nothing the command left outlives it."""
+    sandbox, environment = opted_in
+    harness_tag, neighbour_tag = (f"eval-{role}-{uuid.uuid4().hex[:8]}" for role in ("harness", "neighbour"))
+    name = f"attack-{uuid.uuid4().hex[:8]}.py"
+    reached = tmp_path / "harness-reached"
+    told = f"open({str(reached)!r}, 'w').close()"
+    harness = subprocess.Popen([sys.executable, "-c", _SIGNALLED.format(told=told, seconds=60), harness_tag])
+    try:
+        with sandbox.workspace(environment, "attacker") as attacker, sandbox.workspace(environment, "ok") as neighbour:
+            (attacker.repo / name).write_text(_ATTACKER)
+            (attacker.repo / "targets").write_text(f"{harness.pid} {harness_tag} {neighbour_tag}")
+            attack = attacker.run(
+                f"setsid python {name} targets 4 </dev/null >/dev/null 2>&1 & python {name} targets 0.5",
+                timeout_s=30,
+            )
+            assert (attack.exit_code, attack.stdout) == (0, "attacked\n"), attack.summary()
+            honest_code = _SIGNALLED.format(told="print('reached', flush=True)", seconds=2.5)
+            honest = neighbour.run(f'python -c "{honest_code}" {neighbour_tag}', timeout_s=30)
+        assert (honest.exit_code, honest.stdout) == (0, "done\n"), honest.summary()
+        assert harness.poll() is None and not reached.exists(), "the harness's process was signalled"
+        assert not running(name), "a process the command left outlived it"
+    finally:
+        harness.kill()
+        for pid in running(name):
+            os.kill(pid, signal.SIGKILL)
+
+
+# Connects to each unix socket named on its command line, as a stream and as a packet socket (an engine's attach
+# sockets), and says how that went; through its directory's descriptor, as conmon binds them (their paths are too
+# long for a socket address).
+_SOCKET_PROBE = """
+import os, socket, sys
+
+for path in sys.argv[1:]:
+    outcomes = set()
+    directory = os.open(os.path.dirname(path), os.O_PATH)
+    for kind in (socket.SOCK_STREAM, socket.SOCK_SEQPACKET):
+        try:
+            socket.socket(socket.AF_UNIX, kind).connect(f"/proc/self/fd/{directory}/{os.path.basename(path)}")
+            outcomes.add("reached")
+        except OSError as error:
+            outcomes.add(type(error).__name__)
+    print(path, *sorted(outcomes))
+"""
+
+# An honest agent's habit: a server of its own on a unix socket in its own temporary directory, in the background,
+# and a client talking to it.
+_OWN_SERVER = """
+import os, socket, sys, time
+
+path = os.path.join(os.environ["TMPDIR"], "own.sock")
+if sys.argv[1:] == ["serve"]:
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen()
+    connection, _ = server.accept()
+    connection.sendall(connection.recv(100).upper())
+else:
+    for _ in range(100):
+        try:
+            client = socket.socket(socket.AF_UNIX)
+            client.connect(path)
+            break
+        except OSError:
+            time.sleep(0.05)
+    client.sendall(b"own server")
+    print(client.recv(100).decode())
+"""
+
+
+def test_an_opt_in_command_finds_the_host_s_unix_sockets_covered_and_its_own_server_works(opted_in, tmp_path):
+    """The door: a unix socket on the host (the container engine's, a database's) answered a walled command, since
+    a read-only mount does not refuse connect(); with the engine's, an agent had the engine bind-mount the
+    directory above its workspace and wrote there. Every socket bound in the harness's network namespace is
+    covered in the command's own view: sockets the test serves in /tmp and /run refuse it, while a server of
+    the command's own, on a socket in its own temporary directory, still answers."""
+    sandbox, environment = opted_in
+    places = [tmp_path / "service.sock"]
+    if os.access("/run", os.W_OK):
+        places.append(Path("/run") / f"eval-test-{uuid.uuid4().hex[:8]}.sock")
+    services = []
+    try:
+        for place in places:
+            services.append(socket.socket(socket.AF_UNIX))
+            services[-1].bind(str(place))
+            services[-1].listen()
+        with sandbox.workspace(environment, "sockets") as workspace:
+            (workspace.repo / "probe.py").write_text(_SOCKET_PROBE)
+            (workspace.repo / "own.py").write_text(_OWN_SERVER)
+            paths = " ".join(shlex.quote(str(place)) for place in places)
+            probed = workspace.run(f"python probe.py {paths}; python own.py serve & python own.py", timeout_s=60)
+        expected = [f"{place} ConnectionRefusedError" for place in places] + ["OWN SERVER"]
+        assert probed.stdout.splitlines() == expected, probed.summary()
+    finally:
+        for service in services:
+            service.close()
+        for place in places:
+            place.unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+def test_an_opt_in_command_reaches_neither_the_container_engine_nor_its_containers(opted_in, engine):
+    """The same door with the real engine: its API socket, and the attach socket of a running container (Podman's
+    conmon binds it at `/proc/self/fd/<its directory>/attach`, and the container's stdin is behind it)."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        pytest.skip(f"the engine is not behind a unix socket here ({host})")
+    image = next((image for image in engine.images.list() if image.tags), None)
+    if image is None:
+        pytest.skip("the engine holds no image to start a container from")
+    container = engine.containers.run(image.tags[0], ["sleep", "120"], detach=True, stdin_open=True)
+    try:
+        sockets = [host.removeprefix("unix://")]
+        for storage in ("/var/lib/containers/storage", "/run/containers/storage"):
+            sockets += map(str, Path(storage, "overlay-containers", container.id).glob("**/attach"))
+        sandbox, environment = opted_in
+        with sandbox.workspace(environment, "engine") as workspace:
+            (workspace.repo / "probe.py").write_text(_SOCKET_PROBE)
+            probed = workspace.run(f"python probe.py {shlex.join(sockets)}", timeout_s=60)
+        assert probed.stdout.splitlines() == [f"{path} ConnectionRefusedError" for path in sockets], probed
+    finally:
+        container.remove(force=True)
+
+
+def test_an_opt_in_campaign_is_refused_where_the_system_cannot_wall_its_commands(tmp_path, monkeypatch):
+    """Where the system cannot give an untrusted agent's commands their walls (a pid namespace with its own /proc
+    is refused under an engine's masked paths, user namespaces on hardened kernels), the opt-in is refused
+    when the campaign's sandbox is made, in one line naming why and the way out; a trusted campaign runs."""
+    settings = SandboxSettings(allow_untrusted_agents_locally=True)
+    if reason := local.walls_unavailable():  # this system's own verdict
+        with pytest.raises(DeploymentError) as refused:
+            LocalSandbox(tmp_path / "sb", ResourceLimits(), settings, "opted-in")
+        assert reason in str(refused.value)
+    else:
+        LocalSandbox(tmp_path / "sb", ResourceLimits(), settings, "opted-in")
+    why = "cannot give the command its own view (own_pids): mounting a fresh /proc: [Errno 1] Operation not permitted"
+    monkeypatch.setattr(local, "walls_unavailable", lambda: why)
+    with pytest.raises(DeploymentError) as refused:
+        LocalSandbox(tmp_path / "sb", ResourceLimits(), settings, "opted-in")
+    assert str(refused.value) == (
+        "sandbox.allow_untrusted_agents_locally: this system cannot wall an untrusted agent's commands in on the"
+        f" local backend ({why}); use the container backend (sandbox: {{backend: container}})"
+    )
+    LocalSandbox(tmp_path / "sb", ResourceLimits(), SandboxSettings(), "trusted")
+
+
 @pytest.mark.parametrize(
     ("untrusted", "views"), [(False, True), (True, True), (False, False)], ids=["trusted", "opt-in walls", "no views"]
 )
@@ -314,7 +513,8 @@ def test_a_command_cannot_talk_to_the_runner_that_started_it(
     into the runner's stdin, and forged answers into its stdout, where the harness reads its next commands'
     (a test run's, say). The runner is not dumpable, so /proc refuses its descriptors to the command: each
     command's answer is its own. A command in a view is refused by its user namespace too; one on a system
-    without views only by the runner's guard, and not as root, whose CAP_SYS_PTRACE no guard refuses."""
+    without views only by the runner's guard, and not as root, whose CAP_SYS_PTRACE no guard refuses. Behind
+    the opt-in's walls its parent is its pid namespace's init, which holds none of the runner's descriptors."""
     settings = SandboxSettings(allow_untrusted_agents_locally=untrusted)
     sandbox = LocalSandbox(tmp_path / "sb", ResourceLimits(), settings, "runner")
     if not views:
@@ -335,7 +535,7 @@ def test_a_command_cannot_talk_to_the_runner_that_started_it(
     with sandbox.workspace(environment, "attacker") as workspace:
         sent = workspace.run(f"{attack} ; echo attacked", timeout_s=30)
         after = [workspace.run(f"echo mine-{n}", timeout_s=30).stdout for n in range(3)]
-    assert sent.stdout == "attacked\n" and sent.stderr.count("Permission denied") == 2, sent.summary()
+    assert sent.stdout == "attacked\n" and sent.stderr.count("cannot create /proc/") == 2, sent.summary()
     assert after == ["mine-0\n", "mine-1\n", "mine-2\n"] and not escaped.exists()
 
 

@@ -1,6 +1,7 @@
 """A predictions file (SWE-bench's format) as a variant's agent: each prediction is its trial's generation."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +162,47 @@ def test_grade_runs_a_predictions_file_with_one_command(campaign_env, tmp_path, 
     assert f"has no prediction for {missing.instance_id!r}" not in graded.stderr  # a result, not a failure
     again = eval_pipeline_cli(campaign_env, *args)
     assert json.loads(again.stdout)["generation"]["computed"] == 0, "the same file is graded once"
+
+
+@pytest.mark.parametrize(
+    ("hostile", "message"),
+    [
+        ("../../x", "prediction 2: field instance_id: '../../x' is not an id"),
+        ("/abs", "prediction 2: field instance_id: '/abs' is not an id"),
+        ("a|b", "prediction 2: field instance_id: 'a|b' is not an id"),
+        ("a,b", "prediction 2: field instance_id: 'a,b' is not an id"),
+        ("a\nb", "prediction 2: field instance_id: 'a\\nb' is not an id"),
+        ("", "prediction 2 has no instance_id"),
+    ],
+)
+def test_a_prediction_whose_instance_id_is_no_id_is_refused_at_load_naming_it(tmp_path, hostile, message):
+    """An instance id reaches paths and partition keys (tasks/dataset.py): one that is no id refuses the file."""
+    path = tmp_path / "preds.json"
+    path.write_text(json.dumps([prediction("fine__repo-1", ""), prediction(hostile, "")]))
+    with pytest.raises(ValueError) as refused:
+        PredictionsAgent(str(path))
+    assert f"predictions file {path}: {message}" in str(refused.value)
+
+
+def test_grade_refuses_hostile_prediction_ids_before_anything_runs(campaign_env, tmp_path):
+    """A file naming ids that are no ids is refused before any trial runs (its ids would match no instance, and
+    every trial would run as one without a prediction)."""
+    path = tmp_path / "preds.jsonl"
+    path.write_text("".join(json.dumps(prediction(i, "")) + "\n" for i in ("fine__repo-1", "a|b", "../../x")))
+    graded = eval_pipeline_cli(
+        campaign_env, "grade", "--predictions", str(path), "--dataset", "demo", "--backend", "local"
+    )
+    assert graded.returncode == 2 and "Traceback" not in graded.stderr, graded.stderr[-3000:]
+    assert (
+        "variants[0].params" in graded.stderr and "prediction 2: field instance_id: 'a|b' is not an id" in graded.stderr
+    )
+    assert not list((Path(campaign_env["DAGSTER_HOME"]) / "eval_pipeline").glob("artifacts/generation/*"))
+
+
+def test_a_patch_holding_a_lone_surrogate_is_its_predictions_problem(tmp_path):
+    """JSON may escape a lone surrogate (`\\ud800`), which no file's bytes can be: the prediction's own failure,
+    named, never a crash of the agent writing it."""
+    path = tmp_path / "preds.json"
+    path.write_text(json.dumps([prediction("fine__repo-1", "diff --git a/x b/x\n+\ud800\n")]))
+    patches, problems, _ = read_predictions(path)
+    assert patches == {} and "model_patch holds a lone surrogate" in problems["fine__repo-1"]

@@ -21,13 +21,13 @@ import pytest
 import yaml
 
 from eval_pipeline.common.outcomes import Outcome
-from eval_pipeline.grading.verdict import FAILED, MISSING, Verdict
+from eval_pipeline.grading.verdict import FAILED, Verdict
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline.sandbox.patches import workspace_diff
 from eval_pipeline.tasks.dataset import Benchmark
 from eval_pipeline.tasks.environment import RepoSource
-from eval_pipeline.tasks.swebench.grading import LOG_NAME, REPORT_NAME, grade, parse_junit
+from eval_pipeline.tasks.swebench.grading import LOG_NAME, grade
 from eval_pipeline.tasks.swebench.instance import Instance, benchmark_from_rows
 from eval_pipeline.tasks.swebench.specs import log_parser
 from eval_pipeline_tests.conftest import eval_pipeline_cli, prepare_on
@@ -208,13 +208,11 @@ def test_an_editable_install_puts_the_repository_on_sys_path_as_swebench_did(rea
 def _graded_with_canary(
     sandbox: LocalSandbox, benchmark: Benchmark, instance: Instance, patch: str
 ) -> tuple[Verdict, str]:
-    """The verdict on `patch`, and the status the run's JUnit report gives its canary (which must be FAILED)."""
+    """The verdict on `patch`, and the status the run reported of its canary (which must be FAILED)."""
     environment = prepare_on(sandbox, benchmark, instance)
     with sandbox.workspace(environment, "grade") as workspace:
         verdict = grade(instance, benchmark.environment_for(instance), patch, workspace, test_timeout_s=600)
-        report = workspace.read_harness_file(REPORT_NAME) or b"<testsuite/>"
-    canary = next(step["canary"] for step in verdict.steps if step["step"] == "run_tests")
-    return verdict, parse_junit(report).get(canary, MISSING)
+    return verdict, next(step["canary_status"] for step in verdict.steps if step["step"] == "run_tests")
 
 
 def test_pytest_graded_by_the_pytest_it_installs(real_benchmark, data_dir):

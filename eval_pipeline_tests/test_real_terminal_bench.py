@@ -31,7 +31,8 @@ def test_the_local_backend_refuses_tasks_it_cannot_run_faithfully(tasks, tmp_pat
 def test_oracle_resolves_and_null_does_not_on_the_container_backend(container_sandbox, tasks, store):
     """Built from the task's own Dockerfile (FROM replaced), solved and verified at Harbor's paths, as root, in
     the agent's own container right after it: kv-store-grpc's verifier imports the grpcio its solution installed
-    and calls the server it left running."""
+    and calls the server it left running. Neither agent changes a tool the verifier runs (no `verifier_tools`
+    flag); kv-store-grpc's server ran beside the verifier, which leaves its run exposed, and nothing else's."""
     sandbox = container_sandbox(task_base_images=task_base_images(), mode="pod")
     for task in tasks.instances:
         environment = prepare_on(sandbox, tasks, task)
@@ -45,3 +46,6 @@ def test_oracle_resolves_and_null_does_not_on_the_container_backend(container_sa
             assert evaluation.outcome == expected, (task.instance_id, agent.name, evaluation.detail, output)
             assert evaluation.detail.startswith("reward "), "the reward file decided"
             assert evaluation.grading_mode == "in_container"
+            left_a_server = task.instance_id == "kv-store-grpc" and agent.name == OracleAgent.name
+            kinds = {flag["kind"] for flag in evaluation.audit}
+            assert kinds == ({"verifier_exposed"} if left_a_server else set()), (task.instance_id, evaluation.audit)

@@ -28,6 +28,7 @@ import anyio
 import httpx
 
 from eval_pipeline.agents.base import Agent, AgentLimitReached, AgentOutput, AgentTask, AgentTimeout
+from eval_pipeline.common.foreign_text import valid_unicode_data
 from eval_pipeline.common.outcomes import ModelAPIError, ModelAPIRefused
 from eval_pipeline.common.text import from_environment, truncate
 from eval_pipeline.sandbox import Workspace
@@ -92,20 +93,22 @@ class ChatModel:
 
     async def complete(self, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
         """The response to `body`, and how many retries it took. ModelAPIError when the API stays unavailable
-        (rate limits, 5xx, timeouts) or refuses the request for a reason of its own (a bad key)."""
+        (rate limits, 5xx, timeouts, answers that hold no completion) or refuses the request for a reason of its
+        own (a bad key). The conversation is sent as valid Unicode (the model's own lone surrogates as U+FFFD:
+        common/foreign_text.py), so no answer of the model's makes the next request unsendable."""
         for attempt in range(self.max_retries + 1):
             try:
-                response = await self.client.post("/chat/completions", json=body)
+                response = await self.client.post("/chat/completions", json=valid_unicode_data(body))
             except httpx.TransportError as error:  # timeouts, refused or dropped connections
                 failure = f"{type(error).__name__}: {error}"
                 wait_s = None
             else:
-                if response.status_code == 200:
-                    return response.json(), attempt
+                if response.status_code == 200 and (completion := _completion(response)) is not None:
+                    return completion, attempt
                 failure = f"HTTP {response.status_code}: {response.text[:500]}"
                 if response.status_code == 400 and CONTEXT_WINDOW.search(response.text):
                     raise ContextWindowExceeded(failure)
-                if response.status_code not in RETRIED_STATUS:
+                if response.status_code != 200 and response.status_code not in RETRIED_STATUS:  # 200: no completion
                     raise ModelAPIRefused(f"the model API at {self.client.base_url} refused the request: {failure}")
                 wait_s = _retry_after(response)
             if attempt < self.max_retries:
@@ -116,6 +119,18 @@ class ChatModel:
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+def _completion(response: httpx.Response) -> dict[str, Any] | None:
+    """The completion a 200 answer holds, its bytes read as UTF-8 with any invalid sequence as U+FFFD (a model
+    server may pass on the bytes its model made); None when it is no completion (not JSON, or no choice with a
+    message): the endpoint's failure, retried as its other failures are."""
+    try:
+        completion = json.loads(response.content.decode("utf-8", errors="replace"))
+        message = completion["choices"][0]["message"]
+    except (ValueError, LookupError, TypeError):
+        return None
+    return completion if isinstance(message, dict) else None
 
 
 def _retry_after(response: httpx.Response) -> float | None:

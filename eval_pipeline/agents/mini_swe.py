@@ -30,6 +30,7 @@ import anyio.from_thread
 
 from eval_pipeline.agents.base import Agent, AgentLimitReached, AgentOutput, AgentStopped, AgentTask, AgentTimeout
 from eval_pipeline.agents.llm import RETRIED_STATUS, Price
+from eval_pipeline.common.foreign_text import valid_unicode_data
 from eval_pipeline.common.outcomes import ModelAPIError, ModelAPIRefused
 from eval_pipeline.common.text import from_environment, truncate
 from eval_pipeline.sandbox import Workspace
@@ -213,7 +214,8 @@ def _model_class(mini: Any) -> type:
         def _query(self, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
             """mini's request, retried as the variant says unless the API refused it (as the llm agent's);
             what still fails is ModelAPIError or ModelAPIRefused, which mini's own retrying (in query(): 10
-            attempts, waits of 4-60 s) lets through at once."""
+            attempts, waits of 4-60 s) lets through at once. The conversation is sent as valid Unicode (the
+            model's own lone surrogates as U+FFFD: common/foreign_text.py), as the llm agent's is."""
             retrying = Retrying(
                 reraise=True,
                 stop=stop_after_attempt(self.max_retries + 1),
@@ -223,7 +225,7 @@ def _model_class(mini: Any) -> type:
                 ),
             )
             try:
-                return retrying(super()._query, messages, **kwargs)
+                return retrying(super()._query, valid_unicode_data(messages), **kwargs)
             except litellm.exceptions.ContextWindowExceededError:
                 raise  # the agent's: it filled the context window
             except openai.OpenAIError as error:  # litellm's errors are the openai client's

@@ -8,7 +8,9 @@ reported and gated like any other. The file's content hash is in the agent's con
 key and lineage: an edited file is graded anew, an unchanged one never twice.
 
 The file is read whole when the campaign loads, and one that cannot be read as predictions is refused then,
-naming it. A prediction that is not one (no `model_patch` string) is kept as that instance's problem, and its
+naming it and the prediction: so is an `instance_id` that is no dataset's id (tasks/dataset.py: `id_problem`),
+which would otherwise reach paths and partition keys. A prediction that is not one (no `model_patch` string, or
+one holding a lone surrogate, which no file's bytes can be) is kept as that instance's problem, and its
 trial, like an instance the file has no prediction for, ends as the agent's error, named: every planned trial
 counts, as SWE-bench counts an instance it could not evaluate as not resolved. Its patches come from outside
 the harness: the agent is untrusted, graded only where untrusted code may run.
@@ -20,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from eval_pipeline.agents.base import Agent, AgentOutput, AgentStopped, AgentTask
+from eval_pipeline.common.foreign_text import valid_unicode
 from eval_pipeline.common.hashing import sha256_text
 from eval_pipeline.sandbox import Workspace
 from eval_pipeline.sandbox.patches import apply_patch
+from eval_pipeline.tasks.dataset import id_problem
 
 __all__ = ["PredictionsAgent", "model_names", "read_predictions"]
 
@@ -80,13 +84,20 @@ def read_predictions(path: Path) -> tuple[dict[str, str], dict[str, str], str]:
         instance_id = row.get("instance_id") if isinstance(row, dict) else None
         if not isinstance(instance_id, str) or not instance_id:
             raise ValueError(f"{origin}: prediction {number} has no instance_id")
+        if problem := id_problem(instance_id):
+            raise ValueError(f"{origin}: prediction {number}: field instance_id: {problem}")
         if instance_id in patches or instance_id in problems:
             raise ValueError(f"{origin}: prediction {number}: a second prediction for {instance_id!r}")
         patch = row.get("model_patch")
-        if patch is None or isinstance(patch, str):
-            patches[instance_id] = patch or ""
-        else:
+        if patch is not None and not isinstance(patch, str):
             problems[instance_id] = f"prediction {number} ({instance_id!r}): model_patch is not a string"
+        elif patch and valid_unicode(patch) != patch:
+            problems[instance_id] = (
+                f"prediction {number} ({instance_id!r}): model_patch holds a lone surrogate (a \\ud800-style"
+                " escape), which no file's bytes can be"
+            )
+        else:
+            patches[instance_id] = patch or ""
     return patches, problems, sha256_text(text)
 
 

@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from eval_pipeline.agents.session_request import MAX_TOOL_TIMEOUT_S, session_request
+from eval_pipeline.common.foreign_text import valid_unicode, valid_unicode_data
 from eval_pipeline.common.outcomes import SandboxLost
 from eval_pipeline.sandbox import ToolChannel, Workspace
 
@@ -107,9 +108,10 @@ class ToolSession:
     async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         """The tool's answer. A broken session is the infrastructure's failure (SandboxLost when the
         environment is gone), unless the agent could have ended the server itself and the environment is
-        still there: then it is the agent's (ToolServerEnded)."""
+        still there: then it is the agent's (ToolServerEnded). The call is sent as valid Unicode (a lone
+        surrogate in the model's arguments as U+FFFD: common/foreign_text.py), as MCP's JSON must be."""
         try:
-            result = await self.client.call_tool(name, arguments)
+            result = await self.client.call_tool(valid_unicode(name), valid_unicode_data(arguments))
         except MCPError as error:
             why = self.channel.diagnostics().strip()[-2000:]
             message = f"the tool session broke during {name}: {error}; the server said: {why or 'nothing'}"

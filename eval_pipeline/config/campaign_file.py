@@ -25,6 +25,7 @@ from eval_pipeline.common.fields import (
 )
 from eval_pipeline.common.text import from_environment
 from eval_pipeline.datasets.config import DatasetSource
+from eval_pipeline.grading.verdict import REFERENCE_REPEATS
 from eval_pipeline.sandbox import BACKENDS, ResourceLimits, SandboxSettings
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -88,12 +89,15 @@ class RetrySettings(ConfigModel):
     `delay_s` before the first retry and twice as long before each next one
     (with jitter). A partition whose run exhausted them is requested again by
     the campaign's sensor, up to `max_rerequests` times, so an outage longer
-    than the backoff costs a later run, not a trial.
+    than the backoff costs a later run, not a trial. Before a grading that
+    ended abnormally is called the harness's, the instance's reference is
+    graded at once up to `reference_repeats` times (trial/reference.py).
     """
 
     max_retries: Count = 2
     delay_s: Number = 2.0
     max_rerequests: Count = 2
+    reference_repeats: PositiveCount = REFERENCE_REPEATS
 
 
 class BatchSettings(ConfigModel):

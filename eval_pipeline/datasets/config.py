@@ -18,8 +18,9 @@ from pydantic import (
     model_validator,
 )
 
-from eval_pipeline.common.fields import ConfigModel, InputPath, OutputPath, describe_errors
+from eval_pipeline.common.fields import ConfigModel, Count, InputPath, OutputPath, PositiveCount, describe_errors
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
+from eval_pipeline.tasks.swebench.canaries import MAX_TWINS, TWINS_PER_TEST, TwinSettings
 
 
 def _environment_spec(value: Any) -> EnvironmentSpec:
@@ -34,10 +35,24 @@ def _environment_spec(value: Any) -> EnvironmentSpec:
 OnInvalid = Literal["reject", "quarantine"]
 
 
+class Twins(ConfigModel):
+    """`twins:` how many mutated twins guard a code task's graded tests at each grading
+    (tasks/swebench/canaries.py): `per_test` (k) for each graded test that can have them, FAIL_TO_PASS tests
+    first, at most `per_run` in a graded run. A forger who cannot tell a test from its twins passes a grading's
+    twinned failing tests with chance 1/(k + 1) each; each twin costs a run of its test."""
+
+    per_test: PositiveCount = TWINS_PER_TEST
+    per_run: Count = MAX_TWINS
+
+    def settings(self) -> TwinSettings:
+        return TwinSettings(self.per_test, self.per_run)
+
+
 class DemoSource(ConfigModel):
     """`kind: demo`: the built-in demo benchmark."""
 
     kind: Literal["demo"]
+    twins: Twins = Twins()
 
 
 class TerminalSource(ConfigModel):
@@ -62,6 +77,7 @@ class SweBenchSource(ConfigModel):
     environments: dict[str, Annotated[EnvironmentSpec, PlainValidator(_environment_spec)]] = {}
     include_hints: bool = False
     on_invalid: OnInvalid = "reject"
+    twins: Twins = Twins()
 
     @field_validator("revision")
     @classmethod

@@ -3,7 +3,7 @@
 A campaign names its sources per slice (`slices: {name: source}`), or one
 source as `benchmark:` (a single slice named `default`).
 
-kind: demo      the built-in demo benchmark (no other fields).
+kind: demo      the built-in demo benchmark; twins, as below, its only field.
 kind: terminal  Terminal-Bench / Harbor task directories (tasks/terminal/task.py):
                   path: a task directory, or a directory of them
                   mirror_dir: where their working trees are committed (default: the data directory's)
@@ -18,6 +18,8 @@ kind: swebench  rows in SWE-bench's schema (Lite and Verified load as they are),
                   SWE-bench's own specification of that repository and version (tasks/swebench/specs.py)
                 include_hints: give the agent the rows' hints_text (default false, as SWE-bench's rules say)
                 on_invalid: reject (default) or quarantine
+                twins: {per_test, per_run}: the mutated twins that guard each grading's graded tests
+                  (default 3 per test, 9 per run; tasks/swebench/canaries.py)
 """
 
 import os
@@ -81,10 +83,11 @@ def _read_rows(source: SweBenchSource, cache_dir: Path) -> list[dict[str, Any]]:
 
 def load_swebench(source: SweBenchSource, paths: Paths) -> Benchmark:
     return benchmark_from_rows(
-        source.hf_name or Path(source.path or "").name,
+        source.hf_name or str(source.path),  # what an invalid row's message names
         _read_rows(source, paths.data_dir / "datasets_cache"),
         on_invalid=source.on_invalid,
         include_hints=source.include_hints,
+        twins=source.twins.settings(),
         swebench_specs=True,
         source=RepoSource(url_template=source.url_template, mirror_dir=source.mirror_dir),
         environments=source.environments,
@@ -121,7 +124,7 @@ def load_benchmark(source: DatasetSource | Mapping[str, Any], paths: Paths) -> B
         return load_swebench(source, paths)
     if isinstance(source, TerminalSource):
         return load_terminal(source, paths)
-    return build_demo_benchmark(paths.mirrors)
+    return build_demo_benchmark(paths.mirrors, source.twins.settings())
 
 
 def load_portfolio(slices: Mapping[str, DatasetSource | Mapping[str, Any]], paths: Paths) -> Portfolio:

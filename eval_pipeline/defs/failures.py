@@ -14,6 +14,7 @@ from typing import Any
 
 from dagster import DagsterEvent, Failure, MetadataValue
 
+from eval_pipeline.common.foreign_text import shown
 from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.common.text import truncate
 
@@ -34,8 +35,10 @@ def outcome_failure(description: str, outcomes: Mapping[str, Outcome], metadata:
 
 def describe_outcome(outcome: Outcome, detail: str) -> str:
     """An outcome and its detail, outcome first: as a failure's description, its first line is what Dagster
-    shows first of a failed step and run (after the exception's class)."""
-    detail = detail.strip()
+    shows first of a failed step and run (after the exception's class). The detail may hold an agent's words:
+    it is `shown` (common/foreign_text.py), since Dagster's UI serves it as UTF-8 JSON, which no lone surrogate
+    survives."""
+    detail = shown(detail.strip())
     return f"{outcome.value}: {detail}" if detail else outcome.value
 
 

@@ -1,15 +1,30 @@
-"""What grading decides, for a task of any kind: the verdict, a terminal verifier's run, and the two steps
-every kind of grading shares (applying the model's patch, telling a run a limit stopped).
+"""What grading decides, for a task of any kind: the verdict, a terminal verifier's run, the two steps
+every kind of grading shares (applying the model's patch, telling a run a limit stopped), and the one
+choke point every grading of an agent's product goes through (`graded`).
 
 Each kind of task owns its grading (`Task.grade`, tasks/task.py): a code task's is
 tasks/swebench/grading.py, a terminal task's tasks/terminal/verifier.py.
+
+`graded` turns whatever a grading raises (any exception type: applying the patch,
+reading names, parsing a report in any encoding, reading files back, the
+verifier, a re-grade's snapshot) into an abnormal verdict that records the
+`grading_interrupted` step. A verdict with a grading step is one the agent's
+product reached, and evaluation judges every such verdict that is not scored
+by the instance's reference (trial/evaluation.py, intention to treat).
 """
 
-from collections.abc import Mapping
+import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from eval_pipeline.common.outcomes import NO_SPACE_TEXT, Outcome, StorageError
+from eval_pipeline.common.outcomes import (
+    NO_SPACE_TEXT,
+    InfrastructureError,
+    Outcome,
+    StorageError,
+    no_space_left,
+)
 from eval_pipeline.grading.patch_audit import AuditFlag, audit_patch
 from eval_pipeline.sandbox import Workspace
 from eval_pipeline.sandbox.patches import apply_patch, patch_problem
@@ -22,12 +37,18 @@ __all__ = [
     "GRADING_VERSION",
     "MISSING",
     "PASSED",
+    "REFERENCE_REPEATS",
+    "SEVERITY",
     "SKIPPED",
     "XFAIL",
+    "XPASS",
     "Verdict",
     "VerifierRun",
+    "GRADING_INTERRUPTED",
     "apply_model_patch",
     "grade_task",
+    "graded",
+    "interrupted",
     "stopped_by_a_limit",
 ]
 
@@ -37,15 +58,49 @@ GRADING_VERSION = "5"
 
 # SWE-bench's statuses (swebench.harness.constants.TestStatus), and ours for a graded test with no result.
 PASSED, FAILED, SKIPPED, ERROR, XFAIL, MISSING = "PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", "MISSING"
+# A test pytest expected to fail that passed (not strict): SWE-bench's parsers read no such line, so its grading
+# counts it as neither a pass nor a skip.
+XPASS = "XPASS"
+# From the best report of a test to the worst: a test reported more than once keeps its worst.
+SEVERITY = {PASSED: 0, XFAIL: 1, SKIPPED: 2, XPASS: 3, FAILED: 4, ERROR: 5}
+# The step of a grading that raised: whatever it raised happened while the agent's product was being graded.
+GRADING_INTERRUPTED = "grading_interrupted"
+# How many times, by default, the reference is graded at once before an abnormal end of a grading is called the
+# harness's (a campaign's `retries.reference_repeats`; trial/reference.py).
+REFERENCE_REPEATS = 3
 
 
 @dataclass
 class Verdict:
+    """A grading's result. Its `steps` are what grading ran on the agent's product, so a verdict without one
+    was reached before grading began (the agent's own failure, or the machinery's)."""
+
     outcome: Outcome
     tests: dict[str, str] = field(default_factory=dict)
     steps: list[dict[str, Any]] = field(default_factory=list)
     detail: str = ""
     audit: list[AuditFlag] = field(default_factory=list)
+
+
+def interrupted(error: Exception) -> Verdict:
+    """The verdict of a grading of the agent's product that raised `error`: the infrastructure outcome it
+    carries, a storage error where the machine's full disk is behind it, else a grading error; abnormal, with
+    the `grading_interrupted` step, for the reference to judge."""
+    if isinstance(error, InfrastructureError):
+        outcome = error.outcome
+    else:
+        outcome = Outcome.STORAGE_ERROR if no_space_left(error) else Outcome.GRADING_ERROR
+    step = {"step": GRADING_INTERRUPTED, "outcome": outcome.value, "error": type(error).__name__}
+    return Verdict(outcome, steps=[step], detail="".join(traceback.format_exception(error, limit=20)))
+
+
+def graded(grade: Callable[[], Verdict]) -> Verdict:
+    """The choke point: the verdict `grade` reaches on the agent's product (or the reference's), or, whatever
+    it raises instead (any exception type), `interrupted`."""
+    try:
+        return grade()
+    except Exception as error:  # noqa: BLE001 - every abnormal end of grading is judged by the reference
+        return interrupted(error)
 
 
 def apply_model_patch(verdict: Verdict, model_patch: str, workspace: Workspace) -> bool:

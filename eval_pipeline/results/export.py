@@ -13,6 +13,9 @@ exported again as trials finish:
         outcome.json      outcome, kind, scored, durations, resources
         lineage.json      versions, environment, agent config, artifact keys (stored or to be)
         attempts.jsonl    every kept attempt at the trial's stages, oldest first
+
+Nothing is written outside <dest>: slice and variant names and instance ids are checked names (config/
+campaign_file.py, tasks/dataset.py), and each folder is checked to lie under <dest> once links are followed.
 """
 
 import json
@@ -21,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from eval_pipeline.common.foreign_text import json_text, valid_unicode
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.datasets.portfolio import Portfolio
 from eval_pipeline.grading.verdict import GRADING_VERSION
@@ -45,8 +49,21 @@ FILES = (
 _STEP_OUTPUTS = ("log_tail", "stdout_tail", "stderr_tail")
 
 
+class ExportError(ValueError):
+    """A trial's folder that would not lie under the export's destination; the message names both."""
+
+
 def trial_folder(dest: Path, identity: TrialSpec) -> Path:
-    return dest / identity.slice / identity.instance_id / identity.variant / f"seed-{identity.seed}"
+    """Where a trial's folder is written: under `dest` once every link on the way is followed, whatever its
+    names hold (they are checked ids, tasks/dataset.py, but a link inside `dest` may lead anywhere), else
+    ExportError, and nothing is written."""
+    folder = dest / identity.slice / identity.instance_id / identity.variant / f"seed-{identity.seed}"
+    if not folder.resolve().is_relative_to(dest.resolve()):
+        raise ExportError(
+            f"trial {identity.instance_id}|{identity.trial}: its folder {folder} resolves to {folder.resolve()},"
+            f" outside the destination {dest.resolve()}; nothing was written there"
+        )
+    return folder
 
 
 def grading_output(evaluation: Evaluation) -> str:
@@ -114,24 +131,29 @@ def trial_lineage(records: StoredTrial) -> dict[str, Any]:
 
 
 def write_trial_folder(records: StoredTrial, instruction: str, dest: Path) -> Path:
-    """Write one trial's folder under `dest`, replacing what an earlier export wrote there; its path."""
+    """Write one trial's folder under `dest`, replacing what an earlier export wrote there; its path.
+
+    Its text is the agent's as the store keeps it (common/foreign_text.py): the trajectory and every JSON file
+    exactly (a lone surrogate as its `\\u` escape), the other files as valid UTF-8 (a lone surrogate as
+    U+FFFD). A file is removed before it is written, so a link left in its place leads nowhere."""
     folder = trial_folder(dest, records.identity)
     folder.mkdir(parents=True, exist_ok=True)
     for name in FILES:  # a file of an earlier export may no longer hold (an attempt graded since, say)
         (folder / name).unlink(missing_ok=True)
-    (folder / "instruction.md").write_text(instruction)
+    _write(folder / "instruction.md", instruction)
     if records.generation:
-        (folder / "patch.diff").write_text(records.generation.patch)
-        trajectory = json.dumps(records.generation.trajectory, indent=2, ensure_ascii=False)
-        (folder / "trajectory.json").write_text(trajectory + "\n")
+        _write(folder / "patch.diff", records.generation.patch)
+        _write(folder / "trajectory.json", json_text(records.generation.trajectory, indent=2) + "\n")
     if records.evaluation:
-        (folder / "test_output.txt").write_text(grading_output(records.evaluation))
-    (folder / "outcome.json").write_text(json.dumps(outcome_summary(records), indent=2, sort_keys=True) + "\n")
-    (folder / "lineage.json").write_text(json.dumps(trial_lineage(records), indent=2, sort_keys=True) + "\n")
-    (folder / "attempts.jsonl").write_text(
-        "".join(json.dumps(asdict(a), sort_keys=True) + "\n" for a in records.attempts)
-    )
+        _write(folder / "test_output.txt", grading_output(records.evaluation))
+    _write(folder / "outcome.json", json_text(outcome_summary(records), indent=2, sort_keys=True) + "\n")
+    _write(folder / "lineage.json", json_text(trial_lineage(records), indent=2, sort_keys=True) + "\n")
+    _write(folder / "attempts.jsonl", "".join(json_text(asdict(a), sort_keys=True) + "\n" for a in records.attempts))
     return folder
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(valid_unicode(text), encoding="utf-8")
 
 
 def export_trials(

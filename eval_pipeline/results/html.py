@@ -18,6 +18,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from eval_pipeline.common.foreign_text import shown
 from eval_pipeline.results.markdown import (
     TIME_COST_HEADERS,
     clip,
@@ -243,7 +244,9 @@ def render_html(
     reasons: Mapping[str, str] | None = None,
 ) -> str:
     """The report's page; with `trajectories` (trajectory.py: trajectories_for), a section per trial; `reasons`
-    (matrix.py: unscored_reasons) say why each unscored trial ended as it did."""
+    (matrix.py: unscored_reasons) say why each unscored trial ended as it did. The page is `shown`
+    (common/foreign_text.py): whatever an agent's text holds, the page is valid UTF-8 with no control character
+    in it."""
     rows = report.rows()
     rates = [(_label(row), row.summary.resolved_rate, row.summary.ci_low, row.summary.ci_high) for row in rows]
     differences = [(_label(row), d.diff, d.ci_low, d.ci_high) for row in rows if (d := row.summary.vs_baseline)]
@@ -271,7 +274,7 @@ def render_html(
     ]
     if trajectories is not None:
         sections.append(_trajectories(trials, trajectories))
-    return (
+    return shown(
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Campaign {escape(report.campaign)}'
         f"</title><style>{STYLE}\n{MATRIX_STYLE}\n{TRAJECTORY_STYLE}</style></head><body>{''.join(sections)}"
         "</body></html>\n"

@@ -1,12 +1,15 @@
 """The campaign report as markdown: report.md, the CLI's summary of a run, and the validation report.
 
 Rates' and differences' intervals are shown clipped to the range their
-quantity can take; report.json keeps the bounds as computed.
+quantity can take; report.json keeps the bounds as computed. Each text is
+`shown` (common/foreign_text.py): a test's output or an agent's words in a
+detail reach a file or a terminal as valid UTF-8 with no control character.
 """
 
 from collections.abc import Mapping
 from typing import Any
 
+from eval_pipeline.common.foreign_text import shown
 from eval_pipeline.results.model import Report, ReportRow, VariantSummary
 from eval_pipeline.trial.validation import Status
 
@@ -231,7 +234,7 @@ def render_validation(validation: Mapping[str, Any]) -> str:
         for r in records
         if r["status"] != Status.VALID
     ]
-    return "\n".join(lines) + "\n"
+    return shown("\n".join(lines) + "\n")
 
 
 def render_selected_validation(selected: Mapping[str, Mapping[str, Any]]) -> str:
@@ -252,7 +255,7 @@ def render_selected_validation(selected: Mapping[str, Mapping[str, Any]]) -> str
         for i, r in selected.items()
         if r["status"] != Status.VALID
     ]
-    return "\n".join(lines) + "\n"
+    return shown("\n".join(lines) + "\n")
 
 
 def render_markdown(report: Report) -> str:
@@ -290,7 +293,7 @@ def render_markdown(report: Report) -> str:
         " within the same limits. Intervals are shown within the range of their quantity."
         " Definitions: docs/STATISTICS.md.",
     ]
-    return "\n".join(lines) + "\n"
+    return shown("\n".join(lines) + "\n")
 
 
 def render_summary(report: Report) -> str:

@@ -5,7 +5,9 @@ and not resolved), or of trials chosen by id, from the artifact store;
 `render_trajectories` shows them as HTML sections, one per trial, with an id
 (`trajectory-<trial id>`) to link to. A trajectory is agent-controlled text
 (model output, tool results): every piece of it is truncated and
-HTML-escaped, so it never adds markup or script to the page.
+HTML-escaped, so it never adds markup or script to the page; the page that holds
+it is `shown` (common/foreign_text.py), so no control character or lone surrogate
+in it reaches the file or the browser.
 
 A trial's id is its trial partition's key, `<instance id>|<trial>` (the trial
 is `<variant>-s<seed>`, which is unique only within an instance).

@@ -8,7 +8,8 @@
 
 Pages are built on each request from the store (what results/export.py reads,
 and nothing else), so a running campaign's trials appear as they finish: reload.
-No page has a script or fetches anything; every agent-written text is escaped.
+No page has a script or fetches anything; every agent-written text is escaped, and every page is valid UTF-8
+with its control characters shown as their pictures (common/foreign_text.py).
 The server binds to the loopback address unless told otherwise: it has no
 authentication, and trajectories may hold what the agent read.
 """
@@ -20,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
+from eval_pipeline.common.foreign_text import shown
 from eval_pipeline.results.export import grading_output, outcome_summary, trial_lineage
 from eval_pipeline.results.html import STYLE as REPORT_STYLE
 from eval_pipeline.results.markdown import format_cost
@@ -52,7 +54,9 @@ def parse_trial_id(identifier: str) -> TrialSelection | None:
 
 
 def _page(title: str, body: str) -> str:
-    return (
+    """Every page of the viewer, `shown` (common/foreign_text.py): valid UTF-8 with no control character in it,
+    whatever an agent's text holds."""
+    return shown(
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
         f"<style>{REPORT_STYLE}\n{MATRIX_STYLE}\n{TRAJECTORY_STYLE}\n{STYLE}</style></head>"
         f'<body class="viewer">{body}</body></html>\n'

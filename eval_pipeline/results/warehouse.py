@@ -29,6 +29,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import duckdb
 
 from eval_pipeline import HARNESS_VERSION
+from eval_pipeline.common.foreign_text import valid_unicode
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.datasets.portfolio import Portfolio
 from eval_pipeline.grading.verdict import GRADING_VERSION
@@ -208,9 +209,10 @@ def _identifier(name: str) -> str:
 def _create_table(
     connection: duckdb.DuckDBPyConnection, table: str, columns: dict[str, str], rows: list[dict], lines: Path
 ) -> None:
-    """The table `table` of `columns`, holding `rows` (written to `lines` as JSON for DuckDB's own reader)."""
+    """The table `table` of `columns`, holding `rows` (written to `lines` as JSON for DuckDB's own reader, which
+    refuses a lone surrogate: each is U+FFFD in the table, common/foreign_text.py)."""
     with lines.open("w", encoding="utf-8") as out:
-        out.writelines(f"{json.dumps(row)}\n" for row in rows)
+        out.writelines(f"{valid_unicode(json.dumps(row, ensure_ascii=False))}\n" for row in rows)
     schema = ", ".join(f"{_identifier(name)}: '{kind}'" for name, kind in columns.items())
     connection.execute(
         f"CREATE TABLE {table} AS SELECT * FROM read_json(?, format = 'newline_delimited', columns = {{{schema}}})",

@@ -146,8 +146,8 @@ class SandboxSettings:
     `allow_untrusted_agents_locally` is the explicit opt-in to run untrusted
     agents (agents.Agent.trusted) on the `local` backend, which has no walls:
     their commands, and their patches' code at grading, run on the host as
-    the harness's own user, within reach of the data directory, the Dagster
-    instance and the engine's socket. Without it such a campaign is refused
+    the harness's own user, within reach of the data directory and the Dagster
+    instance (what they are walled from: sandbox/local.py). Without it such a campaign is refused
     at load; with it every trial's resources record says so. Only the local
     backend takes it (the others contain every agent).
     """
@@ -240,6 +240,19 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
+class ImageChange:
+    """A path a container's processes changed against its image, as the engine reports it (`Workspace.image_changes`):
+    `kind` is CHANGED (a directory is, when anything below it changed), ADDED or DELETED."""
+
+    CHANGED: typing.ClassVar[str] = "changed"
+    ADDED: typing.ClassVar[str] = "added"
+    DELETED: typing.ClassVar[str] = "deleted"
+
+    path: str
+    kind: str
+
+
+@dataclass(frozen=True)
 class EnvironmentHandle:
     """A prepared environment, as stored by Dagster and passed to later steps."""
 
@@ -280,6 +293,14 @@ class ToolChannel(ABC):
 # The harness directory's one part that the workspace's commands may write (`out/junit.xml`, a log, a diff):
 # everything else there is the harness's, which commands may read but not change.
 OUTPUT_DIR = "out"
+# The most of one harness file the harness reads (a report, a log, a reward, a diff): far above any real one, far
+# below what a command may leave there (a file up to the disk quota, or a sparse one, which takes no disk at all).
+HARNESS_FILE_CAP_BYTES = 64 * 2**20
+
+
+class HarnessFileTooLarge(RuntimeError):
+    """A harness file a command left holds more than HARNESS_FILE_CAP_BYTES: the command's doing, read no further.
+    Raised in grading, it goes through intention to treat like anything grading raises (trial/evaluation.py)."""
 
 
 class Workspace(ABC):
@@ -344,6 +365,21 @@ class Workspace(ABC):
         is not judged in place (its product is its patch)."""
         return None
 
+    def image_changes(self) -> list[ImageChange] | None:
+        """What the workspace's processes changed against the image it started from, as the engine (nothing inside
+        the workspace) records it; None where the workspace is no image's container (its product is its patch)."""
+        return None
+
+    def real_path(self, path: str) -> str | None:
+        """Where `path` leads in the workspace, a final link followed, as the engine sees it; None where nothing is.
+        Asked only where `image_changes` is not None."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no image to look into")
+
+    def processes_left(self) -> int:
+        """How many processes the agent's commands left running in the workspace (none where a command's end
+        ends them all)."""
+        return 0
+
     @abstractmethod
     def command_placement(self) -> dict[str, Any]:
         """Where, as whom and under which limits this workspace's commands run: the arguments of
@@ -369,7 +405,8 @@ class Workspace(ABC):
 
     @abstractmethod
     def read_harness_file(self, name: str) -> bytes | None:
-        """A harness file's content, or None when no command wrote it."""
+        """A harness file's content, or None when no command wrote it: a link, a FIFO (whose opening would wait for
+        a writer) or anything but a regular file is none. HarnessFileTooLarge past HARNESS_FILE_CAP_BYTES."""
 
     def write_harness_tree(self, directory: str, files: Mapping[str, str | bytes]) -> str:
         """Write `files` (relative path -> text or bytes) under the harness directory `directory`; return its

@@ -59,13 +59,14 @@ _MAPS_TIMEOUT_S = 30.0  # how long a command's child waits for its parent to wri
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWUSER = 0x10000000
+_CLONE_NEWPID = 0x20000000
 _CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _MS_RDONLY, _MS_REMOUNT = 1, 32
 _MS_BIND = 4096
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
-_MS_NOSUID, _MS_NODEV = 2, 4
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
 _PR_CAPBSET_DROP, _CAP_SYS_ADMIN = 24, 21
 _HIDING_MOUNT = b"size=64m,mode=755"  # an empty, small tmpfs over each hidden path
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -161,6 +162,195 @@ def _read_only_but(writable):
             _libc_call("mount", b"tmpfs", private, b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), b"mode=1777")
 
 
+# Where each socket bound at a relative path may be, by inode (`_where_held`): a runner looks once, not at every
+# command. The processes its last look found, whose descriptors it reads last on the next.
+_RELATIVE_SOCKETS = {}
+_LOOKED_AT = set()
+_ACCEPTING = 0x10000  # /proc/net/unix's flag of a listening socket (__SO_ACCEPTCON)
+_FD_RELATIVE = re.compile(r"/proc/(?:self|thread-self|\d+)/fd/\d+/(.+)$")
+
+
+def bound_socket_paths(own=()):
+    """The file of every unix socket a connect() may reach (listening, or datagram) bound in this process's
+    network namespace (its /proc/net/unix: a container engine's, a database's, a desktop's, the engine's
+    attach sockets of containers and exec sessions), but those under `own` paths. connect() finds a socket by
+    its file, whatever network namespace the caller is in, and a read-only mount does not refuse it; abstract
+    sockets belong to their network namespace, out of reach of a command in another. A socket bound at a path
+    relative to its binder (conmon binds `/proc/self/fd/<its directory>/attach`) is looked for where the
+    process holding it may have bound it (`_where_held`)."""
+    paths, relative = set(), {}
+    with open("/proc/net/unix", "rb") as table:
+        next(table, None)  # the header
+        for line in table:
+            fields = line.rstrip(b"\n").split(None, 7)
+            if len(fields) != 8 or not fields[0].endswith(b":") or fields[7].startswith(b"@"):
+                continue  # unbound, or abstract
+            if not int(fields[3], 16) & _ACCEPTING and int(fields[4], 16) != socket.SOCK_DGRAM:
+                continue  # a connection (it shows its listener's path), or a socket nothing can connect to
+            path = fields[7].decode(errors="surrogateescape")
+            if path.startswith("/") and not path.startswith("/proc/"):
+                paths.add(path)
+            else:
+                relative[fields[6].decode()] = path
+    for inode in set(_RELATIVE_SOCKETS) - set(relative):
+        del _RELATIVE_SOCKETS[inode]  # closed since
+    if unseen := {inode: path for inode, path in relative.items() if inode not in _RELATIVE_SOCKETS}:
+        _RELATIVE_SOCKETS.update(_where_held(unseen))
+    paths.update(path for candidates in _RELATIVE_SOCKETS.values() for path in candidates)
+    return sorted(path for path in paths if not _under(path, own))
+
+
+def _where_held(relative):
+    """{inode: candidate files} for the sockets bound at `relative` paths ({inode: path}): the name (after
+    `/proc/self/fd/N/`, or the whole relative path) in the working directory of each process holding it, in
+    each directory it holds open, and beside each file it holds open (fd N itself may have been closed and its
+    number reused since the bind), those that are sockets (another socket of the host found so is covered too,
+    as it would be anyway). Processes started since the last look come first (an exec session's conmon is
+    one), and the look ends once each socket's holder is found: reading every process's descriptors takes
+    tens of milliseconds on a busy host."""
+    wanted = {f"socket:[{inode}]": inode for inode in relative}
+    found = {inode: set() for inode in relative}
+    unheld = set(relative)
+    pids = {int(entry) for entry in os.listdir("/proc") if entry.isdigit()}
+    for pid in [*(pids - _LOOKED_AT), *(pids & _LOOKED_AT)]:
+        if not unheld:
+            break
+        try:
+            held = [os.readlink(f"/proc/{pid}/fd/{descriptor}") for descriptor in os.listdir(f"/proc/{pid}/fd")]
+            places = {os.readlink(f"/proc/{pid}/cwd")}
+        except OSError:
+            continue  # another user's, or ended
+        holding = [wanted[link] for link in held if link in wanted]
+        if not holding:
+            continue
+        unheld -= set(holding)
+        files = [link for link in held if link.startswith("/") and not link.endswith(" (deleted)")]
+        places |= {*files, *map(os.path.dirname, files)}
+        for inode in holding:
+            match = _FD_RELATIVE.match(relative[inode])
+            name = match[1] if match else relative[inode]
+            found[inode] |= {os.path.join(place, name) for place in places if not name.startswith("/")}
+    _LOOKED_AT.clear()
+    _LOOKED_AT.update(pids)
+    return {inode: sorted(filter(_is_socket, candidates)) for inode, candidates in found.items()}
+
+
+def _is_socket(path):
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _cover_sockets(paths):
+    """Bind /dev/null over each socket at `paths` in this mount namespace: a connect() there is refused. A path
+    that this process cannot reach, or that is no longer a socket, is left: the command cannot reach it either,
+    or finds no socket there."""
+    for path in filter(_is_socket, paths):
+        try:
+            _libc_call("mount", b"/dev/null", os.fsencode(path), None, ctypes.c_ulong(_MS_BIND), None)
+        except OSError as error:
+            if error.errno not in (errno.ENOENT, errno.EACCES, errno.ENOTDIR, errno.ELOOP):
+                raise OSError(error.errno, f"covering the socket {path}: {error.strerror}") from None
+
+
+def _fork():
+    pid = _LIBC.fork()
+    if pid < 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"fork: {os.strerror(number)}")
+    return pid
+
+
+def _close_all_but(kept):
+    os.closerange(0, kept)
+    os.closerange(kept + 1, os.sysconf("SC_OPEN_MAX"))
+
+
+def _enter_own_pids():
+    """In the forked child, which has unshared a pid namespace: make the namespace's init and, under it, the
+    command's process, in which this returns; the child itself and the init never return.
+
+    The child (outside the namespace, the process the runner waits for and whose group it kills) waits for the
+    init and ends as the command did: its exit code, or killed by its signal. The init, pid 1 of the
+    namespace, mounts a fresh /proc there (which shows the namespace's processes only), reaps orphans until
+    the command's process ends, then exits, and the kernel kills every process left in the namespace. It blocks
+    every signal and is not dumpable: nothing in the namespace can end it early or reach its descriptors (a
+    signal to a namespace's init from inside it is dropped unless the init handles it). The command's process
+    is pid 2, not 1, so that signals reach it as they reach any process.
+
+    Both forks are libc's own, not os.fork: this child has one thread, already made ready to run Python after
+    a fork (subprocess does so before calling preexec_fn), so Python's own work around a fork (its locks, its
+    at-fork callbacks) is time spent on every command for nothing."""
+    status_read, status_write = os.pipe()
+    init = _fork()
+    if init:
+        os.close(status_write)
+        _close_all_but(status_read)
+        _end_as_init_reports(init, status_read)
+    os.close(status_read)
+    try:
+        _libc_call("mount", b"proc", b"/proc", b"proc", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV | _MS_NOEXEC), None)
+    except OSError as error:  # a /proc partly covered (a container engine's masked paths) cannot be mounted afresh
+        raise OSError(error.errno, f"mounting a fresh /proc for its own pid namespace: {error.strerror}") from None
+    _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # the init, and the command's process until it execs
+    command = _fork()
+    if command:
+        _serve_as_init(command, status_write)
+    os.close(status_write)
+
+
+def _serve_as_init(command, status_write):
+    """The namespace's init: reap every process until `command` ends, write its wait status, exit."""
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        _close_all_but(status_write)
+        while True:
+            pid, status = os.waitpid(-1, 0)
+            if pid == command:
+                os.write(status_write, struct.pack("i", status))
+                break
+    finally:
+        os._exit(0)
+
+
+def _end_as_init_reports(init, status_read):
+    """Outside the namespace: wait for its init, then end as the command did (`_enter_own_pids`)."""
+    code = 255
+    try:
+        reported = b""
+        while len(reported) < 4 and (chunk := os.read(status_read, 4 - len(reported))):
+            reported += chunk
+        status = os.waitpid(init, 0)[1]
+        status = struct.unpack("i", reported)[0] if len(reported) == 4 else status
+        if os.WIFSIGNALED(status):
+            number = os.WTERMSIG(status)
+            if number != signal.SIGKILL:
+                signal.signal(number, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
+            os.kill(os.getpid(), number)
+            code = 128 + number
+        else:
+            code = os.waitstatus_to_exitcode(status)
+    finally:
+        os._exit(code)
+
+
+def pid_namespace_members(child):
+    """The init and the command's process (`_enter_own_pids`) under the runner's `child`, once the command has
+    started: each the first child of the one before (the init forks the command's process before it adopts
+    any orphan). Empty where the kernel lists no children (no CONFIG_PROC_CHILDREN)."""
+    members = []
+    for _ in range(2):
+        try:
+            with open(f"/proc/{child}/task/{child}/children") as listed:
+                child = int(listed.read().split()[0])
+        except (OSError, IndexError, ValueError):
+            return []
+        members.append(child)
+    return members
+
+
 class _View:
     """The trial's workspace (`source`) at the environment's path (`target`), in the command's own namespaces.
 
@@ -178,16 +368,40 @@ class _View:
     cannot unmount them, and in any namespace it makes they come locked. Processes of the container's own
     namespaces (the verifier) are out of its reach: it holds no capability there, so /proc/<pid>/root and
     setns are refused to it (sending them signals is not).
+
+    With `own_pids` the command runs in a pid namespace of its own (`_enter_own_pids`), with a fresh /proc:
+    it sees, and may signal, only its own processes (a user namespace alone does not stop a signal to the
+    harness's processes or a neighbour's, all of the same uid), and they all end with it. With `hide_sockets`
+    every unix socket bound in this runner's network namespace outside the trial's own paths is covered
+    (`bound_socket_paths`): the container engine's, a database's.
     """
 
-    def __init__(self, source, target, uid, network=False, hide=(), writable=None, private=None):
+    def __init__(
+        self,
+        source,
+        target,
+        uid,
+        network=False,
+        hide=(),
+        writable=None,
+        private=None,
+        own_pids=False,
+        hide_sockets=False,
+    ):
         self.source, self.target = source and source.encode(), target
         self.network = network
         self.hide = [path.encode() for path in hide]
         self.writable = None if writable is None else [path.encode() for path in writable]
         self.private = {target.encode(): own.encode() for target, own in (private or {}).items()}
+        self.own_pids = own_pids
+        own = [*(writable or ()), *([target] if source else [])]
+        try:
+            self.sockets = bound_socket_paths(own) if hide_sockets else []
+        except OSError as error:
+            raise ViewUnavailable(f"cannot list the host's unix sockets to cover: {error}") from None
         self.to_parent = os.pipe()
         self.to_child = os.pipe()
+        self.failure = os.pipe()  # what stopped the child, in a line, for ViewUnavailable
         self.error = None
         self._maps = {kind: _identity_map(kind, uid) for kind in ("uid", "gid")}
         self._helper = threading.Thread(target=self._write_maps, daemon=True)
@@ -215,9 +429,18 @@ class _View:
         meanwhile (Ctrl-C) never leaves it blocked forever, holding the command's own output pipes open."""
         os.close(self.to_parent[0])
         os.close(self.to_child[1])
+        os.close(self.failure[0])
+        try:
+            self._enter()
+        except OSError as error:
+            os.write(self.failure[1], str(error).encode(errors="replace")[:1000])
+            raise
+
+    def _enter(self):
         # System V and POSIX IPC of its own, with its own directories (a pod trial's, or a walled local one's).
         ipc = _CLONE_NEWIPC if self.private or self.writable is not None else 0
-        _libc_call("unshare", _CLONE_NEWUSER | _CLONE_NEWNS | ipc | (0 if self.network else _CLONE_NEWNET))
+        pids = _CLONE_NEWPID if self.own_pids else 0
+        _libc_call("unshare", _CLONE_NEWUSER | _CLONE_NEWNS | ipc | pids | (0 if self.network else _CLONE_NEWNET))
         os.write(self.to_parent[1], str(os.getpid()).encode())
         answered, _, _ = select.select([self.to_child[0]], [], [], _MAPS_TIMEOUT_S)
         if not answered or os.read(self.to_child[0], 1) != b"1":
@@ -232,6 +455,9 @@ class _View:
             _libc_call("mount", b"tmpfs", path, b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), _HIDING_MOUNT)
         if self.writable is not None:  # the workspace, seen at the target, among them
             _read_only_but(self.writable + ([self.target.encode()] if self.source else []))
+        _cover_sockets(self.sockets)
+        if self.own_pids:
+            _enter_own_pids()
         if self.hide or self.writable is not None:  # without CAP_SYS_ADMIN, nothing it starts can undo the mounts
             _libc_call("prctl", _PR_CAPBSET_DROP, _CAP_SYS_ADMIN, 0, 0, 0)
         if not self.network:
@@ -241,9 +467,16 @@ class _View:
         """After the child exec'd (or failed): the child's ends first, so a waiting helper sees end of file."""
         os.close(self.to_parent[1])
         os.close(self.to_child[0])
+        os.close(self.failure[1])
         self._helper.join(timeout=5)
         os.close(self.to_parent[0])
         os.close(self.to_child[1])
+        os.set_blocking(self.failure[0], False)
+        try:
+            self.error = self.error or os.read(self.failure[0], 1000).decode(errors="replace") or None
+        except BlockingIOError:  # the child exec'd: nothing to say
+            pass
+        os.close(self.failure[0])
 
 
 def _become_subreaper():
@@ -399,11 +632,12 @@ def cgroup_oom_kills():
     return None
 
 
-def group_resident_bytes(group):
-    """The resident memory of every process in process group `group`, from /proc (0 where there is none)."""
+def group_resident_bytes(group, skipped=()):
+    """The resident memory of every process in process group `group` but the pids `skipped`, from /proc (0 where
+    there is none)."""
     total = 0
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or int(entry) in skipped:
             continue
         try:
             with open(f"/proc/{entry}/stat") as stat:
@@ -424,11 +658,13 @@ class _MemoryWatch:
     same event into a MemoryError inside the tests, indistinguishable from a
     failing patch. The kernel's ru_maxrss cannot serve here: a forked child
     inherits its parent's peak, so it reports the harness's size, not the
-    command's.
+    command's. `skipped` are the runner's own forks in the group (a pid namespace's init and the process
+    outside it, `_enter_own_pids`), each a copy of the runner's pages, none the command's.
     """
 
-    def __init__(self, group, ceiling_bytes, kill_group):
+    def __init__(self, group, ceiling_bytes, kill_group, skipped=()):
         self.group = group
+        self.skipped = set(skipped)
         self.ceiling_bytes = ceiling_bytes
         self.kill_group = kill_group
         self.peak_bytes = 0
@@ -437,7 +673,7 @@ class _MemoryWatch:
 
     def run(self):
         while True:
-            resident = group_resident_bytes(self.group)
+            resident = group_resident_bytes(self.group, self.skipped)
             self.peak_bytes = max(self.peak_bytes, resident)
             if self.ceiling_bytes and resident > self.ceiling_bytes:
                 self.exceeded = True
@@ -690,9 +926,9 @@ def _limit_child(cpu_ceiling, uid, view):
     if sys.platform == "linux":  # a runner's child (serve) is not dumpable: its id maps could not be written
         _LIBC.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
     _prefer_for_oom_kill()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # before the view: its init and the child ending as it did
     if view is not None:
         view.enter()
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if cpu_ceiling and _HAS_AFFINITY:
         # Which cores is drawn at random, so that concurrent trials spread over the machine, not all on its first.
         cores = sorted(os.sched_getaffinity(0))
@@ -709,20 +945,33 @@ def _limit_child(cpu_ceiling, uid, view):
 def _wait(pid, deadline, kill_group):
     """Wait for `pid` in this thread, killing its group at `deadline`: (status, rusage, timed_out).
 
-    Polling rather than a timer thread: under a pids limit that the command
-    exhausted, no new thread could start.
+    In this thread, with no timer thread: under a pids limit that the command exhausted, no new thread could
+    start. It sleeps on a pidfd (Linux 5.3 on), which wakes it as the process ends; elsewhere it polls, the end
+    then seen up to 20 ms late.
     """
+    try:
+        ended = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        ended = None
     timed_out = False
     pause = 0.001
-    while True:
-        waited, status, usage = os.wait4(pid, os.WNOHANG)
-        if waited:
-            return status, usage, timed_out
-        if not timed_out and time.monotonic() >= deadline:
-            timed_out = True
-            kill_group()
-        time.sleep(pause)
-        pause = min(pause * 2, 0.02)
+    try:
+        while True:
+            waited, status, usage = os.wait4(pid, os.WNOHANG)
+            if waited:
+                return status, usage, timed_out
+            if not timed_out and time.monotonic() >= deadline:
+                timed_out = True
+                kill_group()
+            if ended is None:
+                time.sleep(pause)
+                pause = min(pause * 2, 0.02)
+            else:
+                remaining = _WATCH_INTERVAL_S if timed_out else max(0.0, deadline - time.monotonic())
+                select.select([ended], [], [], remaining)
+    finally:
+        if ended is not None:
+            os.close(ended)
 
 
 def _not_started(command, error, duration_s):
@@ -772,7 +1021,10 @@ def run_limited(
     those paths with an empty mount of the command's own, which nothing it starts can remove: a
     terminal task's agent, root in its container, never sees the verifier's /tests or reward file,
     nor can the processes it leaves running reach them (`_View`). A view with `writable` (paths) makes
-    every file system read-only but for those paths, for the command and all it starts. A view with
+    every file system read-only but for those paths, for the command and all it starts; with `own_pids`
+    the command has a pid namespace of its own, where it signals nothing else and every process it starts
+    ends with it (`_enter_own_pids`); with `hide_sockets` every unix socket bound on the host outside those
+    paths refuses it (`bound_socket_paths`): a local opt-in's walls. A view with
     `private` ({shared directory: the trial's own}) shows the trial's own directory at each shared one
     (/tmp, /dev/shm, /run/lock, /dev/mqueue), and gives the command IPC namespaces of its own: nothing a trial leaves
     there reaches the next trial in its pod. With a `uid` (a pod's trial),
@@ -794,6 +1046,22 @@ def run_limited(
     started = time.monotonic()
     if watch_cgroup_oom:  # in a container, this runner is a process of its own: it may adopt orphans
         _become_subreaper()
+    # First: a view that cannot be given (ViewUnavailable) leaves no thread or pipe of the command's behind.
+    namespaces = (
+        _View(
+            view.get("source"),
+            view.get("target"),
+            uid,
+            view.get("network", False),
+            view.get("hide", ()),
+            view.get("writable"),
+            view.get("private"),
+            view.get("own_pids", False),
+            view.get("hide_sockets", False),
+        )
+        if view
+        else None
+    )
     truncated = threading.Event()
     out, err = [], []
     # The readers start before the command does: a command that exhausts the pids limit (a fork
@@ -810,19 +1078,6 @@ def run_limited(
     if disk:
         disk_thread = threading.Thread(target=disk.run, daemon=True)
         disk_thread.start()
-    namespaces = (
-        _View(
-            view.get("source"),
-            view.get("target"),
-            uid,
-            view.get("network", False),
-            view.get("hide", ()),
-            view.get("writable"),
-            view.get("private"),
-        )
-        if view
-        else None
-    )
     try:
         process = subprocess.Popen(
             ["/bin/sh", "-c", command],
@@ -839,7 +1094,8 @@ def run_limited(
         return _not_started(command, error, time.monotonic() - started)
     except subprocess.SubprocessError as error:  # the child could not enter its view
         _disarm(disk)
-        raise ViewUnavailable(f"cannot give the command its own view of {view}: {namespaces.error or error}") from None
+        walls = ", ".join(sorted(name for name, value in view.items() if value))
+        raise ViewUnavailable(f"cannot give the command its own view ({walls}): {namespaces.error or error}") from None
     finally:
         os.close(out_write)
         os.close(err_write)
@@ -853,10 +1109,13 @@ def run_limited(
             pass
 
     watch = None
+    # In a pid namespace of its own, the command's process is the init's child, under the runner's child.
+    members = pid_namespace_members(process.pid) if namespaces and namespaces.own_pids else []
+    runners_forks = [process.pid, members[0]] if members else []
     if disk:
-        disk.arm(kill_group, process.pid)
+        disk.arm(kill_group, members[-1] if members else process.pid)
     if not watch_cgroup_oom and os.path.isdir("/proc"):
-        watch = _MemoryWatch(process.pid, (memory_ceiling_mb or 0) * 2**20, kill_group)
+        watch = _MemoryWatch(process.pid, (memory_ceiling_mb or 0) * 2**20, kill_group, runners_forks)
         threading.Thread(target=watch.run, daemon=True).start()
     try:
         status, usage, timed_out = _wait(process.pid, started + timeout_s, kill_group)

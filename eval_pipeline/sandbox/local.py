@@ -20,10 +20,19 @@ run in the workspace's own directory instead, and environments with install
 steps, whose installed paths would import the environment's code rather than
 the trial's, are refused with a message naming the container backend.
 
+A campaign that opts in to untrusted agents (`allow_untrusted_agents_locally`)
+walls each command further: every file system read-only but its workspace, a
+pid namespace of its own with a fresh /proc (it sees and signals only its own
+processes, which all end with it), and every unix socket bound on the host
+(the container engine's, a database's) covered (`WALLS`). Where the system
+cannot give those walls, the campaign is refused when its sandbox is made,
+naming why (`walls_unavailable`).
+
 Process isolation is weaker than a container's: a hostile command can still
-reach the rest of the file system. The container backend closes that gap.
+read the rest of the file system. The container backend closes that gap.
 """
 
+import base64
 import fcntl
 import json
 import os
@@ -48,9 +57,11 @@ from eval_pipeline.common.hashing import stable_hash
 from eval_pipeline.common.outcomes import ImageBuildFailed, InfrastructureError, SandboxLost
 from eval_pipeline.common.settings import DeploymentError
 from eval_pipeline.sandbox.base import (
+    HARNESS_FILE_CAP_BYTES,
     OUTPUT_DIR,
     EnvironmentHandle,
     ExecResult,
+    HarnessFileTooLarge,
     ResourceLimits,
     SandboxBackend,
     SandboxError,
@@ -66,7 +77,7 @@ from eval_pipeline.sandbox.interpreters import (
     find_interpreter,
     installs_with_pip,
 )
-from eval_pipeline.sandbox.limited_exec import ViewUnavailable, allocated_bytes
+from eval_pipeline.sandbox.limited_exec import ViewUnavailable, allocated_bytes, read_back
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
 from eval_pipeline.tasks.task import Task
 
@@ -75,6 +86,9 @@ ENVIRONMENT_LAYOUT_VERSION = "5"
 INSTALL_TIMEOUT_S = 1800.0
 TOOL_SERVER = Path(__file__).with_name("tool_server.py")
 _INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "PIP_INDEX_URL")
+# What an untrusted agent's command gets besides its read-only view (limited_exec._View): a pid namespace of its
+# own, and every unix socket of the host covered.
+WALLS = {"own_pids": True, "hide_sockets": True}
 
 
 def _fork_tree(source: Path, target: Path) -> None:
@@ -118,6 +132,19 @@ def views_unavailable() -> str:
         except (ViewUnavailable, OSError) as error:
             return str(error)
     return ""
+
+
+@cache
+def walls_unavailable() -> str:
+    """Why this system cannot wall an untrusted agent's command in ('' when it can), probed once with the view an
+    opt-in campaign's commands get (LocalWorkspace.command_placement)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        view = {"source": scratch, "target": scratch, "writable": [scratch], **WALLS}
+        try:
+            probed = run_command(command="true", cwd=scratch, env={}, timeout_s=30, output_bytes=1000, view=view)
+        except (ViewUnavailable, OSError) as error:
+            return str(error)
+    return "" if probed["exit_code"] == 0 else f"a walled `true` exited {probed['exit_code']}: {probed['stderr']!r}"
 
 
 class PipeChannel(ToolChannel):
@@ -173,7 +200,8 @@ class LocalWorkspace(Workspace):
     """A workspace directory (`root/repo`, `root/harness`); with `view_target`, commands see `root/repo` there,
     with network only when `network`, and when `walled` (an untrusted agent's campaign) may write nowhere
     outside `root`: the environment, other trials' workspaces, the data directory and /tmp are read-only to
-    them, /dev/shm their own."""
+    them, /dev/shm their own; each command has a pid namespace of its own and finds the host's unix sockets
+    covered (`WALLS`)."""
 
     def __init__(
         self,
@@ -217,7 +245,7 @@ class LocalWorkspace(Workspace):
     def command_placement(self) -> dict[str, Any]:
         view = (
             {"source": str(self.repo), "target": str(self._view_target), "network": self.network}
-            | ({"writable": [str(self.root)]} if self._walled else {})
+            | ({"writable": [str(self.root)], **WALLS} if self._walled else {})
             if self._view_target
             else None
         )
@@ -260,8 +288,11 @@ class LocalWorkspace(Workspace):
         return str(path)
 
     def read_harness_file(self, name: str) -> bytes | None:
-        path = self.harness / name
-        return path.read_bytes() if path.is_file() else None
+        """Read as the pod's runner reads a file back (limited_exec.read_back), never following a link."""
+        data = read_back(os.path.join(os.path.realpath(self.harness), name), HARNESS_FILE_CAP_BYTES)
+        if data is False:
+            raise HarnessFileTooLarge(f"the harness file {name} holds more than {HARNESS_FILE_CAP_BYTES} bytes")
+        return None if data is None else base64.b64decode(data)
 
 
 _APT_INSTALL = re.compile(r"\bapt(?:-get)?\s+(?:-\S+\s+)*install\s+([^&|;]+)")
@@ -326,6 +357,11 @@ class LocalSandbox(SandboxBackend):
                 f"EVAL_PIPELINE_DATA_DIR: the local sandbox keeps its workspaces in {root}, below {found}, a pytest"
                 " configuration that pytest would read for every repository without one of its own; set"
                 " EVAL_PIPELINE_DATA_DIR to a directory outside it"
+            )
+        if settings.allow_untrusted_agents_locally and (reason := walls_unavailable()):
+            raise DeploymentError(
+                "sandbox.allow_untrusted_agents_locally: this system cannot wall an untrusted agent's commands in"
+                f" on the local backend ({reason}); use the container backend (sandbox: {{backend: container}})"
             )
 
     def enforced_limits(self) -> dict[str, bool]:

@@ -9,7 +9,7 @@ import re
 import shlex
 from pathlib import PurePosixPath
 
-from eval_pipeline.sandbox.base import ExecResult, Workspace
+from eval_pipeline.sandbox.base import ExecResult, HarnessFileTooLarge, Workspace
 
 PATCH_TIMEOUT_S = 120.0
 # Far above any real fix (SWE-bench gold patches are kilobytes), far below what hurts the harness.
@@ -36,13 +36,14 @@ class WorkspaceDiffError(RuntimeError):
 def _unquote(quoted: str) -> str:
     """The path git and GNU patch write for a C-quoted name (`"\\164ests/conf\\164est.py"` is
     tests/conftest.py): every check must see the name the tools will write, not its spelling."""
-
-    def byte(match: re.Match[str]) -> str:
+    body, raw, start = quoted[1:-1], bytearray(), 0
+    for match in _ESCAPE.finditer(body):  # text between escapes is itself (UTF-8, or bytes git wrote raw)
+        raw += body[start : match.start()].encode("utf-8", errors="surrogateescape")
         code = match[1]
-        return chr(int(code, 8) if code.isdigit() else _ESCAPES[code])
-
-    latin = _ESCAPE.sub(byte, quoted[1:-1])
-    return latin.encode("latin-1", errors="surrogateescape").decode("utf-8", errors="surrogateescape")
+        raw.append(int(code, 8) & 0xFF if code.isdigit() else _ESCAPES[code])  # GNU patch keeps the low byte
+        start = match.end()
+    raw += body[start:].encode("utf-8", errors="surrogateescape")
+    return raw.decode("utf-8", errors="surrogateescape")
 
 
 def _strip_path(raw: str) -> str | None:
@@ -120,18 +121,23 @@ def apply_patch(workspace: Workspace, patch: str, name: str) -> ExecResult:
 def _diff(workspace: Workspace, base_commit: str, binary_only: bool) -> bytes:
     """The workspace's diff against `base_commit`, written to DIFF_NAME by the workspace's own git and read back
     with the command's answer."""
-    attributes = ""
-    if binary_only:  # every file as a binary patch: exact bytes, whatever their encoding
+    attributes = "-c core.quotepath=false "  # names as they are, where the diff is UTF-8 text
+    if binary_only:  # every file as a binary patch and every name C-quoted: exact bytes, in ASCII
         attributes_file = workspace.write_harness_file(_BINARY_ATTRIBUTES, "* binary\n")
-        attributes = f"-c core.attributesFile={shlex.quote(attributes_file)} "
+        attributes = f"-c core.attributesFile={shlex.quote(attributes_file)} -c core.quotepath=true "
     output = shlex.quote(workspace.harness_path(DIFF_NAME))
-    result, files = workspace.run_then_read(
-        f"git add -A && git {attributes}-c core.quotepath=false diff --cached --no-color --no-ext-diff --binary "
-        f"{shlex.quote(base_commit)} --output={output} && wc -c < {output}",
-        (DIFF_NAME,),
-        timeout_s=PATCH_TIMEOUT_S,
-        env=workspace.harness_git_env,
-    )
+    try:
+        result, files = workspace.run_then_read(
+            f"git add -A && git {attributes}diff --cached --no-color --no-ext-diff --binary "
+            f"{shlex.quote(base_commit)} --output={output} && wc -c < {output}",
+            (DIFF_NAME,),
+            timeout_s=PATCH_TIMEOUT_S,
+            env=workspace.harness_git_env,
+        )
+    except HarnessFileTooLarge as error:
+        raise WorkspaceDiffError(
+            f"the workspace's changes make a patch over the limit of {MAX_PATCH_BYTES}: {error}"
+        ) from None
     if not result.ok:
         raise WorkspaceDiffError(f"could not diff the workspace: {result.stderr[-500:]}")
     if int(result.stdout.strip() or 0) > MAX_PATCH_BYTES:
@@ -144,10 +150,10 @@ def _diff(workspace: Workspace, base_commit: str, binary_only: bool) -> bytes:
 def workspace_diff(workspace: Workspace, base_commit: str) -> str:
     """Everything changed in the workspace since `base_commit`, new files included, as one patch.
 
-    A change that is not valid UTF-8 text (a Latin-1 source file, say) is
-    diffed again with every file as a binary patch, so the stored patch
-    reproduces its bytes exactly instead of losing them to replacement
-    characters.
+    A change that is not valid UTF-8 text (a Latin-1 source file, or a file
+    name that is no UTF-8) is diffed again with every file as a binary patch
+    and every name C-quoted, so the stored patch reproduces its bytes exactly
+    instead of losing them to replacement characters.
     """
     base_commit = workspace.base_revision or base_commit
     try:

@@ -1,17 +1,79 @@
-"""A dataset of tasks (Benchmark), and why a row of one cannot be evaluated.
+"""A dataset of tasks (Benchmark), why a row of one cannot be evaluated, and what its ids may be.
 
 Each kind of task reads its own rows into a Benchmark: SWE-bench rows in
 tasks/swebench/instance.py, Terminal-Bench task directories in
-tasks/terminal/task.py, the demo in tasks/demo.py.
+tasks/terminal/task.py, the demo in tasks/demo.py. Each checks, as it loads a
+row, that the strings which become paths, partition keys and command arguments
+are ids (`id_problem`), repositories (`repo_problem`) and commits
+(`commit_problem`), so that no dataset can name a place outside the harness's.
 """
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
 from eval_pipeline.tasks.task import Task
 
-__all__ = ["Benchmark", "InvalidDatasetError", "InvalidInstanceError", "RowProblem"]
+__all__ = [
+    "MAX_ID_CHARS",
+    "Benchmark",
+    "InvalidDatasetError",
+    "InvalidInstanceError",
+    "RowProblem",
+    "commit_problem",
+    "id_problem",
+    "repo_problem",
+]
+
+# What a dataset's ids may be. An instance id (a terminal task's directory name) names a directory of every
+# export (`<dest>/<slice>/<instance id>/...`), a Dagster partition key (`|` joins the two dimensions of a trial's
+# key, `,` and brackets are reserved in ranges, `...` is the UI's range, control characters are refused: the
+# installed dagster's partitions/utils), a trial's id (`<instance id>|<trial>`), a run's batch name (`first..last`)
+# and labels of images and pods. Real datasets use far less than any of these refuse: SWE-bench
+# `django__django-11099`, SWE-bench Pro `instance_ansible__ansible-<sha>-v<sha>`, Multi-SWE-bench `org__repo-123`,
+# SWE-smith `owner__repo.<hash>.<kind>__<id>`, Terminal-Bench `install-windows-3.11`. So an id is letters, digits,
+# `.`, `_` and `-`, starts with a letter or digit (never `.`, `..`, an absolute path or an option's `-`), has no
+# `..`, and is at most MAX_ID_CHARS long (a file name holds 255 bytes): one path component, one partition key, as
+# it is.
+MAX_ID_CHARS = 200
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# A repository is `owner/name` as GitHub spells them: each part letters, digits, `.`, `_`, `-`, and neither `.`
+# nor `..` (it names a mirror's directory, `<mirror_dir>/<owner>/<name>`, and a clone URL).
+_REPO_PART = re.compile(r"(?!\.\.?$)[A-Za-z0-9._][A-Za-z0-9._-]*")
+# A commit is its object name in hex (an abbreviation too): it reaches git's command lines, where anything
+# else could be read as an option (`--output=...`) or a ref the harness did not mean.
+_COMMIT = re.compile(r"[0-9a-fA-F]{4,64}")
+
+
+def id_problem(value: object) -> str:
+    """Why `value` cannot be a dataset's id (an instance id, a task name), '' when it can; the message quotes it
+    as Python writes it, so a control character or a lone surrogate in it is seen."""
+    if not isinstance(value, str) or not value:
+        return f"{value!r} is no id: an id is a non-empty string"
+    if len(value) > MAX_ID_CHARS:
+        return f"{value[:40]!r}... is {len(value)} characters long, over the limit of {MAX_ID_CHARS}"
+    if not _ID.fullmatch(value) or ".." in value:
+        return (
+            f"{value!r} is not an id: letters, digits, '.', '_' and '-', starting with a letter or digit, without"
+            " '..' (an id names a directory and a Dagster partition as it is)"
+        )
+    return ""
+
+
+def repo_problem(value: object) -> str:
+    """Why `value` cannot be a repository's name (`owner/name`), '' when it can."""
+    parts = value.split("/") if isinstance(value, str) else []
+    if len(parts) != 2 or not all(_REPO_PART.fullmatch(part) for part in parts):
+        return f"{value!r} is not owner/name: each part letters, digits, '.', '_' and '-', and neither '.' nor '..'"
+    return ""
+
+
+def commit_problem(value: object) -> str:
+    """Why `value` cannot be a commit (its object name in hex), '' when it can."""
+    if isinstance(value, str) and _COMMIT.fullmatch(value):
+        return ""
+    return f"{value!r} is not a commit: 4 to 64 hex digits"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from eval_pipeline.common.git import git
 from eval_pipeline.tasks.dataset import Benchmark
 from eval_pipeline.tasks.environment import RepoSource
+from eval_pipeline.tasks.swebench.canaries import DEFAULT_TWINS, TwinSettings
 from eval_pipeline.tasks.swebench.instance import benchmark_from_rows
 
 DEMO_OWNER = "eval-pipeline-demo"
@@ -362,7 +363,9 @@ def _build_repo(repo: DemoRepo, worktree: Path) -> list[dict]:
     return rows
 
 
-def build_repos_benchmark(name: str, repos: Iterable[DemoRepo], mirror_dir: Path) -> Benchmark:
+def build_repos_benchmark(
+    name: str, repos: Iterable[DemoRepo], mirror_dir: Path, twins: TwinSettings = DEFAULT_TWINS
+) -> Benchmark:
     """Build `repos` into `mirror_dir` (once) and return their bugs as a benchmark.
 
     The repositories are rebuilt in a temporary directory on every call, which is
@@ -382,8 +385,8 @@ def build_repos_benchmark(name: str, repos: Iterable[DemoRepo], mirror_dir: Path
                     worktree.rename(target)
                 except OSError:  # another process installed it first; theirs is identical
                     shutil.rmtree(worktree, ignore_errors=True)
-    return benchmark_from_rows(name, rows, source=RepoSource(mirror_dir=str(mirror_dir)))
+    return benchmark_from_rows(name, rows, twins=twins, source=RepoSource(mirror_dir=str(mirror_dir)))
 
 
-def build_demo_benchmark(mirror_dir: Path) -> Benchmark:
-    return build_repos_benchmark("demo", DEMO_REPOS, mirror_dir)
+def build_demo_benchmark(mirror_dir: Path, twins: TwinSettings = DEFAULT_TWINS) -> Benchmark:
+    return build_repos_benchmark("demo", DEMO_REPOS, mirror_dir, twins)

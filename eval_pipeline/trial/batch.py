@@ -87,6 +87,7 @@ class BatchSetup:
             sandbox,
             self.store,
             self.campaign.test_timeout_for(instance),
+            self.campaign.retries.reference_repeats,
         )
         return BatchItemResult(work, evaluation.outcome_type, evaluation.detail, generation, evaluation, 1)
 

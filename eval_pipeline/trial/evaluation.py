@@ -11,15 +11,19 @@ stopped by a limit within which the instance's reference is known to pass is
 the patch's doing, scored and final (limits.py); an oracle's resolved
 evaluation is that knowledge.
 
-Every planned trial counts unless the harness shows the fault is its own (intention to treat): a grading that
-ended abnormally while the patch's grading ran (no report, a crash of the runner, the OOM killer, the time limit,
-the engine refusing a command, a verifier killed by a signal, a re-grade's container from the agent's snapshot
-in which the verifier cannot be set up) is followed at once by the instance's reference,
-graded in the same environment under the same limits. If the reference resolves, the patch broke the run: the
-trial is scored not resolved (`patch_broke_test_run`, or the limit's scored twin) and the reference's pass is
-kept as evidence. Only if the reference fails too is the fault the harness's, retried and never scored. A
-patch that ends its test process before any report, or makes the tests allocate until they are killed, so
-loses the trial instead of leaving the denominator.
+Every planned trial counts unless the harness shows the fault is its own (intention to treat). Every grading
+of the agent's product goes through one choke point (grading/verdict.py: `graded`), so whatever ends it
+abnormally, returned (no report, a crash of the runner, the OOM killer, the time limit, a verifier killed by a
+signal) or raised (any exception type: the engine refusing a command, a name or a report's encoding the
+harness could not read, a re-grade's container from the agent's snapshot in which the verifier cannot be set
+up), is followed at once by the instance's reference, graded in the same environment under the same limits,
+up to `reference_repeats` times (fewer or more where validation measured its pass rate), again only after a
+chance failure of its own (trial/reference.py). If it resolves, the patch broke the run: the trial is scored
+not resolved (`patch_broke_test_run`, or the limit's scored twin) and the reference's pass is kept as
+evidence. If it never does, the fault is the harness's, retried and never scored. A patch that ends
+its test process before any report, makes the tests allocate until they are killed, or leaves a name or a
+byte the harness chokes on, so loses the trial instead of leaving the denominator. What fails before grading
+begins (the snapshot gone, a workspace that cannot be made) is the machinery's, and no verdict on the patch.
 
 How a generation is graded is its `grading_mode`, recorded with the evaluation: a task whose product is a
 patch (a SWE-bench row; a terminal task on the local backend) by `patch_replay` in a fresh workspace; a task
@@ -36,7 +40,6 @@ sealed with the results key (store/mac.py) so that a scan can believe it.
 """
 
 import time
-import traceback
 import uuid
 from collections.abc import Callable
 from contextlib import suppress
@@ -46,31 +49,37 @@ from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.agents.builtin import OracleAgent
-from eval_pipeline.common.outcomes import InfrastructureError, Outcome, no_space_left
-from eval_pipeline.grading.verdict import GRADING_VERSION, Verdict, VerifierRun, grade_task
+from eval_pipeline.common.outcomes import InfrastructureError, Outcome
+from eval_pipeline.common.text import counted
+from eval_pipeline.grading.verdict import (
+    GRADING_VERSION,
+    REFERENCE_REPEATS,
+    Verdict,
+    VerifierRun,
+    grade_task,
+    graded,
+    interrupted,
+)
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.sandbox.base import SnapshotUnusable
 from eval_pipeline.store.artifacts import ArtifactStore, StoredRecord
 from eval_pipeline.store.attempts import Attempt, Stage, keep, now
 from eval_pipeline.tasks.environment import EnvironmentSpec
 from eval_pipeline.tasks.task import Task
-from eval_pipeline.tasks.terminal.verifier import score_verifier
+from eval_pipeline.tasks.terminal.verifier import score_verifier, with_in_place_findings
 from eval_pipeline.trial.generation import COMPLETED, Generation
 from eval_pipeline.trial.limits import (
     CAMPAIGN,
     GradingConditions,
     ReferencePass,
     record_reference_pass,
+    reference_pass,
     scored_at_limits,
     scored_twin,
 )
-from eval_pipeline.trial.reference import judged, reference_verdict
+from eval_pipeline.trial.reference import reference_gradings, reference_verdict, resolving_run
 from eval_pipeline.trial.spec import evaluation_key, scored_id, scored_marker_key
 
-# Gradings that judged nothing: the machinery's fault or the patch's, which the reference graded at once tells.
-ABNORMAL = frozenset(
-    {Outcome.GRADING_ERROR, Outcome.TEST_TIMEOUT, Outcome.OOM_KILLED, Outcome.ENGINE_ERROR, Outcome.SANDBOX_LOST}
-)
 PATCH_REPLAY, IN_CONTAINER, SNAPSHOT = "patch_replay", "in_container", "snapshot"
 
 
@@ -132,31 +141,30 @@ def _judge(
     sandbox: SandboxBackend,
     test_timeout_s: float,
 ) -> Verdict:
-    """The verdict, whatever happens: the agent's own failure, the grading's, or the infrastructure's. A failure
-    raised while the agent's product was being graded leaves a `grading_interrupted` step, which tells it from
-    the machinery failing before (a snapshot gone, a workspace that cannot be made). So does a re-grade's
-    container, started from the agent's snapshot, in which the harness could not set the verifier up
-    (`SnapshotUnusable`): the agent, root in its container, may have broken it."""
+    """The verdict, whatever happens: the agent's own failure, the grading's, or the infrastructure's. Every
+    grading of the agent's product goes through `graded`, so what it raises leaves the `grading_interrupted`
+    step, which tells it from the machinery failing before (a snapshot gone, a workspace that cannot be made).
+    So does a re-grade's container, started from the agent's snapshot, in which the harness could not set the
+    verifier up (`SnapshotUnusable`): the agent, root in its container, may have broken it. A verdict reached
+    stands if what follows it (removing its workspace) fails."""
     if generation.status != COMPLETED:  # the agent crashed or ran out of time: its failure, already final
         return Verdict(Outcome(generation.status), detail=generation.error[-2000:])
     mode = grading_mode(generation, test_timeout_s, sandbox.resources_record())
     if mode == IN_CONTAINER:
-        return score_verifier(VerifierRun.from_record(generation.verification or {}))
-    grading = False
+        return graded(lambda: score_verifier(VerifierRun.from_record(generation.verification or {})))
+    verdict: Verdict | None = None
     try:
         if mode == SNAPSHOT:  # the agent's files are in the snapshot: nothing to apply
             environment = sandbox.snapshot_environment(environment, generation.snapshot or {})
         patch = "" if mode == SNAPSHOT else generation.patch
         with sandbox.workspace(environment, label=f"eval-{generation.seed}") as workspace:
-            grading = True
-            return grade_task(instance, spec, patch, workspace, test_timeout_s)
-    except InfrastructureError as error:
-        interrupted = grading or isinstance(error, SnapshotUnusable)
-        steps = [{"step": "grading_interrupted", "outcome": error.outcome.value}] if interrupted else []
-        return Verdict(error.outcome, steps=steps, detail=f"{error}\n{traceback.format_exc(limit=20)}")
-    except Exception as error:  # noqa: BLE001 - a harness bug is an outcome, not a crash, and no verdict on the agent
-        outcome = Outcome.STORAGE_ERROR if no_space_left(error) else Outcome.GRADING_ERROR  # a full disk is retried
-        return Verdict(outcome, detail=traceback.format_exc(limit=20))
+            verdict = graded(partial(grade_task, instance, spec, patch, workspace, test_timeout_s))
+        return with_in_place_findings(verdict, generation.verification) if mode == SNAPSHOT else verdict
+    except Exception as error:  # noqa: BLE001 - every failure is an outcome, not a crash
+        if verdict is not None:  # reached: what came after it (removing its workspace) failed
+            return replace(verdict, detail=f"{verdict.detail}\nonce the verdict was reached: {error!r}")
+        failure = interrupted(error)  # typed as grading types it (an infrastructure outcome, a full disk)
+        return failure if isinstance(error, SnapshotUnusable) else replace(failure, steps=[])  # grading never began
 
 
 def _by_intention_to_treat(
@@ -165,19 +173,27 @@ def _by_intention_to_treat(
     reference: Callable[[], Verdict],
     store: ArtifactStore,
     under: GradingConditions,
+    repeats: int,
 ) -> tuple[Verdict, ReferencePass | None]:
-    """A grading that ended abnormally while the patch's grading ran, judged by `reference` (the instance's
-    reference graded at once in the same environment under the same limits; module docstring): resolved, the
-    patch broke the run and the trial is scored; not resolved, the fault is the harness's, left unscored."""
+    """A grading of the agent's product that ended abnormally (a verdict with a grading step that is not
+    scored), judged by `reference` (the instance's reference graded at once in the same environment under the
+    same limits, up to as often as `reference_gradings` says: `resolving_run`): resolved once, the patch broke
+    the run and the trial is scored; never resolved, the fault is the harness's, left unscored."""
     is_reference = generation.agent_config.get("agent") == OracleAgent.name  # a re-run would be a retry
-    if verdict.outcome not in ABNORMAL or not verdict.steps or is_reference:
+    if verdict.outcome.is_scored or not verdict.steps or is_reference:
         return verdict, None
-    graded = judged(reference)
-    if not graded.outcome.is_resolved:
-        detail = f"{verdict.detail}\nthe reference, graded at once under the same limits, ended {graded.outcome}"
-        return replace(verdict, detail=detail + " too: the harness's fault, not the patch's"), None
+    gradings = reference_gradings(repeats, reference_pass(store, under))
+    resolved, outcomes = resolving_run(reference, gradings)
+    ended = ", ".join(outcome.value for outcome in outcomes)
+    if not resolved:
+        graded_at_once = f"the reference, graded at once {counted(len(outcomes), 'time')} under the same limits"
+        detail = f"{verdict.detail}\n{graded_at_once}, ended {ended}: the harness's fault, not the patch's"
+        return replace(verdict, detail=detail), None
     evidence = record_reference_pass(store, under, CAMPAIGN, f"graded at once after {generation.key}")
-    detail = f"{verdict.detail}\nscored: the reference, graded at once in this environment under these limits, resolved"
+    detail = (
+        f"{verdict.detail}\nscored: the reference, graded at once in this environment under these limits, resolved"
+        f" (its gradings ended {ended})"
+    )
     return replace(verdict, outcome=scored_twin(verdict.outcome), detail=detail), evidence
 
 
@@ -199,9 +215,12 @@ def evaluate(
     sandbox: SandboxBackend,
     store: ArtifactStore,
     test_timeout_s: float,
+    reference_repeats: int = REFERENCE_REPEATS,
 ) -> Evaluation:
     """The final evaluation of a generation, grading it only when none is stored. An oracle's resolved
-    evaluation, stored or new, is kept as evidence that the instance passes within these limits."""
+    evaluation, stored or new, is kept as evidence that the instance passes within these limits.
+    `reference_repeats` is R, how often the reference may be graded before an abnormal end of grading is called
+    the harness's (module docstring)."""
     resources = sandbox.resources_record()
     key = evaluation_key(generation.key, generation.patch_sha256, environment.key, resources, test_timeout_s)
     under = GradingConditions.of(instance, environment.key, sandbox, test_timeout_s)
@@ -215,7 +234,7 @@ def evaluate(
     )
     if evidence is None:
         reference = partial(reference_verdict, instance, spec, environment, sandbox, test_timeout_s)
-        verdict, evidence = _by_intention_to_treat(verdict, generation, reference, store, under)
+        verdict, evidence = _by_intention_to_treat(verdict, generation, reference, store, under, reference_repeats)
     evaluation = Evaluation(
         key=key,
         attempt_id=uuid.uuid4().hex,

@@ -99,11 +99,17 @@ def _verified_in_place(
 ) -> tuple[dict[str, str] | None, dict[str, Any] | None]:
     """(snapshot, verifier run) of a workspace judged in place whose agent completed: the snapshot (named
     `name`) first, so that it holds the agent's state and none of the verifier's; (None, None) where the product
-    is the patch or there is nothing to judge."""
+    is the patch or there is nothing to judge. A verifier's run that raised on what the agent left (a reward file
+    past what the harness reads) keeps no run: evaluation re-grades the snapshot, through grading's choke point."""
     if status != COMPLETED or test_timeout_s is None or not workspace.judged_in_place:
         return None, None
     snapshot = workspace.snapshot(name)
-    run = instance.verify_in_place(workspace, test_timeout_s)
+    try:
+        run = instance.verify_in_place(workspace, test_timeout_s)
+    except InfrastructureError:
+        raise  # the machinery's: retried
+    except Exception:  # noqa: BLE001 - judged at evaluation, by the re-grade and intention to treat
+        return snapshot, None
     return snapshot, run.as_record() if run else None
 
 

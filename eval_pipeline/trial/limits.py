@@ -22,6 +22,10 @@ resolved; evaluation leaves one when an oracle trial resolved. The first
 written stays. A trial graded before its instance's evidence exists has the
 reference graded at once under its limits (trial/evaluation.py, intention to treat),
 whose pass is kept here too. Evidence that cannot be read counts as none.
+
+Validation's evidence also holds how many of its reference runs resolved, of how many: the reference's pass
+rate under these limits, which sets how often intention to treat grades it (trial/reference.py). A campaign's
+pass is one run kept because it resolved, which measures no rate.
 """
 
 from contextlib import suppress
@@ -78,7 +82,7 @@ class ReferencePass(StoredRecord):
     """The instance's reference solution, graded resolved under these limits: the evidence that scores a patch
     whose tests hit one of them."""
 
-    record_version: int = 1
+    record_version: int = 2
     instance_id: str
     content_hash: str
     environment_key: str
@@ -88,16 +92,34 @@ class ReferencePass(StoredRecord):
     source: str  # VALIDATION or CAMPAIGN
     reference: str  # which run resolved: the validation's reference runs, or the oracle trial's evaluation key
     recorded_at: str
+    # Validation's reference runs that resolved, of all it graded (0 of 0: a campaign's pass, which measures no rate).
+    resolved_runs: int = 0
+    runs: int = 0
 
     def describe(self) -> str:
         return f"{self.source}: {self.reference}"
 
+    @property
+    def pass_rate(self) -> float | None:
+        """The reference's pass rate as validation measured it, (k + 1) / (K + 2) for k of K runs resolved
+        (Laplace's rule of succession: K of K says the reference passes often, not always); None unmeasured."""
+        return (self.resolved_runs + 1) / (self.runs + 2) if self.runs else None
 
-def record_reference_pass(store: ArtifactStore, under: GradingConditions, source: str, reference: str) -> ReferencePass:
-    """Keep the evidence that the reference resolved under `under`, unless some is kept already, and return it.
-    Best effort: a store that cannot be written keeps none, and limits hit later stay unscored."""
+
+def record_reference_pass(
+    store: ArtifactStore, under: GradingConditions, source: str, reference: str, resolved_runs: int = 0, runs: int = 0
+) -> ReferencePass:
+    """Keep the evidence that the reference resolved under `under` (`resolved_runs` of validation's `runs`),
+    unless some is kept already, and return it. Best effort: a store that cannot be written keeps none, and
+    limits hit later stay unscored."""
     record = ReferencePass(
-        **asdict(under), grading_version=GRADING_VERSION, source=source, reference=reference, recorded_at=now()
+        **asdict(under),
+        grading_version=GRADING_VERSION,
+        source=source,
+        reference=reference,
+        recorded_at=now(),
+        resolved_runs=resolved_runs,
+        runs=runs,
     )
     with suppress(InfrastructureError):
         store.put(under.evidence_key, record.payload())

@@ -1,38 +1,65 @@
-"""The instance's reference solution, graded now, as a campaign grades a trial.
+"""The instance's reference solution, graded now, as a campaign grades a trial, and how often.
 
 Validation grades it to judge the instance (trial/validation.py). Evaluation grades it
-at once when a trial's test phase ended abnormally (no report, a crash, the OOM
-killer, the time limit, the engine refusing the command: trial/evaluation.py), so that
-such a trial leaves the denominator only when the harness shows the fault is its
-own: the reference, run right then in the same environment under the same limits,
-failed too.
+at once when the grading of a trial's product ended abnormally (no report, a crash, the OOM
+killer, the time limit, the engine refusing the command, anything grading raised:
+trial/evaluation.py), so that such a trial leaves the denominator only when the harness
+shows the fault is its own: the reference, run right then in the same environment under
+the same limits, failed too.
+
+One failure of a reference that passes with probability p happens by chance with probability 1 - p, and with
+it a patch that broke its test run would leave the score (a flaky reference let half of a verifier-killer's
+trials go unscored). So the reference is graded up to R times (`reference_repeats`; grading/verdict.py's
+REFERENCE_REPEATS by default), and the fault is the harness's only if none resolved: a trial the patch broke
+stays unscored with probability (1 - p)^R (1/8 for p = 1/2 and R = 3). Grading stops at the reference's first
+resolve (the patch's fault), and at its first end that is not scored: the machinery failed the reference too,
+which shows the fault is the harness's, and grading it again would only give a passing fault the time to clear
+and an honest trial a score it did not earn. Where validation measured the reference's pass rate under the
+very same conditions (k of K runs resolved, trial/limits.py), the number of gradings is the fewest that bring
+the estimated (1 - p)^n to 2^-R, the rate R gradings give a reference that passes half the time:
+`reference_gradings`.
 """
 
-import traceback
+import math
 from collections.abc import Callable
 
 from eval_pipeline.agents.base import AgentTimeout, agent_task
 from eval_pipeline.agents.builtin import OracleAgent
-from eval_pipeline.common.outcomes import InfrastructureError, Outcome
-from eval_pipeline.grading.verdict import Verdict, grade_task
+from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.grading.verdict import Verdict, grade_task, graded
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.sandbox.patches import WorkspaceDiffError, workspace_diff
 from eval_pipeline.tasks.environment import EnvironmentSpec
 from eval_pipeline.tasks.task import Task
 from eval_pipeline.tasks.terminal.verifier import score_verifier
+from eval_pipeline.trial.limits import ReferencePass
 
-__all__ = ["grade_in_fresh_workspace", "judged", "reference_verdict"]
+__all__ = ["grade_in_fresh_workspace", "reference_gradings", "reference_verdict", "resolving_run"]
+
+# The most gradings a validated pass rate may ask for, per `reference_repeats`: a reference that passes so
+# rarely that it needs more belongs in validation's quarantine.
+MAX_GRADINGS_PER_REPEAT = 3
 
 
-def judged(run: Callable[[], Verdict]) -> Verdict:
-    """A run's verdict, whatever happens, typed as evaluation types it: the machine's failure is an
-    infrastructure outcome, a harness bug a grading error."""
-    try:
-        return run()
-    except InfrastructureError as error:
-        return Verdict(error.outcome, detail=str(error))
-    except Exception:  # noqa: BLE001 - a harness bug is this run's outcome, not a crash of its caller
-        return Verdict(Outcome.GRADING_ERROR, detail=traceback.format_exc(limit=20))
+def reference_gradings(repeats: int, evidence: ReferencePass | None) -> int:
+    """How many times the reference is graded before an abnormal end is called the harness's: `repeats`, or,
+    where `evidence` holds the pass rate p validation measured, the fewest n with (1 - p)^n <= 2^-repeats (at
+    least 1, at most MAX_GRADINGS_PER_REPEAT x `repeats`)."""
+    rate = evidence.pass_rate if evidence else None
+    if rate is None:
+        return repeats
+    needed = math.ceil(repeats * math.log(2) / -math.log1p(-rate) - 1e-9)  # less a rounding error's worth
+    return max(1, min(needed, MAX_GRADINGS_PER_REPEAT * repeats))
+
+
+def resolving_run(reference: Callable[[], Verdict], gradings: int) -> tuple[bool, list[Outcome]]:
+    """Grade `reference` up to `gradings` times through the grading's choke point (`graded`: whatever it raises
+    is its outcome), again only after an end that is scored and not resolved (its own chance failure): whether
+    one resolved, and every grading's outcome."""
+    outcomes = [graded(reference).outcome]
+    while len(outcomes) < gradings and outcomes[-1].is_scored and not outcomes[-1].is_resolved:
+        outcomes.append(graded(reference).outcome)
+    return outcomes[-1].is_resolved, outcomes
 
 
 def grade_in_fresh_workspace(

@@ -36,13 +36,13 @@ from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.common.outcomes import InfrastructureError, Outcome
-from eval_pipeline.grading.verdict import GRADING_VERSION, PASSED, Verdict
+from eval_pipeline.grading.verdict import GRADING_VERSION, PASSED, Verdict, graded
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.store.artifacts import ArtifactStore
 from eval_pipeline.tasks.environment import EnvironmentSpec
 from eval_pipeline.tasks.task import Task
 from eval_pipeline.trial.limits import UNSCORED_LIMITS, VALIDATION, GradingConditions, record_reference_pass
-from eval_pipeline.trial.reference import grade_in_fresh_workspace, judged, reference_verdict
+from eval_pipeline.trial.reference import grade_in_fresh_workspace, reference_verdict
 
 # Bump when the validation procedure or its classification changes: the validation asset shows as stale.
 VALIDATION_VERSION = "1"
@@ -189,7 +189,7 @@ def validate_task(
     plan: list[tuple[str, Callable[[], Verdict]]] = [(GOLD, reference)] * repeats + [(EMPTY, unchanged)] * repeats
     runs: list[tuple[str, Verdict]] = []
     for patch, run in plan:
-        runs.append((patch, judged(run)))
+        runs.append((patch, graded(run)))
         if not runs[-1][1].outcome.is_scored:
             break
     outcomes = {patch: [verdict.outcome for kind, verdict in runs if kind == patch] for patch in (GOLD, EMPTY)}
@@ -224,10 +224,11 @@ def environment_failure(slice_name: str, task: Task, repeats: int, error: Except
 def leave_limit_evidence(store: ArtifactStore, validation: InstanceValidation, under: GradingConditions) -> None:
     """Keep a validation whose reference resolved, and never ran into a limit, as evidence that the instance
     passes within the limits it was validated under (trial/limits.py): a patch whose tests hit them there is
-    scored. A reference stopped by a limit even once says those limits are not known to be enough."""
+    scored. A reference stopped by a limit even once says those limits are not known to be enough. The counts
+    kept with it are the reference's pass rate there, which intention to treat reads (trial/reference.py)."""
     if validation.gold_resolved and not UNSCORED_LIMITS & validation.gold.keys():
         runs = f"{validation.gold_resolved} of {validation.gold_runs} reference runs resolved"
-        record_reference_pass(store, under, VALIDATION, runs)
+        record_reference_pass(store, under, VALIDATION, runs, validation.gold_resolved, validation.gold_runs)
 
 
 def build_validation(

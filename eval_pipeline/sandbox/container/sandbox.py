@@ -28,6 +28,7 @@ dropping to the workspace's uid: timeout, capped output and the cgroup's OOM
 counter are read in the container, and one JSON result comes back.
 """
 
+import base64
 import fcntl
 import io
 import json
@@ -62,6 +63,7 @@ from eval_pipeline.common.outcomes import InfrastructureError, SandboxLost
 from eval_pipeline.sandbox.base import (
     EngineUnreachable,
     EnvironmentHandle,
+    ImageChange,
     ResourceLimits,
     RunnerEnded,
     SandboxBackend,
@@ -109,6 +111,8 @@ CLIENT_TIMEOUT_S = 24 * 3600
 # A container's network, as environment handles record it: the engine's default network, or none at all.
 ENGINE_NETWORK, NO_NETWORK = "engine default", "none"
 _ENGINE_FAILURES = (docker.errors.DockerException, requests.exceptions.RequestException)
+# The engine's kinds of change (`GET /containers/{id}/changes`), Docker's and Podman's alike.
+_CHANGE_KINDS = {0: ImageChange.CHANGED, 1: ImageChange.ADDED, 2: ImageChange.DELETED}
 # Trial containers being removed behind the trials of this process (ContainerSandbox._remove_soon).
 _removals: ThreadPoolExecutor | None = None
 _pending_removals: set[Future] = set()
@@ -424,6 +428,34 @@ class ContainerWorkspace(ExecWorkspace):
         # Docker names the id with its digest's algorithm, Podman without: recorded as images' ids are
         image_id = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
         return {"image": f"{SNAPSHOT_REPOSITORY}:{name}", "image_id": image_id}
+
+    def image_changes(self) -> list[ImageChange] | None:
+        """A terminal task's container against its image, as the engine records it (`GET /containers/{id}/changes`):
+        outside the container, which nothing in it can alter. A re-grade's container is against its snapshot."""
+        if not self.judged_in_place:
+            return None
+        try:
+            changes = self.container.diff() or []
+        except _ENGINE_FAILURES as error:
+            raise self.pod.failure(f"reading the changes of {self.container.name}: {error}") from error
+        return [ImageChange(change["Path"], _CHANGE_KINDS[change["Kind"]]) for change in changes]
+
+    def real_path(self, path: str) -> str | None:
+        """The engine's stat of `path` (`HEAD /containers/{id}/archive`), which names where a final link leads
+        (Podman names every path's own): nothing inside the container answers it."""
+        api = self.container.client.api
+        try:
+            response = api.head(api._url("/containers/{0}/archive", self.container.id), params={"path": path})
+        except _ENGINE_FAILURES as error:
+            raise self.pod.failure(f"looking up {path}: {error}") from error
+        if response.status_code == 404:
+            if isinstance(failure := self.pod.failure(f"looking up {path}"), SandboxLost):
+                raise failure
+            return None
+        if not response.ok:
+            raise self.pod.failure(f"looking up {path}: the engine answered {response.status_code}")
+        stat = json.loads(base64.b64decode(response.headers["X-Docker-Container-Path-Stat"]))
+        return stat.get("linkTarget") or path
 
     def read_harness_file(self, name: str) -> bytes | None:
         """Through the engine's archive, whose output an exec without the private channel can lose under load

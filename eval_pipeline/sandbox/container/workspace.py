@@ -39,8 +39,10 @@ from typing import Any
 
 from eval_pipeline.common.outcomes import InfrastructureError
 from eval_pipeline.sandbox.base import (
+    HARNESS_FILE_CAP_BYTES,
     OUTPUT_DIR,
     ExecResult,
+    HarnessFileTooLarge,
     ResourceLimits,
     RunnerEnded,
     SandboxError,
@@ -70,15 +72,21 @@ _APPEND_BASE64 = (
     "os.makedirs(os.path.dirname(path), exist_ok=True)\n"
     "with open(path, mode) as f: f.write(base64.b64decode(data))\n"
 )
-# A link (planted by the uid in `out/`) is never followed: it could name another trial's file. No process of
-# the uid runs between the check and the read (each command ends them all).
+# A link (planted by the uid in `out/`) is never followed: it could name another trial's file. Nor is anything but
+# a regular file opened (a FIFO would wait for a writer, a device may act), checked again once open without waiting,
+# since a terminal task's processes may still run; past its cap (argv[2]) a file is read no further.
 _PRINT_BASE64 = (
-    "import base64, os, sys\n"
-    "path = sys.argv[1]\n"
-    "try: data = open(path, 'rb').read() if os.path.realpath(path) == path else sys.exit(3)\n"
-    "except FileNotFoundError: sys.exit(3)\n"
-    "sys.stdout.write(base64.b64encode(data).decode())\n"
+    "import base64, os, stat, sys\n"
+    "path, cap = sys.argv[1], int(sys.argv[2])\n"
+    "try:\n"
+    "    if os.path.realpath(path) != path or not stat.S_ISREG(os.lstat(path).st_mode): sys.exit(3)\n"
+    "    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)\n"
+    "except OSError: sys.exit(3)\n"
+    "if not stat.S_ISREG(os.fstat(descriptor).st_mode): sys.exit(3)\n"
+    "data = open(descriptor, 'rb').read(cap + 1)\n"
+    "sys.exit(4) if len(data) > cap else sys.stdout.write(base64.b64encode(data).decode())\n"
 )
+TOO_LARGE_EXIT = 4
 # Claims the next free uid of the pod (mkdir is atomic), round-robin from where the last claim stopped, so a
 # uid is reused as late as possible; prints it, or exits BUSY_EXIT when all are held. A claim left by a
 # crashed run is never broken: its uid is simply not used again in this pod.
@@ -102,6 +110,21 @@ with open(os.path.join(claims, "next"), "a+") as counter:
         print(uid)
         sys.exit(0)
 sys.exit(75)
+"""
+# Counts the processes in a mount namespace other than this one (the container's): every agent command runs in one
+# of its own (its view hides the verifier's paths, limited_exec.py), and nothing it starts can leave it, while every
+# harness process runs in the container's. A namespace's mount table is readable whatever the process (a
+# non-dumpable one's too); a process that ended, or a zombie, has none and runs nothing.
+_COUNT_LEFT = """
+import os
+own = open("/proc/self/mountinfo").read()
+def apart(pid):
+    try:
+        with open(f"/proc/{pid}/mountinfo") as table:
+            return table.read() != own
+    except OSError:
+        return False
+print(sum(apart(pid) for pid in os.listdir("/proc") if pid.isdigit()))
 """
 MISSING_FILE_EXIT = 3
 # The most of a file the runner reads back with a command's answer (`run_then_read`); a larger one (a big diff)
@@ -267,6 +290,17 @@ class ExecWorkspace(Workspace):
         if not answer.ok or not re.fullmatch(r"[0-9a-f]{40,64}", commit):
             raise self.pod.failure(f"reading the task's commit in {self.root} answered {answer.summary()!r}")
         self.base_revision = commit
+
+    def processes_left(self) -> int:
+        """The processes the agent's commands left running in a terminal task's container (as Harbor leaves them),
+        counted by the runtime's interpreter; a pod's workspace ends its uid's with each command."""
+        if not self.task:
+            return 0
+        stdout = self._as_root(HARNESS.python("-c", _COUNT_LEFT))
+        try:
+            return int(stdout)
+        except ValueError:  # the engine lost the exec's output (as for a uid claim): the transport's failure
+            raise self.pod.failure(f"counting the processes left answered {stdout[-200:]!r}") from None
 
     def destroy(self) -> None:
         """End every process of the uid and remove its files, then the workspace; only then free the uid
@@ -440,9 +474,12 @@ class ExecWorkspace(Workspace):
         return self.harness_path(name)
 
     def read_harness_file(self, name: str) -> bytes | None:
-        exit_code, stdout, stderr = self.pod.run(HARNESS.python("-c", _PRINT_BASE64, self.harness_path(name)))
+        cap = str(HARNESS_FILE_CAP_BYTES)
+        exit_code, stdout, stderr = self.pod.run(HARNESS.python("-c", _PRINT_BASE64, self.harness_path(name), cap))
         if exit_code == MISSING_FILE_EXIT:
             return None
+        if exit_code == TOO_LARGE_EXIT:
+            raise HarnessFileTooLarge(f"the harness file {name} holds more than {cap} bytes")
         if exit_code != 0:
             raise self.pod.failure(f"reading {name} failed (exit {exit_code}): {stderr[-2000:]!r}")
         return base64.b64decode(stdout)

@@ -21,14 +21,21 @@ that turns failures into passes turns the canary too, and the outcome is
 records what the patch reached for on the runner's side, whatever the verdict.
 
 Test statuses come in SWE-bench's vocabulary and ids, so the dataset's lists
-match them exactly. Under pytest they come from its JUnit report, each test id
-passed through the repository's SWE-bench log parser (which cuts ids at their
-first space, as the lists were made), so nothing the tests print can forge a
-status; other runners (django's, sympy's) are read by their parser from the
-log. FAIL_TO_PASS must pass (an xfail counts), PASS_TO_PASS must not fail (a
-skip is no regression); a graded test absent from the results makes the
-outcome `tests_missing`, and a run that reports no test at all is a grading
-error, never a silent `unresolved`.
+match them exactly. Where the launcher runs pytest they come on its report
+channel, the command's captured output, as the tests end
+(report_channel.py): no file the test process may write decides, and a
+channel another writer touched is `report_forged`, one cut short an abnormal
+end. Where pytest runs another way (tox) they come from its JUnit report;
+each test id is passed through the repository's SWE-bench log parser (which
+cuts ids at their first space, as the lists were made), so nothing the tests
+print can forge a status. Other runners (django's, sympy's) are read by their
+parser from the log. FAIL_TO_PASS must pass (an xfail counts), PASS_TO_PASS
+must not fail (a skip is no regression; an xpass, which SWE-bench's parsers do
+not read, counts as neither); an xfail or a skip of a graded test, or of a
+twin, counts only where the restored test side can make it (test_source.py),
+else the run is `report_forged`. A graded test absent from the results makes
+the outcome `tests_missing`, and a run that reports no test at all is a
+grading error, never a silent `unresolved`.
 
 A terminal task's verifier is tasks/terminal/verifier.py; what both share
 (the verdict, applying the model patch, telling a run a limit stopped) is
@@ -42,6 +49,7 @@ import re
 import secrets
 import shlex
 import xml.etree.ElementTree as ElementTree
+from dataclasses import replace
 from fnmatch import fnmatch
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -53,26 +61,37 @@ from eval_pipeline.grading.verdict import (
     FAILED,
     MISSING,
     PASSED,
+    SEVERITY,
     SKIPPED,
     XFAIL,
     Verdict,
     apply_model_patch,
     stopped_by_a_limit,
 )
-from eval_pipeline.sandbox import Workspace
+from eval_pipeline.sandbox import ExecResult, Workspace
 from eval_pipeline.sandbox.patches import apply_patch, compiled_extensions, patch_paths
 from eval_pipeline.tasks.environment import EnvironmentSpec
 from eval_pipeline.tasks.swebench.canaries import (
-    MAX_TWINS,
-    TWINS_PER_TEST,
+    DEFAULT_TWINS,
+    Planted,
+    SourceFile,
+    TwinSettings,
     graded_name,
+    original_ids,
     passed_with_its_original,
     plant_twins,
     twin_statuses,
 )
-from eval_pipeline.tasks.swebench.pytest_launcher import XFAIL_CALLED
-from eval_pipeline.tasks.swebench.pytest_run import LAUNCHER_NAME, LAUNCHER_SOURCE, Canary, launched_command
+from eval_pipeline.tasks.swebench.pytest_run import (
+    LAUNCHER_NAME,
+    LAUNCHER_SOURCE,
+    Canary,
+    channel_redirections,
+    launched_command,
+)
+from eval_pipeline.tasks.swebench.report_channel import RunResults, read_channel
 from eval_pipeline.tasks.swebench.specs import log_parser, test_directives
+from eval_pipeline.tasks.swebench.test_source import RestoredSource, conftests_above
 
 if TYPE_CHECKING:
     from eval_pipeline.tasks.swebench.instance import Instance
@@ -100,12 +119,13 @@ TEST_INFRASTRUCTURE_DIRS = ("*.dist-info", "*.egg-info", ".pytest_cache")
 # Written by the tests' command, run as the workspace's uid: under the harness's `out/`, the one place it may write.
 REPORT_NAME = "out/junit.xml"
 LOG_NAME = "out/tests.log"
+# The test side's source on its way to the source rule (test_source.py): read before the twins are planted, and
+# removed before the run.
+SOURCE_NAME = "out/test_source"
 TEST_PATCH_NAME = "test.patch"
 RESTORED_PER_COMMAND = 200  # files put back per command: well under the 128 KiB a command may take
 TWIN_SOURCE = "out/twin_source.py"  # a test file on its way to canaries.plant_twins; removed before the run
 TWIN_PLANTED = "twin_planted.py"  # and on its way back, with its twins; emptied before the run
-
-_SEVERITY = {PASSED: 0, XFAIL: 1, SKIPPED: 2, FAILED: 3, ERROR: 4}
 
 
 def _node_id(testcase: ElementTree.Element) -> str:
@@ -121,39 +141,40 @@ def _node_id(testcase: ElementTree.Element) -> str:
 
 
 def _junit_status(testcase: ElementTree.Element) -> str:
-    """A test's status; an expected failure declared by a call (pytest_launcher.py labels it), which code under
-    test can make, is a skip: no regression, and no pass either."""
+    """A test's status. JUnit tells no xpass from a pass: a report read from it counts one as passed."""
     children = {child.tag: child for child in testcase}
     if "error" in children:
         return ERROR
     if "failure" in children:
         return FAILED
     if "skipped" in children:
-        called = testcase.find(f"properties/property[@name='{XFAIL_CALLED[0]}'][@value='{XFAIL_CALLED[1]}']")
-        return XFAIL if children["skipped"].get("type") == "pytest.xfail" and called is None else SKIPPED
+        return XFAIL if children["skipped"].get("type") == "pytest.xfail" else SKIPPED
     return PASSED
 
 
 def _worst(statuses: dict[str, str], test_id: str, status: str) -> None:
     """Record `status` for `test_id`; a test reported twice keeps its worst status."""
-    statuses[test_id] = max(statuses.get(test_id, PASSED), status, key=_SEVERITY.__getitem__)
+    statuses[test_id] = max(statuses.get(test_id, PASSED), status, key=SEVERITY.__getitem__)
 
 
-def parse_junit(report: bytes, parser_name: str = "") -> dict[str, str]:
-    """Test id -> status from pytest's JUnit report.
-
-    With a SWE-bench parser, each node id is also recorded as that parser reads
-    it from a `-rA` summary line (`PASSED <node id>`), which is how the
-    dataset's test lists spell it.
-    """
+def as_listed(node_statuses: dict[str, str], parser_name: str = "") -> dict[str, str]:
+    """pytest's statuses by node id, each also recorded as a SWE-bench parser reads the node id from a `-rA`
+    summary line (`PASSED <node id>`), which is how the dataset's test lists spell it."""
     parse = log_parser(parser_name) if parser_name else None
     statuses: dict[str, str] = {}
-    for testcase in ElementTree.fromstring(report).iter("testcase"):
-        node_id, status = _node_id(testcase), _junit_status(testcase)
+    for node_id, status in node_statuses.items():
         _worst(statuses, node_id, status)
         for test_id in parse(f"{PASSED} {node_id}") if parse else ():
             _worst(statuses, test_id, status)
     return statuses
+
+
+def parse_junit(report: bytes, parser_name: str = "") -> dict[str, str]:
+    """Test id -> status from pytest's JUnit report, as listed (`as_listed`)."""
+    node_statuses: dict[str, str] = {}
+    for testcase in ElementTree.fromstring(report).iter("testcase"):
+        _worst(node_statuses, _node_id(testcase), _junit_status(testcase))
+    return as_listed(node_statuses, parser_name)
 
 
 def _lookup(statuses: dict[str, str], test_id: str) -> str:
@@ -164,7 +185,7 @@ def _lookup(statuses: dict[str, str], test_id: str) -> str:
     if "[" in test_id and not test_id.endswith("]"):
         matches = [status for name, status in statuses.items() if name.startswith(test_id)]
         if matches:
-            return max(matches, key=_SEVERITY.__getitem__)
+            return max(matches, key=SEVERITY.__getitem__)
     return MISSING
 
 
@@ -182,7 +203,9 @@ def graded_tests(instance: Instance, statuses: dict[str, str]) -> dict[str, str]
 
 def decide(instance: Instance, tests: dict[str, str]) -> Outcome:
     """SWE-bench's rule: every FAIL_TO_PASS test passes (or xfails) and no PASS_TO_PASS test fails or is
-    missing (a skip is no regression). A graded test missing from the results is `tests_missing`. `tests` is
+    missing (a skip is no regression); an xpass, which SWE-bench's parsers do not read, is neither. An xfail or a
+    skip counts only where the test's source can make it (`_unexplained`), else the run is `report_forged`. A
+    graded test missing from the results is `tests_missing`. `tests` is
     `graded_tests`' view: a listed entry it leaves out grades nothing, and a row needs one graded FAIL_TO_PASS."""
     fail_to_pass = [tests[test_id] for test_id in instance.FAIL_TO_PASS if test_id in tests]
     pass_to_pass = [tests[test_id] for test_id in instance.PASS_TO_PASS if test_id in tests]
@@ -221,7 +244,7 @@ def _restore_test_files(instance: Instance, files: list[str], workspace: Workspa
     for start in range(0, max(len(files), 1), RESTORED_PER_COMMAND):
         script = "; ".join(
             f"if git cat-file -e {base}:{shlex.quote(path)} 2>/dev/null; "
-            f"then git checkout -q {base} -- {shlex.quote(path)}; else rm -f {shlex.quote(path)}; fi"
+            f"then git checkout -q {base} -- {shlex.quote(path)}; else rm -f -- {shlex.quote(path)}; fi"
             for path in files[start : start + RESTORED_PER_COMMAND]
         )
         result = workspace.run(script or "true", timeout_s=120, env=workspace.harness_git_env)
@@ -230,42 +253,84 @@ def _restore_test_files(instance: Instance, files: list[str], workspace: Workspa
     return result.summary()
 
 
-def _test_statuses(spec: EnvironmentSpec, workspace: Workspace) -> dict[str, str]:
-    """The run's statuses: pytest's JUnit report where the runner is pytest, else the log through its parser."""
+def _test_statuses(spec: EnvironmentSpec, workspace: Workspace, run: ExecResult, launched: bool) -> RunResults:
+    """The run's results: the launcher's report channel, the command's captured output, where the launcher ran
+    pytest; pytest's JUnit report where pytest ran another way; else the log through its parser."""
+    if launched:
+        results = read_channel(run.stdout, run.output_truncated)
+        return replace(results, statuses=as_listed(results.statuses, spec.log_parser))
     report = workspace.read_harness_file(REPORT_NAME) if spec.uses_pytest else None
     if report is not None:
-        return parse_junit(report, spec.log_parser)
+        return RunResults(parse_junit(report, spec.log_parser))
     if spec.log_parser and not spec.uses_pytest:
         log = workspace.read_harness_file(LOG_NAME) or b""
-        return log_parser(spec.log_parser)(log.decode("utf-8", errors="replace"))
-    return {}
+        return RunResults(log_parser(spec.log_parser)(log.decode("utf-8", errors="replace")))
+    return RunResults({})
 
 
 def reported_both_ways(parser_name: str, log: str, tests: set[str]) -> list[str]:
-    """Which of `tests` (function names) a log-read runner's log reports both passed and failed, line by line:
-    a runner reports a test once, so the second report was printed by the code under test. SWE-bench's parsers
-    keep the last status they read, which such code can print after the runner's own."""
+    """Which of `tests` (function names) a log-read runner's log reports both passed (or skipped, or xfailed) and
+    failed, line by line: a runner reports a test once, so the second report was printed by the code under test.
+    SWE-bench's parsers keep the last status they read, which such code can print after the runner's own."""
     parse = log_parser(parser_name)
     seen: dict[str, set[str]] = {}
     for line in log.splitlines():
         for test_id, status in parse(line).items():
             if graded_name(test_id) in tests:
                 seen.setdefault(test_id, set()).add(status)
-    return sorted(test_id for test_id, found in seen.items() if PASSED in found and found & {FAILED, ERROR})
+    return sorted(
+        test_id for test_id, found in seen.items() if found & {PASSED, SKIPPED, XFAIL} and found & {FAILED, ERROR}
+    )
 
 
-def _test_command(spec: EnvironmentSpec, directives: list[str], workspace: Workspace, canary: Canary | None) -> str:
-    """The spec's test command on the test directives, its output to the harness's log, as SWE-bench runs it;
-    under pytest, started by the harness's launcher where it can be, with the canary's file written and run."""
+def _test_command(
+    spec: EnvironmentSpec, directives: list[str], workspace: Workspace, canary: Canary | None
+) -> tuple[str, bool]:
+    """The spec's test command on the test directives, its output to the harness's log, as SWE-bench runs it,
+    once the test side's source read for the source rule is removed; and whether the launcher runs it: under
+    pytest it does where it can, its results on the report channel, with the canary's file written and run (a
+    JUnit report where it cannot)."""
     out = shlex.quote(workspace.harness_path("out"))
-    log = shlex.quote(workspace.harness_path(LOG_NAME))
+    log = workspace.harness_path(LOG_NAME)
+    prepare = f"mkdir -p {out} && rm -f {shlex.quote(workspace.harness_path(SOURCE_NAME))}"
     if not spec.uses_pytest:
-        return f"mkdir -p {out} && {spec.test_cmd} {shlex.join(directives)} > {log} 2>&1"
-    runner = launched_command(spec.test_cmd, workspace.write_harness_file(LAUNCHER_NAME, LAUNCHER_SOURCE))
-    junit = f"--junitxml={shlex.quote(workspace.harness_path(REPORT_NAME))} -o junit_family=xunit1"
-    prepare = f"mkdir -p {out}" + (f" && {canary.write_command()}" if canary else "")
+        return f"{prepare} && {spec.test_cmd} {shlex.join(directives)} > {shlex.quote(log)} 2>&1", False
+    prepare += f" && {canary.write_command()}" if canary else ""
     tests = shlex.join([*directives, *([canary.file] if canary else [])])
-    return f"{prepare} && {runner} {junit} {tests} > {log} 2>&1"
+    runner = launched_command(spec.test_cmd, workspace.write_harness_file(LAUNCHER_NAME, LAUNCHER_SOURCE))
+    if runner is not None:
+        return f"{prepare} && {runner} {tests} {channel_redirections(log)}", True
+    junit = f"--junitxml={shlex.quote(workspace.harness_path(REPORT_NAME))} -o junit_family=xunit1"
+    return f"{prepare} && {spec.test_cmd} {junit} {tests} > {shlex.quote(log)} 2>&1", False
+
+
+def _restored_source(instance: Instance, workspace: Workspace) -> RestoredSource:
+    """The test side's source as the run will import it, read before code under test runs: the test patch's
+    Python files (restored, then patched) and the `conftest.py` files on their path (restored). Each file goes
+    out through the harness's `out/` as its path, a NUL, its size, a newline and its bytes."""
+    tests = [path for path in patch_paths(instance.test_patch) if path.endswith(".py")]
+    paths = list(dict.fromkeys(tests + [conftest for path in tests for conftest in conftests_above(path)]))
+    out = shlex.quote(workspace.harness_path(SOURCE_NAME))
+    each = 'if [ -f "$p" ]; then printf \'%s\\0\' "$p"; wc -c < "$p"; cat -- "$p"; fi'
+    for start in range(0, len(paths), RESTORED_PER_COMMAND):
+        listed = shlex.join(paths[start : start + RESTORED_PER_COMMAND])
+        loop = f"for p in {listed}; do {each}; done"
+        first = f"mkdir -p {shlex.quote(workspace.harness_path('out'))} && {loop} > {out}"
+        workspace.run(first if start == 0 else f"{loop} >> {out}", timeout_s=60)
+    return RestoredSource(_framed_files(workspace.read_harness_file(SOURCE_NAME) or b"") if paths else {})
+
+
+def _framed_files(data: bytes) -> dict[str, str]:
+    """Files as `_restored_source` frames them, path -> text."""
+    files = {}
+    while data:
+        path, _, data = data.partition(b"\0")
+        size, _, data = data.partition(b"\n")
+        if not size.strip().isdigit():
+            break
+        text, data = data[: int(size)], data[int(size) :]
+        files[path.decode("utf-8", errors="surrogateescape")] = text.decode("utf-8", errors="replace")
+    return files
 
 
 def _canary_for(spec: EnvironmentSpec, directives: list[str]) -> Canary | None:
@@ -285,47 +350,64 @@ def _forged(canary: Canary | None, statuses: dict[str, str], outcome: Outcome) -
     return f"the harness's canary test {canary.node_id} was reported {status}, not FAILED: the test process forged its report"
 
 
-def _plant_twins(instance: Instance, workspace: Workspace) -> dict[str, str]:
-    """Plant mutated twins of the graded tests (tasks/swebench/canaries.py) in the test patch's files, once the patch is
-    applied, and remove the test patch from the harness directory, where code under test could read which tests
-    are real. A random number of twins (TWINS_PER_TEST to MAX_TWINS) a run; each name with its original's.
+def _plant_twins(instance: Instance, workspace: Workspace, settings: TwinSettings) -> Planted:
+    """Plant groups of twins of the graded tests (tasks/swebench/canaries.py) in the test patch's files, once the
+    patch is applied, and remove the test patch from the harness directory, where code under test could read which
+    tests are real.
 
-    A file goes out through the harness's `out/` (which the workspace's commands write) and comes back through
-    a harness file (which they read); both are emptied before the tests run."""
+    A file (and its version at the base commit, which the twins' tokens keep clear of) goes out through the
+    harness's `out/` (which the workspace's commands write) and comes back through a harness file (which they
+    read); both are emptied before the tests run."""
     out = shlex.quote(workspace.harness_path("out"))
     workspace.run(f"rm -f {shlex.quote(workspace.harness_path(TEST_PATCH_NAME))} && mkdir -p {out}", timeout_s=30)
-    rng = random.Random(secrets.randbits(64))
-    graded = [graded_name(test_id) for test_id in instance.FAIL_TO_PASS + instance.PASS_TO_PASS]
-    budget = rng.randint(TWINS_PER_TEST, MAX_TWINS)
-    planted: dict[str, str] = {}
-    original = shlex.quote(workspace.harness_path(TWIN_SOURCE))
-    for path in [path for path in patch_paths(instance.test_patch) if path.endswith(".py")]:
-        if len(planted) >= budget:
-            break
-        copied = workspace.run(f"cat -- {shlex.quote(path)} > {original}", timeout_s=30)
+    source = shlex.quote(workspace.harness_path(TWIN_SOURCE))
+    base = shlex.quote(workspace.base_revision or instance.base_commit)
+
+    def read(command: str) -> str | None:
+        copied = workspace.run(f"{command} > {source}", timeout_s=30, env=workspace.harness_git_env)
         text = workspace.read_harness_file(TWIN_SOURCE) if copied.ok else None
-        if text is None:
-            continue
-        result = plant_twins(text.decode("utf-8", errors="surrogateescape"), graded, rng, budget - len(planted))
-        if result.twins:
-            written = workspace.write_harness_file(TWIN_PLANTED, result.text.encode("utf-8", errors="surrogateescape"))
-            workspace.run(f"cat -- {shlex.quote(written)} > {shlex.quote(path)}", timeout_s=30)
-            planted |= result.twins
-    workspace.run(f"rm -f {original}", timeout_s=30)
-    if planted:
+        return None if text is None else text.decode("utf-8", errors="surrogateescape")
+
+    files = {}
+    for path in [path for path in patch_paths(instance.test_patch) if path.endswith(".py")]:
+        if (text := read(f"cat -- {shlex.quote(path)}")) is not None:
+            files[path] = SourceFile(text, read(f"git show {base}:{shlex.quote(path)} 2>/dev/null"))
+    failing = [graded_name(test_id) for test_id in instance.FAIL_TO_PASS]
+    passing = [graded_name(test_id) for test_id in instance.PASS_TO_PASS]
+    planted = plant_twins(files, failing, passing, random.Random(secrets.randbits(64)), settings)
+    for path, text in planted.files.items():
+        written = workspace.write_harness_file(TWIN_PLANTED, text.encode("utf-8", errors="surrogateescape"))
+        workspace.run(f"cat -- {shlex.quote(written)} > {shlex.quote(path)}", timeout_s=30)
+    workspace.run(f"rm -f {source}", timeout_s=30)
+    if planted.files:
         workspace.write_harness_file(TWIN_PLANTED, "")
     return planted
 
 
-def _twins_forged(twins: dict[str, str], statuses: dict[str, str], outcome: Outcome) -> str:
-    """Why the run's results cannot be believed ('' when they can): a twin reported passed beside its original
-    (tasks/swebench/canaries.py), or no twin reported at all by a run that would resolve the instance. Removes the twins'
-    results from `statuses`."""
-    reported = twin_statuses(statuses, twins)
+def _twins_forged(twins: dict[str, str], statuses: dict[str, str], reported: dict[str, str], outcome: Outcome) -> str:
+    """Why the run's results cannot be believed ('' when they can): a twin whose body passed beside its
+    original's (tasks/swebench/canaries.py), or no twin reported at all by a run that would resolve the instance.
+    `reported` holds the twins' results."""
     if twin := passed_with_its_original(statuses, reported, twins):
         return f"a mutated twin of a graded test was reported passed beside its original ({twin}): forged results"
     if twins and not reported and outcome.is_resolved:
         return "no mutated twin of a graded test was reported by a run that resolves the instance: forged results"
+    return ""
+
+
+def _unexplained(source: RestoredSource, tests: dict[str, str], reported: dict[str, str], twins: dict[str, str]) -> str:
+    """The first graded test or twin (`reported`, judged by its original's source) reported XFAIL or SKIPPED
+    where its restored source cannot make it so ('' when none): the code under test made that status
+    (test_source.py)."""
+    judged = [(test_id, status, None) for test_id, status in tests.items()]
+    judged += [(test_id, status, twins[graded_name(test_id)]) for test_id, status in reported.items()]
+    for test_id, status, original in judged:
+        if status in (XFAIL, SKIPPED) and not source.can_report(test_id, status, original):
+            what = f"a mutated twin of {original}" if original else "a graded test"
+            return (
+                f"{test_id} ({what}) was reported {status}, which nothing in its restored source can make of it: "
+                "the code under test made that status"
+            )
     return ""
 
 
@@ -334,23 +416,38 @@ def _forgery(
     spec: EnvironmentSpec,
     log: str,
     statuses: dict[str, str],
+    tests: dict[str, str],
     canary: Canary | None,
-    twins: dict[str, str],
+    planted: Planted,
+    source: RestoredSource,
     outcome: Outcome,
 ) -> str:
-    """Why the run's results cannot be believed ('' when they can): a log that reports a test both ways, the
-    canary, or a twin (each removed from `statuses`)."""
+    """Why the run's results cannot be believed ('' when they can): a log that reports a test both ways, a twin,
+    a graded test's or twin's xfail or skip its source cannot make (`_unexplained`), or the canary. The canary's
+    and twins' results are removed from `statuses`."""
+    twins = planted.twins
     if spec.log_parser and not spec.uses_pytest:
-        graded = {graded_name(test_id) for test_id in instance.FAIL_TO_PASS + instance.PASS_TO_PASS} | set(twins)
+        graded = {graded_name(test_id) for test_id in instance.FAIL_TO_PASS + instance.PASS_TO_PASS}
+        graded |= set(twins) | set(planted.renamed)
         if twice := reported_both_ways(spec.log_parser, log, graded):
-            return f"the log reports {twice[0]} both passed and failed: the run's results were forged"
-    return _twins_forged(twins, statuses, outcome) or _forged(canary, statuses, outcome)
+            return f"the log reports {twice[0]} both passed (or skipped) and failed: the run's results were forged"
+    reported = twin_statuses(statuses, twins)
+    return (
+        _twins_forged(twins, statuses, reported, outcome)
+        or _unexplained(source, tests, reported, twins)
+        or _forged(canary, statuses, outcome)
+    )
 
 
 def grade(
-    instance: Instance, spec: EnvironmentSpec, model_patch: str, workspace: Workspace, test_timeout_s: float
+    instance: Instance,
+    spec: EnvironmentSpec,
+    model_patch: str,
+    workspace: Workspace,
+    test_timeout_s: float,
+    twin_settings: TwinSettings = DEFAULT_TWINS,
 ) -> Verdict:
-    """Judge `model_patch` on a pristine workspace of the code task."""
+    """Judge `model_patch` on a pristine workspace of the code task, with `twin_settings`' twins."""
     verdict = Verdict(outcome=Outcome.GRADING_ERROR)
     if compiled := compiled_extensions(model_patch):
         verdict.outcome = Outcome.PATCH_APPLY_FAILED
@@ -367,11 +464,12 @@ def grade(
     if not applied.ok:
         verdict.detail = f"the test patch of {instance.instance_id} does not apply"
         return verdict
-    twins = _plant_twins(instance, workspace)
+    source = _restored_source(instance, workspace)
+    planted = _plant_twins(instance, workspace, twin_settings)
 
     directives = test_directives(instance, spec)
     canary = _canary_for(spec, directives)
-    command = _test_command(spec, directives, workspace, canary)
+    command, launched = _test_command(spec, directives, workspace, canary)
     tests = workspace.run(command, timeout_s=test_timeout_s, env=spec.test_env)
     log = (workspace.read_harness_file(LOG_NAME) or b"").decode("utf-8", errors="replace")
     verdict.steps.append(
@@ -380,22 +478,32 @@ def grade(
             **tests.summary(),
             "log_tail": log[-4000:],
             "canary": canary and canary.node_id,
-            "twins": sorted(twins),
+            **planted.record(graded_name(test_id) for test_id in instance.FAIL_TO_PASS),
         }
     )
     if stopped_by_a_limit(verdict, tests.summary(), test_timeout_s):
         return verdict
     try:
-        statuses = _test_statuses(spec, workspace)
-    except ElementTree.ParseError as error:
+        results = _test_statuses(spec, workspace, tests, launched)
+    except (ElementTree.ParseError, LookupError, ValueError) as error:  # an encoding expat cannot read included
         verdict.detail = f"the test report is not valid XML: {error}"
         return verdict
+    verdict.steps[-1] |= results.summary
+    if results.forged:
+        verdict.outcome, verdict.detail = Outcome.REPORT_FORGED, results.forged
+        return verdict
+    if results.incomplete:  # an abnormal end, which the reference judges (trial/evaluation.py)
+        verdict.detail = f"{results.incomplete} (exit {tests.exit_code}): {log[-1000:]}"
+        return verdict
+    statuses = original_ids(results.statuses, planted.renamed)
+    if canary:
+        verdict.steps[-1]["canary_status"] = statuses.get(canary.node_id, MISSING)
     if not statuses:
         verdict.detail = f"the test run reported no test (exit {tests.exit_code}): {log[-1000:]}"
         return verdict
     verdict.tests = graded_tests(instance, statuses)
     verdict.outcome = decide(instance, verdict.tests)
-    if forged := _forgery(instance, spec, log, statuses, canary, twins, verdict.outcome):
+    if forged := _forgery(instance, spec, log, statuses, verdict.tests, canary, planted, source, verdict.outcome):
         verdict.outcome, verdict.detail = Outcome.REPORT_FORGED, forged
         return verdict
     missing = [test_id for test_id, status in verdict.tests.items() if status == MISSING]

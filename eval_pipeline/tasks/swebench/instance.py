@@ -9,8 +9,17 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eval_pipeline.common.hashing import stable_hash
 from eval_pipeline.sandbox.patches import apply_patch
-from eval_pipeline.tasks.dataset import Benchmark, InvalidDatasetError, InvalidInstanceError, RowProblem
+from eval_pipeline.tasks.dataset import (
+    Benchmark,
+    InvalidDatasetError,
+    InvalidInstanceError,
+    RowProblem,
+    commit_problem,
+    id_problem,
+    repo_problem,
+)
 from eval_pipeline.tasks.environment import EnvironmentSpec
+from eval_pipeline.tasks.swebench.canaries import DEFAULT_TWINS, TwinSettings
 from eval_pipeline.tasks.swebench.grading import grade
 from eval_pipeline.tasks.swebench.requirements import requirements_text
 from eval_pipeline.tasks.swebench.specs import UnsupportedSpecError, builtin_spec, specified_versions
@@ -66,6 +75,7 @@ class Instance:
     created_at: str = ""
     hints_text: str = ""
     include_hints: bool = False
+    twins: TwinSettings = DEFAULT_TWINS  # the campaign's, for its gradings: no part of the row
 
     REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch")
     own_image: ClassVar[TaskImage | None] = None
@@ -76,7 +86,9 @@ class Instance:
     verifier_timeout_s: ClassVar[float | None] = None
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any], *, index: int = 0, include_hints: bool = False) -> "Instance":
+    def from_row(
+        cls, row: Mapping[str, Any], *, index: int = 0, include_hints: bool = False, twins: TwinSettings = DEFAULT_TWINS
+    ) -> "Instance":
         instance_id = str(row.get("instance_id") or "")
         for name in cls.REQUIRED:
             if not isinstance(row.get(name), str) or not row[name].strip():
@@ -84,6 +96,15 @@ class Instance:
         for name in ("patch", "test_patch"):
             if not _DIFF_START.search(row[name]):
                 raise InvalidInstanceError(RowProblem(index, instance_id, name, "not a unified diff"))
+        setup_commit = row.get("environment_setup_commit") or row["base_commit"]
+        for name, value, problem in (
+            ("instance_id", instance_id, id_problem),
+            ("repo", row["repo"], repo_problem),
+            ("base_commit", row["base_commit"], commit_problem),
+            ("environment_setup_commit", setup_commit, commit_problem),
+        ):
+            if why := problem(value):
+                raise InvalidInstanceError(RowProblem(index, instance_id, name, why))
         return cls(
             instance_id=instance_id,
             repo=row["repo"],
@@ -94,14 +115,16 @@ class Instance:
             FAIL_TO_PASS=_test_ids(row, index=index, instance_id=instance_id, name="FAIL_TO_PASS"),
             PASS_TO_PASS=_test_ids(row, index=index, instance_id=instance_id, name="PASS_TO_PASS"),
             version=str(row.get("version") or ""),
-            environment_setup_commit=str(row.get("environment_setup_commit") or row["base_commit"]),
+            environment_setup_commit=setup_commit,
             created_at=str(row.get("created_at") or ""),
             hints_text=str(row.get("hints_text") or ""),
             include_hints=include_hints,
+            twins=twins,
         )
 
     def to_row(self) -> dict[str, Any]:
         row = asdict(self)
+        del row["twins"]
         row["FAIL_TO_PASS"] = list(self.FAIL_TO_PASS)
         row["PASS_TO_PASS"] = list(self.PASS_TO_PASS)
         return row
@@ -136,8 +159,9 @@ class Instance:
     def grade(
         self, spec: "EnvironmentSpec", model_patch: str, workspace: "Workspace", test_timeout_s: float
     ) -> "Verdict":
-        """SWE-bench's grading: the test patch's tests, FAIL_TO_PASS and PASS_TO_PASS (grading.grade)."""
-        return grade(self, spec, model_patch, workspace, test_timeout_s)
+        """SWE-bench's grading: the test patch's tests, FAIL_TO_PASS and PASS_TO_PASS, guarded by the campaign's
+        twins (grading.grade)."""
+        return grade(self, spec, model_patch, workspace, test_timeout_s, self.twins)
 
     def requirements(self, spec: EnvironmentSpec, repo_dir: Path) -> str:
         """The requirements file SWE-bench installs for the spec, read at the environment setup commit."""
@@ -176,6 +200,7 @@ def benchmark_from_rows(
     on_invalid: str = "reject",
     include_hints: bool = False,
     swebench_specs: bool = False,
+    twins: TwinSettings = DEFAULT_TWINS,
     **kwargs: Any,
 ) -> Benchmark:
     """A Benchmark of SWE-bench rows. Every row is validated; invalid ones reject the whole dataset, or are
@@ -192,7 +217,7 @@ def benchmark_from_rows(
     seen: set[str] = set()
     for index, row in enumerate(rows):
         try:
-            instance = Instance.from_row(row, index=index, include_hints=include_hints)
+            instance = Instance.from_row(row, index=index, include_hints=include_hints, twins=twins)
         except InvalidInstanceError as error:
             problems.append(error.problem)
             continue

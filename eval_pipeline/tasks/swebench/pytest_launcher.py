@@ -1,6 +1,6 @@
 """The harness's way into pytest, copied into each grading workspace and run there by the environment's Python.
 
-    python pytest_launcher.py (module|script) PYTEST_ARGS...
+    python pytest_launcher.py (module|script) PYTEST_ARGS... 3>&1 >LOG 2>&1
 
 `python -m pytest` puts the repository first on sys.path before it imports
 pytest, so a patch's `pytest.py` at the root replaces the runner. Here pytest,
@@ -9,20 +9,33 @@ imported while sys.path holds only the environment; the repository is put on
 the path afterwards, as `python -m` would (`module`), or not at all, as the
 `pytest` script runs (`script`).
 
-An expected failure declared by a call (`pytest.xfail()`), not by a marker,
-is labelled in the report: code under test can make that call, and the grader
-does not count such a test as passing (grading.py).
+The run's results leave the process as they happen, on the report channel:
+descriptor 3, which the harness's shell opens on the command's captured
+output before it sends the output and errors to the log. The launcher moves it
+to a descriptor no process the tests start inherits, and writes one line per
+test as its teardown is reported (every report of the test, its subtests'
+too: when, outcome, whether pytest took it for an expected failure), one line
+per collector that failed, and, once pytest has returned, a last line with
+pytest's exit status and how many lines came before it. A line written is gone
+from the process: nothing it does at exit rewrites what the harness reads
+(report_channel.py reads and judges the lines).
 
 Runs on every Python and pytest an environment may have (SWE-bench's go back
-to Python 3.6 and pytest 4): no syntax or API newer than those.
+to Python 3.5 and pytest 4): no syntax or API newer than those.
 """
 
+import json
 import os
 import sys
 
-XFAIL_CALLED = ("eval_pipeline", "xfail_called")
+CHANNEL_FD = 3
 # Standard modules pytest imports only when it needs them: imported now, before the repository can shadow them.
 LATE_IMPORTS = ("pdb", "bdb", "cmd", "code", "codeop", "doctest", "readline", "unittest")
+# A report as one line's letters: when (setup, call, teardown; u for a subtest's, made during the call), outcome,
+# and x for an expected failure or pass.
+WHEN = {"setup": "s", "call": "c", "teardown": "t"}
+SUBTEST_REPORTS = ("SubtestReport", "SubTestReport")  # pytest 9's own, and the pytest-subtests plugin's
+OUTCOME = {"passed": "p", "failed": "f", "skipped": "s"}
 
 
 def _import_runner():
@@ -39,25 +52,56 @@ def _import_runner():
     return pytest
 
 
-def _xfail_label(pytest):
-    class XfailLabel:
-        @pytest.hookimpl(hookwrapper=True)
-        def pytest_runtest_makereport(self, item, call):
-            outcome = yield
-            report = outcome.get_result()
-            marked = item.get_closest_marker("xfail") if hasattr(item, "get_closest_marker") else None
-            if hasattr(report, "wasxfail") and marked is None and hasattr(item, "user_properties"):
-                item.user_properties.append(XFAIL_CALLED)
+class Channel:
+    """The report channel: whole lines of JSON, counted."""
 
-    return XfailLabel()
+    def __init__(self, fd):
+        self._fd = os.dup(fd)  # a descriptor of its own, which no process started by the tests inherits
+        os.close(fd)
+        self.lines = 0
+
+    def write(self, record):
+        data = (json.dumps(record, separators=(",", ":")) + "\n").encode("ascii")
+        while data:
+            data = data[os.write(self._fd, data) :]
+        self.lines += 1
+
+
+class ReportChannel:
+    """The plugin that writes each test's reports to the channel once its teardown is reported."""
+
+    def __init__(self, channel):
+        self._channel = channel
+        self._phases = {}
+
+    def pytest_runtest_logreport(self, report):
+        phases = self._phases.pop(report.nodeid, "")
+        if report.outcome == "rerun" or phases is None:  # a run a plugin repeats: only the last one is reported
+            if report.when != "teardown":
+                self._phases[report.nodeid] = None
+            return
+        subtest = type(report).__name__ in SUBTEST_REPORTS
+        phases += ("u" if subtest else WHEN.get(report.when, "?")) + OUTCOME.get(report.outcome, "?")
+        phases += "x" if hasattr(report, "wasxfail") else "-"
+        if report.when == "teardown":
+            self._channel.write(["test", report.nodeid, phases])
+        else:
+            self._phases[report.nodeid] = phases
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self._channel.write(["collect", report.nodeid])
 
 
 def main(argv):
+    channel = Channel(CHANNEL_FD)
     mode = argv[0]
     pytest = _import_runner()
     if mode == "module":
         sys.path.insert(0, os.getcwd())
-    return pytest.main(argv[1:], plugins=[_xfail_label(pytest)])
+    status = int(pytest.main(argv[1:], plugins=[ReportChannel(channel)]))
+    channel.write(["end", status, channel.lines])
+    return status
 
 
 if __name__ == "__main__":

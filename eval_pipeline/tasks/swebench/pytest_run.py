@@ -4,9 +4,11 @@ A test command as datasets give it (`pytest -rA`, `python -m pytest ...`,
 with variables before it) runs whatever the repository puts first on
 sys.path: a patch's `pytest.py` at the root is the runner under `python -m`.
 The grader runs pytest_launcher.py instead, from the harness directory, which
-imports pytest from the environment before the repository is on the path.
-Commands that start pytest some other way (tox, a repository's own script)
-run as given; the patch audit still looks at what the patch changed.
+imports pytest from the environment before the repository is on the path and
+sends the results on the report channel, the command's captured output
+(`channel_redirections`). Commands that start pytest some other way (tox, a
+repository's own script) run as given, with a JUnit report; the patch audit
+still looks at what the patch changed.
 
 The canary is a test file the grader writes beside the graded test files,
 under a random name, holding one ordinary test that always fails. Code under
@@ -20,6 +22,8 @@ import secrets
 import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from eval_pipeline.tasks.swebench.pytest_launcher import CHANNEL_FD
 
 LAUNCHER_SOURCE = (Path(__file__).with_name("pytest_launcher.py")).read_text()
 LAUNCHER_NAME = "runner/pytest_launcher.py"
@@ -63,17 +67,23 @@ def _runner_start(words: list[str]) -> tuple[int, str] | None:
     return None
 
 
-def launched_command(test_cmd: str, launcher: str) -> str:
-    """`test_cmd` with pytest started by the launcher at `launcher`; unchanged when the command does not start
+def launched_command(test_cmd: str, launcher: str) -> str | None:
+    """`test_cmd` with pytest started by the launcher at `launcher`; None when the command does not start
     pytest itself (a shell pipeline, tox, a repository's script)."""
     try:
         words = shlex.split(test_cmd)
     except ValueError:
-        return test_cmd
+        return None
     start = _runner_start(words)
     if start is None or any(word in ("|", "&&", ";", "||") for word in words):
-        return test_cmd
+        return None
     first, mode = start
     skipped = 1 if mode == "script" else 3
     assignments = [f"{name}={shlex.quote(value)}" for name, _, value in (word.partition("=") for word in words[:first])]
     return " ".join([*assignments, shlex.join(["python", launcher, mode, *words[first + skipped :]])])
+
+
+def channel_redirections(log: str) -> str:
+    """The redirections that give the launcher its report channel, the command's captured output, and send its
+    output and errors to `log`: the shell opens the channel before it moves them."""
+    return f"{CHANNEL_FD}>&1 > {shlex.quote(log)} 2>&1"

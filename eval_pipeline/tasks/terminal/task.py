@@ -46,7 +46,7 @@ import yaml
 
 from eval_pipeline.common.git import COMMIT_ENV, GitError, git
 from eval_pipeline.common.hashing import stable_hash
-from eval_pipeline.tasks.dataset import Benchmark, InvalidDatasetError, RowProblem
+from eval_pipeline.tasks.dataset import Benchmark, InvalidDatasetError, RowProblem, id_problem
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
 from eval_pipeline.tasks.task import TaskImage
 from eval_pipeline.tasks.terminal.verifier import grade_terminal, run_verifier
@@ -60,7 +60,6 @@ TERMINAL_OWNER = "terminal"
 DEFAULT_WORKDIR = "/app"
 DEFAULT_AGENT_TIMEOUT_S = 600.0
 DEFAULT_VERIFIER_TIMEOUT_S = 600.0
-_TASK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 HARBOR_PATHS = ("/tests", "/solution", "/logs")
 # A default the harness's variables override (`${EVAL_REWARD_FILE:-/logs/verifier/reward.txt}`) is no absolute path.
 _HARNESS_DEFAULT = re.compile(r"\$\{EVAL_[A-Z_]+:-[^}]*\}")
@@ -142,7 +141,8 @@ class TerminalTask:
 
     def verify_in_place(self, workspace: "Workspace", test_timeout_s: float) -> "VerifierRun":
         """Run the verifier in the agent's own workspace as the agent left it, processes still running, as
-        Harbor does (verifier.run_verifier); its run is scored later (verifier.score_verifier)."""
+        Harbor does (verifier.run_verifier), with what the agent changed of the verifier's tools and the processes
+        it left beside it, read from the engine (verifier_tools.py); its run is scored later (verifier.score_verifier)."""
         return run_verifier(self, workspace, test_timeout_s, in_place=True)
 
 
@@ -331,8 +331,8 @@ def _install_in_mirror(tree: Path, commit: str, target: Path) -> None:
 def load_task(directory: Path, mirror_dir: Path) -> TerminalTask:
     """Load and validate one task directory, installing its working tree in the mirror."""
     name = directory.name
-    if not _TASK_NAME.match(name):
-        raise _TaskError("directory name", "must be letters, digits, '.', '_' or '-'")
+    if problem := id_problem(name):  # the task's name is its instance id
+        raise _TaskError("directory name", problem)
     config = _read_config(directory)
     instruction_file = directory / "instruction.md"
     instruction = instruction_file.read_text() if instruction_file.is_file() else config.get("instruction")

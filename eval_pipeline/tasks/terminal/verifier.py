@@ -7,24 +7,38 @@ and runs tests/test.sh (`run_verifier`); its reward file decides
 container backend the verifier runs in the agent's own container right after
 it (trial/generation.py keeps that run); `grade_terminal` replays a patch, or
 re-grades a snapshot of that container with the empty patch.
+
+There the agent was root, so the tools test.sh runs are checked against the image, by the engine, as the
+verifier starts (verifier_tools.py): a run on tools the agent changed carries each finding as an
+audit flag (`verifier_tools`), and its reward of 1 is `report_forged` (scored, not resolved, counted apart);
+what the check cannot judge (programs a package install upgraded, processes the agent left beside the
+verifier) is flagged `verifier_exposed` and changes no verdict. A re-grade carries what the run in the agent's
+container found (`with_in_place_findings`): its own container starts from the agent's snapshot, against which
+only the re-grade's own changes show. A patch replay reaches only the working tree, which the patch audit reads.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.grading.patch_audit import AuditFlag
 from eval_pipeline.grading.verdict import FAILED, PASSED, Verdict, VerifierRun, apply_model_patch, stopped_by_a_limit
 from eval_pipeline.sandbox import Workspace
+from eval_pipeline.sandbox.base import ImageChange, SandboxError
+from eval_pipeline.tasks.terminal.verifier_tools import check_tools, named_words, path_dirs, processes_exposure
 
 if TYPE_CHECKING:
     from eval_pipeline.tasks.terminal.task import TerminalTask
 
-__all__ = ["REWARD_FILE", "REWARD_JSON", "grade_terminal", "run_verifier", "score_verifier"]
+__all__ = ["REWARD_FILE", "REWARD_JSON", "grade_terminal", "run_verifier", "score_verifier", "with_in_place_findings"]
 
 REWARD_FILE = "verifier/reward.txt"
+RUNNER_SHELL = "/bin/sh"  # what runs the verifier's command line (limited_exec.run_limited)
 REWARD_JSON = "verifier/reward.json"
 
 
@@ -40,12 +54,21 @@ def run_verifier(
     commands never saw), root in the WORKDIR, with the task's [verifier] env. test.sh is the command's own
     process (`exec`), so a signal that ends it shows as the command's. It has the network its task's
     `allow_internet` gives the container (Harbor's verifiers install their tools: curl, uv, pytest), which
-    the run records; a code task's tests never have one."""
+    the run records; a code task's tests never have one.
+
+    In a container, what the agent changed of the tools it runs is read from the engine as it starts
+    (verifier_tools.py), with the processes the agent left beside it (`in_place`), and the run records both."""
     tests_dir = workspace.write_harness_tree("tests", task.tests)
     reward_file = workspace.harness_path(REWARD_FILE)
     reward_dir = shlex.quote(reward_file.rsplit("/", 1)[0])
+    command = f"rm -rf {reward_dir} && mkdir -p {reward_dir} && exec bash {shlex.quote(tests_dir + '/test.sh')}"
+    try:
+        before, unread = workspace.image_changes(), ""
+        processes = workspace.processes_left() if in_place and before is not None else 0
+    except SandboxError as error:  # the container runs (else SandboxLost): what the agent left may be the cause
+        before, processes, unread = [], 0, str(error)
     tests, rewards = workspace.run_then_read(
-        f"rm -rf {reward_dir} && mkdir -p {reward_dir} && exec bash {shlex.quote(tests_dir + '/test.sh')}",
+        command,
         (REWARD_FILE, REWARD_JSON),
         timeout_s=test_timeout_s,
         env={**task.verifier_env, "EVAL_TESTS_DIR": tests_dir, "EVAL_REWARD_FILE": reward_file},
@@ -53,7 +76,46 @@ def run_verifier(
     )
     reward_txt, reward_json = _text(rewards[REWARD_FILE]), _text(rewards[REWARD_JSON])
     run = {**tests.summary(), "network": task.allow_internet}
+    if before is not None:
+        run |= {"processes_beside": processes, **_checked(task, workspace, before, command, tests_dir, unread)}
     return VerifierRun(run, reward_txt, reward_json, test_timeout_s, in_place)
+
+
+def _checked(
+    task: TerminalTask, workspace: Workspace, before: list[ImageChange], command: str, tests_dir: str, unread: str
+) -> dict[str, Any]:
+    """The run's record of the tool check (verifier_tools.py) on the changes `before` the verifier, asked where paths
+    lead after it: its findings and exposures, or why the engine could not answer (`tools_unread`: a Podman asked for the changes
+    of a container where the agent put a directory in place of an image's file fails so)."""
+    if not unread:
+        verifier_path = {**workspace.command_placement()["env"], **task.verifier_env}.get("PATH")
+        dirs = path_dirs(verifier_path, task.workdir)
+        texts = {name: text for name, text in task.tests.items() if isinstance(text, str)}
+        commands = named_words([RUNNER_SHELL, command, *(text for name, text in texts.items() if name.endswith(".sh"))])
+        words = commands | named_words(texts.values())
+        try:
+            check = check_tools(before, dirs, words, commands, tests_dir, workspace.real_path)
+            return {
+                "tool_findings": [flag.as_record() for flag in check.findings],
+                "tool_exposures": [flag.as_record() for flag in check.exposures],
+            }
+        except SandboxError as error:
+            unread = str(error)
+    return {"tools_unread": unread[-2000:]}
+
+
+def _flags(run: Mapping[str, Any], name: str) -> list[AuditFlag]:
+    """The audit flags a verifier's run recorded under `name`: `tool_findings` or `tool_exposures` (verifier_tools.py)."""
+    return [AuditFlag(**record) for record in run.get(name, [])]
+
+
+def _forged_if_resolved(verdict: Verdict, findings: list[AuditFlag]) -> Verdict:
+    """`verdict`, unless it resolved on tools the agent changed (`findings`): then its reward of 1 is no pass but
+    `report_forged` (scored, not resolved, counted apart)."""
+    if not (findings and verdict.outcome.is_resolved):
+        return verdict
+    detail = f"{verdict.detail}, from tools the agent changed: {', '.join(flag.path for flag in findings)}"
+    return replace(verdict, outcome=Outcome.REPORT_FORGED, detail=detail)
 
 
 def _reward(run: VerifierRun) -> float | None:
@@ -79,15 +141,24 @@ def score_verifier(run: VerifierRun) -> Verdict:
     The reward file decides, as in Harbor; a verifier that wrote none is a grading error, whatever its exit
     code (Harbor's test.sh scripts exit 0 after writing a reward of 0, and a missing file must never pass). A
     verifier ended by a signal is a grading error too, whatever reward it left: code under test, run by test.sh
-    as root, can write the reward file and kill test.sh before its own verdict. Evaluation then grades the
-    reference at once (intention to treat), so such a run is scored against the patch when the reference passes.
+    as root, can write the reward file and kill test.sh before its own verdict. So is a run whose changes to the
+    image the engine could not list (`tools_unread`: the agent can make Podman's listing fail). Evaluation then
+    grades the reference at once (intention to treat), so such a run is scored against the patch when the
+    reference passes.
     """
-    verdict = Verdict(outcome=Outcome.GRADING_ERROR, steps=[{"step": "run_tests", **run.run}])
+    findings, exposures = _flags(run.run, "tool_findings"), _flags(run.run, "tool_exposures")
+    if processes := run.run.get("processes_beside"):
+        exposures.append(processes_exposure(processes))
+    steps = [{"step": "run_tests", **run.run}]
+    verdict = Verdict(Outcome.GRADING_ERROR, steps=steps, audit=[*findings, *exposures])
     if stopped_by_a_limit(verdict, run.run, run.test_timeout_s):
+        return verdict
+    if unread := run.run.get("tools_unread"):
+        verdict.detail = f"the engine could not tell what the agent changed of the verifier's tools: {unread}"
         return verdict
     try:
         reward = _reward(run)
-    except (ValueError, KeyError, TypeError) as error:
+    except (ValueError, KeyError, TypeError, RecursionError) as error:  # RecursionError: JSON nested past the stack
         verdict.detail = f"the reward file is not a number: {error!r}"
         return verdict
     if (signal := _ending_signal(run.run["exit_code"])) is not None:
@@ -102,7 +173,22 @@ def score_verifier(run: VerifierRun) -> Verdict:
     verdict.tests = {"tests/test.sh": PASSED if reward >= 1.0 else FAILED}
     verdict.detail = f"reward {reward:g}"
     verdict.outcome = Outcome.RESOLVED if reward >= 1.0 else Outcome.UNRESOLVED
-    return verdict
+    return _forged_if_resolved(verdict, findings)
+
+
+def with_in_place_findings(verdict: Verdict, in_place: Mapping[str, Any] | None) -> Verdict:
+    """A re-grade's verdict, from the agent's snapshot, judged with what the run in the agent's container found of
+    its changes to the verifier's tools and could not judge (`in_place`: that run's record): the snapshot holds
+    them. The processes the agent left are not in a snapshot. Where the engine could not tell the agent's changes
+    there, a pass is no verdict either: a grading error, which the reference judges (intention to treat)."""
+    run = VerifierRun.from_record(in_place).run if in_place else {}
+    if (unread := run.get("tools_unread")) and verdict.outcome.is_resolved:
+        detail = f"the engine could not tell what the agent changed of the verifier's tools in its container: {unread}"
+        return replace(verdict, outcome=Outcome.GRADING_ERROR, detail=detail)
+    findings = _flags(run, "tool_findings")
+    return _forged_if_resolved(
+        replace(verdict, audit=[*verdict.audit, *findings, *_flags(run, "tool_exposures")]), findings
+    )
 
 
 def grade_terminal(task: TerminalTask, model_patch: str, workspace: Workspace, test_timeout_s: float) -> Verdict:
@@ -112,5 +198,5 @@ def grade_terminal(task: TerminalTask, model_patch: str, workspace: Workspace, t
     if not apply_model_patch(verdict, model_patch, workspace):
         return verdict
     scored = score_verifier(run_verifier(task, workspace, test_timeout_s))
-    scored.steps[:0], scored.audit = verdict.steps, verdict.audit
+    scored.steps[:0], scored.audit[:0] = verdict.steps, verdict.audit
     return scored
