@@ -77,6 +77,7 @@ def _clone(mirrors: Path, repo: str) -> Path | None:
 
 def bounds(mirrors: Path, twins: TwinSettings) -> None:
     found: list[float] = []
+    readable = 0
     rows = [row for row in swebench_rows(verified_instance_ids()) if _clone(mirrors, row["repo"])]
     for row in rows:
         clone = _clone(mirrors, row["repo"])
@@ -90,11 +91,13 @@ def bounds(mirrors: Path, twins: TwinSettings) -> None:
                 files[path] = SourceFile(text, base)
         failing = [graded_name(test_id) for test_id in rows_json(row, "FAIL_TO_PASS")]
         passing = [graded_name(test_id) for test_id in rows_json(row, "PASS_TO_PASS")]
-        found.append(plant_twins(files, failing, passing, random.Random(0), twins).bound(failing))
+        planted = plant_twins(files, failing, passing, random.Random(0), twins)
+        found.append(planted.bound(failing))
+        readable += any(group.original in failing for group in planted.groups) and found[-1] == 1
     guarded = [bound for bound in found if bound < 1]
     print(f"{len(rows)} rows (repositories: {sorted({row['repo'] for row in rows})}), k = {twins.per_test}")
     print(f"  {len(guarded)} ({len(guarded) / len(rows):.0%}) have a twinned failing test; bounds {Counter(found)}")
-    print(f"  mean bound over all rows {mean(found):.1%}")
+    print(f"  {readable} more have a readable group on a failing test; mean bound over all rows {mean(found):.1%}")
 
 
 def rows_json(row: dict, name: str) -> list[str]:

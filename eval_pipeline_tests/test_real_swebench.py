@@ -27,6 +27,7 @@ from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline.sandbox.patches import workspace_diff
 from eval_pipeline.tasks.dataset import Benchmark
 from eval_pipeline.tasks.environment import RepoSource
+from eval_pipeline.tasks.swebench.canaries import original_ids
 from eval_pipeline.tasks.swebench.grading import LOG_NAME, grade
 from eval_pipeline.tasks.swebench.instance import Instance, benchmark_from_rows
 from eval_pipeline.tasks.swebench.specs import log_parser
@@ -186,7 +187,9 @@ def test_a_runner_read_from_its_log_cannot_be_told_that_a_failing_test_passed(re
     with sandbox.workspace(environment, "forger") as workspace:
         verdict = grade(instance, spec, patch, workspace, 900)
         log = workspace.read_harness_file(LOG_NAME).decode()
-    swebench_reading = log_parser(spec.log_parser)(log)
+    (step,) = [step for step in verdict.steps if step["step"] == "run_tests"]
+    run_names = {group["renamed"]: group["original"] for group in step["twins"]}  # the originals run renamed
+    swebench_reading = original_ids(log_parser(spec.log_parser)(log), run_names)
     assert all(swebench_reading[test] == "PASSED" for test in instance.FAIL_TO_PASS), "the forgery works there"
     assert verdict.outcome is Outcome.REPORT_FORGED, (verdict.detail, verdict.tests, verdict.steps[-1].get("log_tail"))
 

@@ -15,8 +15,8 @@ from eval_pipeline.tasks.terminal.verifier_tools import (
     TOOLS_FLAG,
     ToolCheck,
     check_tools,
-    named_words,
     path_dirs,
+    shell_commands,
 )
 from eval_pipeline_tests.conftest import trial
 
@@ -56,8 +56,7 @@ def check(changes: list[ImageChange], image: dict[str, str] | None = None):
     for path in known:
         for place in map(str, (PurePosixPath(path), *PurePosixPath(path).parents)):
             leads.setdefault(place, place)
-    commands = named_words([HARNESS, TEST_SH])
-    return check_tools(changes, PATH, commands, commands, "/tests", leads.get)
+    return check_tools(changes, PATH, shell_commands([HARNESS, TEST_SH]), "/tests", "/app", leads.get)
 
 
 def test_an_honest_package_install_is_exposure_never_a_finding():
@@ -75,6 +74,7 @@ def test_an_honest_package_install_is_exposure_never_a_finding():
             "A /usr/local/lib/python3.13/site-packages/distutils-precedence.pth",
             "A /usr/local/bin/tesseract",
             "A /app/render.py",
+            "C /app/eigen.py",
         )
     )
     assert result.findings == []

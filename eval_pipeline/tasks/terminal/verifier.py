@@ -30,7 +30,7 @@ from eval_pipeline.grading.patch_audit import AuditFlag
 from eval_pipeline.grading.verdict import FAILED, PASSED, Verdict, VerifierRun, apply_model_patch, stopped_by_a_limit
 from eval_pipeline.sandbox import Workspace
 from eval_pipeline.sandbox.base import ImageChange, SandboxError
-from eval_pipeline.tasks.terminal.verifier_tools import check_tools, named_words, path_dirs, processes_exposure
+from eval_pipeline.tasks.terminal.verifier_tools import check_tools, path_dirs, processes_exposure, shell_commands
 
 if TYPE_CHECKING:
     from eval_pipeline.tasks.terminal.task import TerminalTask
@@ -90,11 +90,10 @@ def _checked(
     if not unread:
         verifier_path = {**workspace.command_placement()["env"], **task.verifier_env}.get("PATH")
         dirs = path_dirs(verifier_path, task.workdir)
-        texts = {name: text for name, text in task.tests.items() if isinstance(text, str)}
-        commands = named_words([RUNNER_SHELL, command, *(text for name, text in texts.items() if name.endswith(".sh"))])
-        words = commands | named_words(texts.values())
+        scripts = [text for name, text in task.tests.items() if name.endswith(".sh") and isinstance(text, str)]
+        commands = shell_commands([RUNNER_SHELL, command, *scripts])
         try:
-            check = check_tools(before, dirs, words, commands, tests_dir, workspace.real_path)
+            check = check_tools(before, dirs, commands, tests_dir, task.workdir, workspace.real_path)
             return {
                 "tool_findings": [flag.as_record() for flag in check.findings],
                 "tool_exposures": [flag.as_record() for flag in check.exposures],
