@@ -133,7 +133,7 @@ def test_plan_version_follows_the_plan():
         ),
         ({"resources": {"gpus": 1}}, "field resources.gpus: unknown field"),
         ({"typo": 1}, "field typo: unknown field"),
-        ({"benchmark": {"kind": "demo", "pth": 1}}, "field benchmark.pth: unknown field; allowed: kind$"),
+        ({"benchmark": {"kind": "demo", "pth": 1}}, "field benchmark.pth: unknown field; allowed: kind, twins$"),
         ({"benchmark": {"kind": "nope"}}, r"field benchmark: unknown kind 'nope' \(known: demo, terminal, swebench\)"),
         ({"sandbox": {"backend": "vmware"}}, "field sandbox.backend: unknown backend 'vmware'"),
         ({"slices": {"a": {"kind": "demo"}}}, "either benchmark .* or slices"),
@@ -172,7 +172,7 @@ SLICES = {k: v for k, v in MINIMAL.items() if k != "benchmark"}
     ("change", "message"),
     [
         ({"seed": 2}, r"field seed: unknown field \(did you mean 'seeds'\?\); allowed: name, description, "),
-        ({"slices": {"code": {"kind": "demo", "pth": "x"}}}, r"field slices.code.pth: unknown field; allowed: kind$"),
+        ({"slices": {"code": {"kind": "demo", "pth": "x"}}}, r"field slices.code.pth: unknown field; allowed: kind, twins$"),
         (
             {"slices": {"terminal": {"kind": "terminal", "path": "builtin:demo_tasks", "pth": "x"}}},
             r"field slices.terminal.pth: unknown field \(did you mean 'path'\?\); allowed: kind, path, mirror_dir",

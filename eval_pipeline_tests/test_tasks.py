@@ -51,8 +51,9 @@ def test_a_code_task_brings_nothing_of_its_own_and_its_reference_is_the_gold_pat
 
 
 def test_the_protocol_s_constants_stay_out_of_a_code_task_s_row_and_hash(code_task):
-    """SWE-bench's schema is the row: the members a code task states as constants must not change its hash."""
-    assert set(code_task.to_row()) == {field.name for field in fields(Instance)}
+    """SWE-bench's schema is the row: the members a code task states as constants, and the campaign's twin
+    settings it carries to its grading, must not change its hash."""
+    assert set(code_task.to_row()) == {field.name for field in fields(Instance)} - {"twins"}
     assert not set(code_task.to_row()) & {"own_image", "local_problem", "memory_mb", "verifier_timeout_s"}
 
 
