@@ -172,7 +172,10 @@ SLICES = {k: v for k, v in MINIMAL.items() if k != "benchmark"}
     ("change", "message"),
     [
         ({"seed": 2}, r"field seed: unknown field \(did you mean 'seeds'\?\); allowed: name, description, "),
-        ({"slices": {"code": {"kind": "demo", "pth": "x"}}}, r"field slices.code.pth: unknown field; allowed: kind, twins$"),
+        (
+            {"slices": {"code": {"kind": "demo", "pth": "x"}}},
+            r"field slices.code.pth: unknown field; allowed: kind, twins$",
+        ),
         (
             {"slices": {"terminal": {"kind": "terminal", "path": "builtin:demo_tasks", "pth": "x"}}},
             r"field slices.terminal.pth: unknown field \(did you mean 'path'\?\); allowed: kind, path, mirror_dir",
