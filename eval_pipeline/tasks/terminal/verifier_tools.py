@@ -101,7 +101,7 @@ def shell_commands(scripts: Iterable[str]) -> set[str]:
     for script in scripts:
         lines = (line for line in script.splitlines() if not line.lstrip().startswith("#"))
         for segment in _COMMAND_BREAK.split("\n".join(re.sub(r"\s#.*", "", line) for line in lines)):
-            words = [word.strip("\"'") for word in (segment or "").split()]
+            words = [word.strip("\"'") for word in segment.split()]
             words = [word for word in words if word and not _ASSIGNMENT.match(word)]
             while words and words[0] in COMMAND_PREFIXES:
                 words = [word for word in words[1:] if not word.startswith("-")]
