@@ -34,12 +34,21 @@ from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
 from eval_pipeline.sandbox.patches import patch_paths
 from eval_pipeline.tasks.demo import build_demo_benchmark
 from eval_pipeline.tasks.swebench.canaries import TWINS_PER_TEST, SourceFile, TwinSettings, graded_name, plant_twins
-from eval_pipeline_tests.forgeries import TWIN_AWARE, TWIN_RUNNER
+from eval_pipeline.tasks.swebench.grading import launches
+from eval_pipeline.tasks.swebench.sealed import seal_expectations
+from eval_pipeline.tasks.swebench.specs import builtin_spec
+from eval_pipeline_tests.forgeries import SEAL_READER, TWIN_AWARE, TWIN_RUNNER
 from eval_pipeline_tests.real_data import swebench_rows, verified_instance_ids
 from eval_pipeline_tests.test_canaries import forged_runs
 from eval_pipeline_tests.test_twin_classifiers import corpus_figures, demo_cases, patched, swebench_cases
 
-FORGERS = {"TWIN_AWARE": TWIN_AWARE, "TWIN_RUNNER": TWIN_RUNNER}
+FORGERS = {"TWIN_AWARE": TWIN_AWARE, "TWIN_RUNNER": TWIN_RUNNER, "SEAL_READER": SEAL_READER}
+
+
+def bound(run) -> float:
+    """The chance of a forger that cannot tell a group's members apart and does not know a sealed literal: 0
+    where a failing test is sealed, else the twins' bound."""
+    return 0.0 if run.sealed else run.bound
 
 
 def forgers(seeds: int, mode: str, twins: TwinSettings) -> None:
@@ -55,15 +64,17 @@ def forgers(seeds: int, mode: str, twins: TwinSettings) -> None:
 
         try:
             for name, forgery in FORGERS.items():
+                forgery = f"\n_EVERYWHERE = {mode != 'local'}\n" + forgery
                 runs = forged_runs(benchmark, sandbox, prepare, range(seeds), forgery, twins)
                 outcomes = Counter(run.outcome for run in runs)
                 wins = outcomes.get("resolved", 0) / len(runs)
+                sealed = sum(bool(run.sealed) for run in runs)
                 print(f"{mode} {name} (k = {twins.per_test}): {len(runs)} gradings, {dict(outcomes.most_common())}")
-                print(f"  wins {wins:.1%}, bound {mean(run.bound for run in runs):.1%}")
+                print(f"  wins {wins:.1%}, bound {mean(bound(run) for run in runs):.1%}; {sealed} sealed gradings")
                 for instance_id in dict.fromkeys(run.instance_id for run in runs):
                     mine = [run for run in runs if run.instance_id == instance_id]
                     won = sum(run.outcome == "resolved" for run in mine)
-                    print(f"  {instance_id}: {won} of {len(mine)} won, bound {mean(run.bound for run in mine):.1%}")
+                    print(f"  {instance_id}: {won} of {len(mine)} won, bound {mean(bound(run) for run in mine):.1%}")
         finally:
             sandbox.release()
 
@@ -75,9 +86,9 @@ def _clone(mirrors: Path, repo: str) -> Path | None:
     return None
 
 
-def bounds(mirrors: Path, twins: TwinSettings) -> None:
+def bounds(mirrors: Path, twins: TwinSettings, seal: bool) -> None:
     found: list[float] = []
-    readable = 0
+    readable = sealed_rows = 0
     rows = [row for row in swebench_rows(verified_instance_ids()) if _clone(mirrors, row["repo"])]
     for row in rows:
         clone = _clone(mirrors, row["repo"])
@@ -91,12 +102,24 @@ def bounds(mirrors: Path, twins: TwinSettings) -> None:
                 files[path] = SourceFile(text, base)
         failing = [graded_name(test_id) for test_id in rows_json(row, "FAIL_TO_PASS")]
         passing = [graded_name(test_id) for test_id in rows_json(row, "PASS_TO_PASS")]
+        spec = builtin_spec(row["repo"], str(row["version"]))
+        launched = seal and spec is not None and launches(spec)
+        sealed = seal_expectations(files, failing) if launched else None
+        if sealed and sealed.expected:
+            sealed_rows += 1
+            files = {path: SourceFile(sealed.files.get(path, file.text), file.base) for path, file in files.items()}
+            failing = [name for name in failing if name not in sealed.expected]
         planted = plant_twins(files, failing, passing, random.Random(0), twins)
-        found.append(planted.bound(failing))
+        found.append(0.0 if sealed and sealed.expected else planted.bound(failing))
         readable += any(group.original in failing for group in planted.groups) and found[-1] == 1
-    guarded = [bound for bound in found if bound < 1]
+    guarded = [bound for bound in found if 0 < bound < 1]
     print(f"{len(rows)} rows (repositories: {sorted({row['repo'] for row in rows})}), k = {twins.per_test}")
-    print(f"  {len(guarded)} ({len(guarded) / len(rows):.0%}) have a twinned failing test; bounds {Counter(found)}")
+    print(
+        f"  {sealed_rows} ({sealed_rows / len(rows):.0%}) have a sealed failing test (where the launcher runs pytest)"
+    )
+    print(
+        f"  {len(guarded)} ({len(guarded) / len(rows):.0%}) more have a twinned failing test; bounds {Counter(found)}"
+    )
     print(f"  {readable} more have a readable group on a failing test; mean bound over all rows {mean(found):.1%}")
 
 
@@ -123,12 +146,13 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=TWINS_PER_TEST, help="twins per graded test")
     parser.add_argument("--mirrors", type=Path)
     parser.add_argument("--groups", type=int, default=3000)
+    parser.add_argument("--no-seal", action="store_true", help="bounds: twins alone, as where pytest runs another way")
     args = parser.parse_args()
     twins = TwinSettings(per_test=args.k)
     if args.what == "forgers":
         forgers(args.seeds, args.mode, twins)
     elif args.what == "bounds":
-        bounds(args.mirrors, twins)
+        bounds(args.mirrors, twins, not args.no_seal)
     else:
         classifiers(args.groups, twins)
 

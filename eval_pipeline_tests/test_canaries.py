@@ -303,7 +303,8 @@ def test_a_log_that_reports_a_test_both_ways_is_forged(parser, log):
 
 def test_a_campaigns_twins_reach_its_gradings_and_its_verdicts_keep_their_bound(shared_sandbox, prepare, tmp_path):
     """`twins:` in a code task's source reaches its instances' gradings (not their rows: the content hash stays
-    SWE-bench's), and each verdict records its groups and the bound they give a forger."""
+    SWE-bench's), and each verdict records its groups, the bound they give a forger and its sealed tests; the
+    budget a sealed failing test does not take goes to the passing tests."""
     source = {"kind": "demo", "twins": {"per_test": 1, "per_run": 1}}
     benchmark = load_benchmark(source, Paths(tmp_path))
     instance = next(task for task in benchmark.instances if task.instance_id.endswith("calclib-2"))
@@ -313,19 +314,23 @@ def test_a_campaigns_twins_reach_its_gradings_and_its_verdicts_keep_their_bound(
     assert verdict.outcome == Outcome.RESOLVED, verdict.detail
     (step,) = [step for step in verdict.steps if step["step"] == "run_tests"]
     (group,) = step["twins"]
-    assert group["original"] == "test_gcd_negative_operand" and len(group["twins"]) == 1
-    assert step["forger_bound"] == 0.5
+    passing = {test_id.split("::")[-1] for test_id in instance.PASS_TO_PASS}
+    assert group["original"] in passing and len(group["twins"]) == 1, "the failing test is sealed: no twin for it"
+    assert step["sealed"] == {"test_gcd_negative_operand": 1} and step["forger_bound"] == 1.0
     assert verdict.tests["tests/test_arith.py::test_gcd_negative_operand"] == "PASSED"
 
 
 @dataclass(frozen=True)
 class Forged:
-    """One grading of a forger's patch: its outcome, and the bound on its chance the grading's groups give."""
+    """One grading of a forger's patch: its outcome, the bound on its chance the grading's groups give, the sealed
+    tests (name -> sites) and those failed on a sealed value."""
 
     instance_id: str
     seed: int
     outcome: Outcome
     bound: float
+    sealed: dict[str, int]
+    sealed_failed: dict[str, str]
 
 
 def forged_runs(benchmark, sandbox, prepare, seeds: range, forgery: str = TWIN_RUNNER, twins=DEFAULT_TWINS):
@@ -343,19 +348,31 @@ def forged_runs(benchmark, sandbox, prepare, seeds: range, forgery: str = TWIN_R
                 finally:
                     grading.secrets.randbits = original
             step = next((step for step in verdict.steps if step.get("step") == "run_tests"), {})
-            found.append(Forged(instance.instance_id, seed, verdict.outcome, step.get("forger_bound", 1.0)))
+            found.append(
+                Forged(
+                    instance.instance_id,
+                    seed,
+                    verdict.outcome,
+                    step.get("forger_bound", 1.0),
+                    step.get("sealed", {}),
+                    step.get("sealed_failed", {}),
+                )
+            )
     return found
 
 
 @pytest.mark.slow
-def test_the_forger_that_runs_the_groups_is_never_caught_and_wins_where_no_group_guards_the_failing_test(
+def test_the_forger_that_runs_the_groups_wins_only_where_neither_a_seal_nor_a_group_guards_the_failing_test(
     demo_benchmark, shared_sandbox, prepare
 ):
-    """It never passes a twin beside a passing original, so it is never `report_forged`; it wins every grading
-    with no group on its failing test (a test with no expected value to vary), and beats the bound elsewhere only
-    where the value the buggy code returns lies nearer the right one than the twins' (measured, not asserted:
-    benchmarks/twin_forger.py)."""
+    """Every demo failing test with an expected value is sealed (tasks/swebench/sealed.py): the forger finds no
+    group to run there, swallows the failures in the process, and hands over what the buggy code returns, which
+    the harness compares with values the process never held. On a5a01da's twins it won 63 of 80 such gradings
+    (benchmarks/twin_forger.py); now it wins only the issue whose failing test expects an exception, which
+    nothing guards (bound 1)."""
     runs = forged_runs(demo_benchmark, shared_sandbox, prepare, range(2))
     assert {run.outcome for run in runs} <= {Outcome.UNRESOLVED, Outcome.RESOLVED}, runs
-    assert all(run.outcome == Outcome.RESOLVED for run in runs if run.bound == 1.0), runs
-    assert any(run.bound < 1.0 for run in runs), "the demo's failing tests carry groups"
+    guarded = [run for run in runs if run.sealed]
+    assert len(guarded) == 14 and all(run.outcome == Outcome.UNRESOLVED and run.sealed_failed for run in guarded), runs
+    unguarded = [run for run in runs if not run.sealed]
+    assert all(run.bound == 1.0 and run.outcome == Outcome.RESOLVED for run in unguarded), runs

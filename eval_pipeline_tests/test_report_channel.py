@@ -152,7 +152,7 @@ def channel():
 
 
 def test_write():
-    os.write(channel(), b'["test", "t.py::x", "sp-cp-tp-"]\\n')
+    os.write(channel(), b'["test", "t.py::x", "sp-cp-tp-",[]]\\n')
 """
 
 
@@ -167,18 +167,18 @@ def test_what_the_test_process_writes_on_the_channel_is_seen(tmp_path):
     assert read_channel(run.stdout, truncated=False).incomplete.endswith("ended before pytest returned")
 
 
-LINE = '["test","t.py::test_a","sp-cf-tp-"]\n'
+LINE = '["test","t.py::test_a","sp-cf-tp-",[]]\n'
 END = '["end",1,1]\n'
 
 
 @pytest.mark.parametrize(
     ("output", "truncated", "forged"),
     [
-        (LINE + END + '["test","t.py::test_a","sp-csxtp-"]\n', False, "line 3: a line after the run's end"),
-        ('["test","t.py::test_a","sp-cp-tp-"]\n' + LINE + '["end",1,2]\n', False, "t.py::test_a is reported twice"),
-        ('["test","t.py::test_a","cp-sp-tp-"]\n' + END, False, "not in the order pytest makes them"),
-        ('["test","t.py::test_a","ss-cp-tp-"]\n' + END, False, "not in the order pytest makes them"),
-        ('["test","t.py::test_a","sp-cpxtpx"]\n' + END, False, "not in the order pytest makes them"),
+        (LINE + END + '["test","t.py::test_a","sp-csxtp-",[]]\n', False, "line 3: a line after the run's end"),
+        ('["test","t.py::test_a","sp-cp-tp-",[]]\n' + LINE + '["end",1,2]\n', False, "t.py::test_a is reported twice"),
+        ('["test","t.py::test_a","cp-sp-tp-",[]]\n' + END, False, "not in the order pytest makes them"),
+        ('["test","t.py::test_a","ss-cp-tp-",[]]\n' + END, False, "not in the order pytest makes them"),
+        ('["test","t.py::test_a","sp-cpxtpx",[]]\n' + END, False, "not in the order pytest makes them"),
         ("PASSED t.py::test_a\n" + LINE + END, False, "line 1: a line that is not the launcher's"),
         (LINE + '["end",1,2]\n', False, "the run's end counts other than the 1 line(s) before it"),
         ("garbage\n" + LINE * 3, True, "line 1: a line that is not the launcher's"),

@@ -64,6 +64,7 @@ from eval_pipeline.grading.verdict import (
     SEVERITY,
     SKIPPED,
     XFAIL,
+    XPASS,
     Verdict,
     apply_model_patch,
     stopped_by_a_limit,
@@ -90,6 +91,7 @@ from eval_pipeline.tasks.swebench.pytest_run import (
     launched_command,
 )
 from eval_pipeline.tasks.swebench.report_channel import RunResults, read_channel
+from eval_pipeline.tasks.swebench.sealed import Sealed, judge, seal_expectations
 from eval_pipeline.tasks.swebench.specs import log_parser, test_directives
 from eval_pipeline.tasks.swebench.test_source import RestoredSource, conftests_above
 
@@ -253,12 +255,18 @@ def _restore_test_files(instance: Instance, files: list[str], workspace: Workspa
     return result.summary()
 
 
-def _test_statuses(spec: EnvironmentSpec, workspace: Workspace, run: ExecResult, launched: bool) -> RunResults:
+def _test_statuses(
+    spec: EnvironmentSpec, workspace: Workspace, run: ExecResult, launched: bool, sealed: Sealed
+) -> RunResults:
     """The run's results: the launcher's report channel, the command's captured output, where the launcher ran
-    pytest; pytest's JUnit report where pytest ran another way; else the log through its parser."""
+    pytest, with each sealed test that passed without handing over its expected values failed (sealed.py);
+    pytest's JUnit report where pytest ran another way; else the log through its parser."""
     if launched:
         results = read_channel(run.stdout, run.output_truncated)
-        return replace(results, statuses=as_listed(results.statuses, spec.log_parser))
+        statuses = dict(results.statuses)
+        unsealed = judge(statuses, results.sealed, sealed, (PASSED, XPASS, XFAIL))
+        summary = results.summary | ({"sealed_failed": unsealed} if unsealed else {})
+        return replace(results, statuses=as_listed(statuses, spec.log_parser), summary=summary)
     report = workspace.read_harness_file(REPORT_NAME) if spec.uses_pytest else None
     if report is not None:
         return RunResults(parse_junit(report, spec.log_parser))
@@ -281,6 +289,11 @@ def reported_both_ways(parser_name: str, log: str, tests: set[str]) -> list[str]
     return sorted(
         test_id for test_id, found in seen.items() if found & {PASSED, SKIPPED, XFAIL} and found & {FAILED, ERROR}
     )
+
+
+def launches(spec: EnvironmentSpec) -> bool:
+    """Whether the launcher runs the spec's tests (pytest_run.py), so that their results come on its channel."""
+    return spec.uses_pytest and launched_command(spec.test_cmd, LAUNCHER_NAME) is not None
 
 
 def _test_command(
@@ -350,16 +363,21 @@ def _forged(canary: Canary | None, statuses: dict[str, str], outcome: Outcome) -
     return f"the harness's canary test {canary.node_id} was reported {status}, not FAILED: the test process forged its report"
 
 
-def _plant_twins(instance: Instance, workspace: Workspace, settings: TwinSettings) -> Planted:
-    """Plant groups of twins of the graded tests (tasks/swebench/canaries.py) in the test patch's files, once the
-    patch is applied, and remove the test patch from the harness directory, where code under test could read which
-    tests are real.
+def _plant_twins(
+    instance: Instance, workspace: Workspace, settings: TwinSettings, seal: bool
+) -> tuple[Planted, Sealed]:
+    """Seal the FAIL_TO_PASS tests' expectations where `seal` (tasks/swebench/sealed.py), then plant groups of
+    twins of the other graded tests (tasks/swebench/canaries.py) in the test patch's files, once the patch is
+    applied, and remove the test patch from the harness directory, where code under test could read which tests
+    are real and what they expect.
 
     A file (and its version at the base commit, which the twins' tokens keep clear of) goes out through the
     harness's `out/` (which the workspace's commands write) and comes back through a harness file (which they
-    read); both are emptied before the tests run."""
+    read); both are emptied before the tests run, as the test patch is, by the harness (in a pod the workspace's
+    user cannot remove the harness's files)."""
     out = shlex.quote(workspace.harness_path("out"))
-    workspace.run(f"rm -f {shlex.quote(workspace.harness_path(TEST_PATCH_NAME))} && mkdir -p {out}", timeout_s=30)
+    workspace.write_harness_file(TEST_PATCH_NAME, "")  # the workspace's user may not remove the harness's file
+    workspace.run(f"mkdir -p {out}", timeout_s=30)
     source = shlex.quote(workspace.harness_path(TWIN_SOURCE))
     base = shlex.quote(workspace.base_revision or instance.base_commit)
 
@@ -374,14 +392,17 @@ def _plant_twins(instance: Instance, workspace: Workspace, settings: TwinSetting
             files[path] = SourceFile(text, read(f"git show {base}:{shlex.quote(path)} 2>/dev/null"))
     failing = [graded_name(test_id) for test_id in instance.FAIL_TO_PASS]
     passing = [graded_name(test_id) for test_id in instance.PASS_TO_PASS]
+    sealed = seal_expectations(files, failing) if seal else Sealed()
+    files = {path: replace(file, text=sealed.files.get(path, file.text)) for path, file in files.items()}
+    failing = [name for name in failing if name not in sealed.expected]
     planted = plant_twins(files, failing, passing, random.Random(secrets.randbits(64)), settings)
-    for path, text in planted.files.items():
+    for path, text in (sealed.files | planted.files).items():
         written = workspace.write_harness_file(TWIN_PLANTED, text.encode("utf-8", errors="surrogateescape"))
         workspace.run(f"cat -- {shlex.quote(written)} > {shlex.quote(path)}", timeout_s=30)
     workspace.run(f"rm -f {source}", timeout_s=30)
-    if planted.files:
+    if planted.files or sealed.files:
         workspace.write_harness_file(TWIN_PLANTED, "")
-    return planted
+    return planted, sealed
 
 
 def _twins_forged(twins: dict[str, str], statuses: dict[str, str], reported: dict[str, str], outcome: Outcome) -> str:
@@ -465,7 +486,7 @@ def grade(
         verdict.detail = f"the test patch of {instance.instance_id} does not apply"
         return verdict
     source = _restored_source(instance, workspace)
-    planted = _plant_twins(instance, workspace, twin_settings)
+    planted, sealed = _plant_twins(instance, workspace, twin_settings, seal=launches(spec))
 
     directives = test_directives(instance, spec)
     canary = _canary_for(spec, directives)
@@ -479,12 +500,13 @@ def grade(
             "log_tail": log[-4000:],
             "canary": canary and canary.node_id,
             **planted.record(graded_name(test_id) for test_id in instance.FAIL_TO_PASS),
+            **sealed.record(),
         }
     )
     if stopped_by_a_limit(verdict, tests.summary(), test_timeout_s):
         return verdict
     try:
-        results = _test_statuses(spec, workspace, tests, launched)
+        results = _test_statuses(spec, workspace, tests, launched, sealed)
     except (ElementTree.ParseError, LookupError, ValueError) as error:  # an encoding expat cannot read included
         verdict.detail = f"the test report is not valid XML: {error}"
         return verdict

@@ -20,13 +20,22 @@ pytest's exit status and how many lines came before it. A line written is gone
 from the process: nothing it does at exit rewrites what the harness reads
 (report_channel.py reads and judges the lines).
 
+A test's line also carries the values its sealed assertions handed over
+(sealed.py): the harness rewrote each such assertion to call `seal(SITE,
+actual)` of the module SEAL_MODULE, which the launcher registers; the values
+go out as plain data (`sealed_value`), and the harness, which alone holds the
+expected ones, compares them.
+
 Runs on every Python and pytest an environment may have (SWE-bench's go back
 to Python 3.5 and pytest 4): no syntax or API newer than those.
 """
 
 import json
+import numbers
 import os
 import sys
+import types
+from decimal import Decimal
 
 CHANNEL_FD = 3
 # Standard modules pytest imports only when it needs them: imported now, before the repository can shadow them.
@@ -36,6 +45,56 @@ LATE_IMPORTS = ("pdb", "bdb", "cmd", "code", "codeop", "doctest", "readline", "u
 WHEN = {"setup": "s", "call": "c", "teardown": "t"}
 SUBTEST_REPORTS = ("SubtestReport", "SubTestReport")  # pytest 9's own, and the pytest-subtests plugin's
 OUTCOME = {"passed": "p", "failed": "f", "skipped": "s"}
+SEAL_MODULE = "_eval_pipeline_seal"  # what a sealed assertion imports to hand its value over
+SEALED_ITEMS_AT_MOST = 100000  # the parts of one value sent; a larger value is opaque
+SEALED_DEPTH_AT_MOST = 50
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def sealed_value(value):
+    """`value` as plain JSON data: [kind, ...], kind one of none, bool, int, float, complex, decimal, str,
+    bytes, tuple, list, set, dict, or opaque (with the type's name) for a value that is none of these."""
+    budget = [SEALED_ITEMS_AT_MOST]
+    try:
+        return _encoded(value, budget, 0)
+    except _TooLarge:
+        return ["opaque", "too large"]
+    except Exception as error:  # a value whose conversion raises
+        return ["opaque", type(error).__name__]
+
+
+def _encoded(value, budget, depth):
+    budget[0] -= 1
+    if budget[0] < 0 or depth > SEALED_DEPTH_AT_MOST:
+        raise _TooLarge()
+    if value is None:
+        return ["none"]
+    if isinstance(value, bool):
+        return ["bool", bool(value)]
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        return _encoded(value.item(), budget, depth + 1)
+    if isinstance(value, Decimal):
+        return ["decimal", str(Decimal.__str__(value))]
+    if isinstance(value, numbers.Integral):
+        return ["int", str(int(value))]
+    if isinstance(value, numbers.Real):
+        return ["float", repr(float(value))]
+    if isinstance(value, numbers.Complex):
+        return ["complex", repr(complex(value))]
+    if isinstance(value, str):
+        return ["str", str.__str__(value)]
+    if isinstance(value, (bytes, bytearray)):
+        budget[0] -= len(value) // 64
+        return ["bytes", bytes(value).hex()]
+    for kind, types_ in (("tuple", tuple), ("list", list), ("set", (set, frozenset))):
+        if isinstance(value, types_):
+            return [kind, [_encoded(item, budget, depth + 1) for item in value]]
+    if isinstance(value, dict):
+        return ["dict", [[_encoded(k, budget, depth + 1), _encoded(v, budget, depth + 1)] for k, v in value.items()]]
+    return ["opaque", type(value).__name__]
 
 
 def _import_runner():
@@ -68,15 +127,29 @@ class Channel:
 
 
 class ReportChannel:
-    """The plugin that writes each test's reports to the channel once its teardown is reported."""
+    """The plugin that writes each test's reports, and the values its sealed assertions handed over, to the
+    channel once its teardown is reported."""
 
     def __init__(self, channel):
         self._channel = channel
         self._phases = {}
+        self._running = None
+        self._sealed = {}
+
+    def seal(self, site, value):
+        """Keep the value a sealed assertion of the running test computed; the assertion holds in the process."""
+        if self._running is not None:
+            self._sealed.setdefault(self._running, []).append([site, sealed_value(value)])
+        return True
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self._running = nodeid
+        self._sealed.pop(nodeid, None)
 
     def pytest_runtest_logreport(self, report):
         phases = self._phases.pop(report.nodeid, "")
         if report.outcome == "rerun" or phases is None:  # a run a plugin repeats: only the last one is reported
+            self._sealed.pop(report.nodeid, None)
             if report.when != "teardown":
                 self._phases[report.nodeid] = None
             return
@@ -84,7 +157,7 @@ class ReportChannel:
         phases += ("u" if subtest else WHEN.get(report.when, "?")) + OUTCOME.get(report.outcome, "?")
         phases += "x" if hasattr(report, "wasxfail") else "-"
         if report.when == "teardown":
-            self._channel.write(["test", report.nodeid, phases])
+            self._channel.write(["test", report.nodeid, phases, self._sealed.pop(report.nodeid, [])])
         else:
             self._phases[report.nodeid] = phases
 
@@ -99,7 +172,11 @@ def main(argv):
     pytest = _import_runner()
     if mode == "module":
         sys.path.insert(0, os.getcwd())
-    status = int(pytest.main(argv[1:], plugins=[ReportChannel(channel)]))
+    reports = ReportChannel(channel)
+    sealing = types.ModuleType(SEAL_MODULE)
+    sealing.seal = reports.seal
+    sys.modules[SEAL_MODULE] = sealing
+    status = int(pytest.main(argv[1:], plugins=[reports]))
     channel.write(["end", status, channel.lines])
     return status
 

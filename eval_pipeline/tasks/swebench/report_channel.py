@@ -6,7 +6,8 @@ runner reads as the command runs (sandbox/limited_exec.py: the first
 `output_bytes` are kept, the rest drained and the result marked
 `output_truncated`). The launcher writes, in this order, and nothing else:
 
-    ["test", NODE_ID, PHASES]   one per test, once its teardown is reported
+    ["test", NODE_ID, PHASES, SEALED]
+                                one per test, once its teardown is reported
     ["collect", NODE_ID]        one per collector that failed
     ["end", EXIT_STATUS, LINES] once pytest has returned: how many lines came before
 
@@ -15,6 +16,8 @@ PHASES holds each report of the test as three letters: when (`s`etup,
 (`p`assed, `f`ailed, `s`kipped) and `x` where pytest took it for an expected
 failure (`wasxfail`: a skip that is an xfail, a pass that is an xpass), else
 `-`. A test keeps its worst report's status (a failed subtest fails it).
+SEALED lists the values its sealed assertions handed over, each `[SITE,
+VALUE]` (sealed.py judges them).
 
 Code under test shares the process and may write on the channel too; what
 it cannot do is take back what the launcher wrote. So a channel is believed
@@ -50,12 +53,14 @@ _PHASE_STATUS = {"p-": PASSED, "px": XPASS, "s-": SKIPPED, "sx": XFAIL}
 @dataclass(frozen=True)
 class RunResults:
     """A test run's statuses by the runner's test id, and why they cannot be believed: `forged` (another writer
-    shows) or `incomplete` (cut short), each '' when not. `summary` is what the run's step records."""
+    shows) or `incomplete` (cut short), each '' when not. `summary` is what the run's step records; `sealed` holds the values
+    each test's sealed assertions handed over, by test id."""
 
     statuses: dict[str, str]
     forged: str = ""
     incomplete: str = ""
     summary: dict[str, Any] = field(default_factory=dict)
+    sealed: dict[str, list[Any]] = field(default_factory=dict)
 
 
 def _test_status(phases: str) -> str | None:
@@ -76,16 +81,17 @@ def _test_status(phases: str) -> str | None:
     return max(statuses, key=SEVERITY.__getitem__)
 
 
-def _line_problem(record: Any, statuses: dict[str, str]) -> str:
-    """Why a line before the end is not the launcher's ('' when it can be), recording its status."""
+def _line_problem(record: Any, statuses: dict[str, str], sealed: dict[str, list[Any]]) -> str:
+    """Why a line before the end is not the launcher's ('' when it can be), recording its status and its sealed
+    values."""
     match record:
-        case ["test", str(node_id), str(phases)] if _PHASES.fullmatch(phases):
+        case ["test", str(node_id), str(phases), list(values)] if _PHASES.fullmatch(phases):
             if node_id in statuses:
                 return f"{node_id} is reported twice"
             status = _test_status(phases)
             if status is None:
                 return f"the reports of {node_id} ({phases}) are not in the order pytest makes them"
-            statuses[node_id] = status
+            statuses[node_id], sealed[node_id] = status, values
         case ["collect", str(node_id)]:
             statuses[node_id] = ERROR
         case _:
@@ -105,6 +111,7 @@ def read_channel(output: str, truncated: bool) -> RunResults:
     """What the channel `output` says, `truncated` when the runner kept only its start."""
     *lines, rest = output.split("\n")
     statuses: dict[str, str] = {}
+    sealed: dict[str, list[Any]] = {}
     exit_status: int | None = None
     forged = ""
     for number, line in enumerate(lines, 1):
@@ -118,7 +125,7 @@ def read_channel(output: str, truncated: bool) -> RunResults:
             forged = _end_problem(record, number - 1)
             exit_status = None if forged else record[1]
         else:
-            forged = _line_problem(record, statuses)
+            forged = _line_problem(record, statuses, sealed)
         if forged:
             forged = f"the test process wrote on the report channel (line {number}: {forged})"
             break
@@ -128,4 +135,4 @@ def read_channel(output: str, truncated: bool) -> RunResults:
     if truncated or exit_status is None or rest:
         cut = "was cut at the output cap" if truncated else "ended before pytest returned"
         return RunResults({}, incomplete=f"the test run's report channel {cut}", summary=summary)
-    return RunResults(statuses, summary=summary)
+    return RunResults(statuses, summary=summary, sealed=sealed)
