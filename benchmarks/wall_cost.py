@@ -7,9 +7,9 @@ as every local command is; median of N): no view; the trial's view
 (user, mount and network namespaces, the workspace bind-mounted); the view with private world-writable
 directories and IPC namespaces (a pod trial's); the view with everything outside the workspace read-only; that
 with a pid namespace of its own (an init and a fresh /proc); that with every unix socket the host has bound
-covered too (the local opt-in's whole view, local.WALLS); and the disk quota, on a workspace holding `--repo` (a
-checkout of django, by default made from /work/mirrors-full, about 6,900 files): walked by a trial's first
-command, carried by the later ones.
+covered too (local.WALLS); that with the trial's own /tmp and /var/tmp (the local opt-in's whole view); and the
+disk quota, on a workspace holding `--repo` (a checkout of django, by default made from /work/mirrors-full, about
+6,900 files): walked by a trial's first command, carried by the later ones.
 
 Per trial, in a pod on the container engine (DOCKER_HOST; skipped without one): a workspace's making and
 removal, then a command with the pod's full placement against the same command without its private
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from eval_pipeline.sandbox.command_runner import run_command
 from eval_pipeline.sandbox.limited_exec import allocated_bytes, bound_socket_paths
-from eval_pipeline.sandbox.local import WALLS
+from eval_pipeline.sandbox.local import PRIVATE_TMP, WALLS, walled_view
 
 DJANGO_MIRROR = Path("/work/mirrors-full/django/django")
 
@@ -54,12 +54,19 @@ def checkout(scratch: Path, repo: Path | None) -> Path:
     return tree
 
 
-def per_command(scratch: Path, tree: Path, repeats: int) -> dict[str, float]:
+def per_command(scratch: Path, tree: Path, beneath_tmp: Path, repeats: int) -> dict[str, float]:
+    """`beneath_tmp`, a directory under /tmp, holds a second (empty) trial: a data directory there is bound again
+    inside the trial's own /tmp (limited_exec._show_private)."""
     target = scratch / "target"
     target.mkdir()
+    for made in ("repo", "target", "python", "tmp"):
+        (beneath_tmp / made).mkdir()
+    below = {"source": str(beneath_tmp / "repo"), "target": str(beneath_tmp / "target")}
+    below |= walled_view(beneath_tmp, beneath_tmp / "python")
     private = {place: str(scratch / "own-tmp") for place in ("/tmp", "/var/tmp", "/dev/shm")}
     (scratch / "own-tmp").mkdir()
     walled = {"source": str(tree), "target": str(target), "writable": [str(tree)]}
+    own_tmp = {place: str(scratch / "own-tmp") for place in PRIVATE_TMP}
     sockets = len(bound_socket_paths([str(tree), str(target)]))
     views = {
         "no view": None,
@@ -67,7 +74,9 @@ def per_command(scratch: Path, tree: Path, repeats: int) -> dict[str, float]:
         "view + private tmp dirs + IPC namespace": {"source": str(tree), "target": str(target), "private": private},
         "view + read-only but the workspace": walled,
         "view + read-only + own pid namespace": {**walled, "own_pids": True},
-        f"view + read-only + own pids + {sockets} host sockets covered (local opt-in)": {**walled, **WALLS},
+        f"view + read-only + own pids + {sockets} host sockets covered": {**walled, **WALLS},
+        "that + the trial's own /tmp and /var/tmp (local opt-in)": {**walled, **WALLS, "private": own_tmp},
+        "the local opt-in, its data directory under /tmp": below,
     }
     request = {"command": "true", "cwd": str(tree), "env": dict(os.environ), "timeout_s": 30, "output_bytes": 1000}
     runs: dict[str, Callable[[], object]] = {
@@ -119,12 +128,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--repo", type=Path, help="a working tree to measure the quota's walk on")
     args = parser.parse_args()
-    # Not under /tmp: the trial's own tmp is mounted over /tmp, which would hide a workspace kept there.
-    with tempfile.TemporaryDirectory(dir=Path.home()) as scratch:
+    # The main trial not under /tmp, as a data directory usually is: the second one is (`beneath_tmp`).
+    with (
+        tempfile.TemporaryDirectory(dir=Path.home()) as scratch,
+        tempfile.TemporaryDirectory(dir="/tmp") as beneath_tmp,
+    ):
         tree = checkout(Path(scratch), args.repo)
         files = sum(len(names) for _, _, names in os.walk(tree))
         print(f"per command, on this machine (workspace of {files} files, median of {args.repeats}):")
-        for name, ms in per_command(Path(scratch), tree, args.repeats).items():
+        for name, ms in per_command(Path(scratch), tree, Path(beneath_tmp), args.repeats).items():
             print(f"  {name}: {ms:.1f} ms")
     if os.environ.get("DOCKER_HOST"):
         print(f"per trial, in a pod (median of {args.repeats}):")

@@ -13,7 +13,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eval_pipeline.common.settings import Deployment, DeploymentError, Paths, dagster_home
+from eval_pipeline import HARNESS_VERSION
+from eval_pipeline.common.settings import DEFAULT_DAGSTER_HOME, Deployment, DeploymentError, Paths, dagster_home
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from eval_pipeline.datasets.portfolio import Portfolio
     from eval_pipeline.defs.progress import Cycle
     from eval_pipeline.orchestration.launchers import Launcher
+    from eval_pipeline.orchestration.live_line import LiveStatus
     from eval_pipeline.trial.selection import TrialSelection
 
 
@@ -31,13 +33,20 @@ class UsageError(ValueError):
 
 def _use_dagster_home() -> None:
     """Point Dagster at the CLI's instance (DAGSTER_HOME, or the default) before it reads the variable,
-    with the instance settings the deployment's variables choose (unless the user keeps their own)."""
+    with the instance settings the deployment's variables choose (unless the user keeps their own); a DAGSTER_HOME
+    that cannot be created or written is a UsageError naming it."""
     from eval_pipeline.orchestration.instance_config import ensure_instance_config, use_process_environment
 
     home = dagster_home()
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        ensure_instance_config(home, Deployment.from_env())
+    except OSError as error:
+        raise UsageError(
+            f"DAGSTER_HOME {home}: cannot write there ({error.strerror}: {error.filename});"
+            " set DAGSTER_HOME to a directory you can write"
+        ) from None
     os.environ["DAGSTER_HOME"] = str(home)
-    ensure_instance_config(home, Deployment.from_env())
     use_process_environment()
 
 
@@ -57,38 +66,21 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-class _LiveLine:
-    """A status line rewritten in place at the bottom of a terminal (stderr), lines said above it."""
-
-    def __init__(self) -> None:
-        self.status = ""
-
-    def say(self, line: str) -> None:
-        sys.stderr.write(f"\r\x1b[K{line}\n{self.status}")
-        sys.stderr.flush()
-
-    def show(self, status: str) -> None:
-        self.status = status
-        sys.stderr.write(f"\r\x1b[K{status}")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.status:
-            sys.stderr.write("\n")
-
-
 @contextmanager
-def _telling() -> Iterator[tuple[Callable[[str], None], Callable[[str], None] | None]]:
-    """(say, show): on a terminal a live status line and the lines worth a person's attention above it; elsewhere
-    plain lines, each trial's carrying the tally (orchestration/tally.py)."""
+def _telling() -> Iterator[tuple[Callable[[str], None], "Callable[[Callable[[], str]], None] | None", "LiveStatus"]]:
+    """(say, show, status) for a campaign's run (orchestration/live_line.py): on a terminal a live line redrawn
+    every second (the time spent, the tally, each run in flight and for how long) with the lines worth a
+    person's attention above it, `show` handing it the tally; elsewhere plain lines, each trial's carrying the
+    tally (orchestration/tally.py), and `status` said as a line of its own after a minute without any line."""
+    from eval_pipeline.orchestration.live_line import Heartbeat, LiveLine, LiveStatus
+
+    status = LiveStatus()
     if not sys.stderr.isatty():
-        yield _say, None
+        with Heartbeat(status, sys.stderr) as heartbeat:
+            yield heartbeat.say, None, status
         return
-    live = _LiveLine()
-    try:
-        yield live.say, live.show
-    finally:
-        live.close()
+    with LiveLine(status, sys.stderr) as live:
+        yield live.say, live.show, status
 
 
 @contextmanager
@@ -120,47 +112,135 @@ def _campaign_session(
         yield instance, launcher, new_cycle(campaign)
 
 
+def _campaign_source(name: str) -> str:
+    """`--campaign` as load_campaign reads it: a built-in campaign's name or a file's path as given, and the name
+    `grade` printed (its campaign's file under the data directory) as that file's path."""
+    from eval_pipeline.config.campaign import builtin_campaigns
+    from eval_pipeline.config.grading import campaign_file
+
+    if name in builtin_campaigns() or Path(name).is_file() or not name.isidentifier():
+        return name
+    graded = campaign_file(Paths.from_env().data_dir, name)
+    return str(graded) if graded.is_file() else name
+
+
 def _load(name: str) -> "Campaign":
-    """The campaign, with the CLI's Dagster instance set up for the command that runs it."""
+    """The campaign (--campaign: `_campaign_source`), with the CLI's Dagster instance set up for the command that
+    runs it."""
     from eval_pipeline.config.campaign import load_campaign
 
-    campaign = load_campaign(name)
+    campaign = load_campaign(_campaign_source(name))
     _use_dagster_home()
     return campaign
 
 
+ONE_LINE_FLAGS = ("agent", "model", "seeds", "backend", "run_id", "mirror_dir")  # `run` flags only --dataset takes
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """`run`: the campaign --campaign names (default demo), or with --dataset the campaign of an agent on a
+    dataset, written first (`_write_dataset_run`)."""
+    if args.dataset is None:
+        if given := [f"--{name.replace('_', '-')}" for name in ONE_LINE_FLAGS if getattr(args, name) is not None]:
+            raise UsageError(f"{', '.join(given)}: only with --dataset (an agent on a dataset, without --campaign)")
+        args.campaign = args.campaign or "demo"
+    else:
+        args.campaign = _write_dataset_run(args)
+    return _run(args)
+
+
+def _write_dataset_run(args: argparse.Namespace) -> str:
+    """Check the flags and the campaign they make, then write it under the data directory (never over another
+    campaign) and say its name; the file's path. Nothing is written before every check has passed."""
+    import yaml
+
+    from eval_pipeline.config.campaign import parse_campaign
+    from eval_pipeline.config.dataset_run import dataset_run, run_conflict
+    from eval_pipeline.config.grading import campaign_file
+    from eval_pipeline.results.report import write_text_atomically
+
+    if args.campaign is not None:
+        raise UsageError("--campaign and --dataset: give one (--dataset runs an agent without a campaign file)")
+    if args.agent is None:
+        raise UsageError("--dataset needs --agent (the agent to run on it)")
+    try:
+        mirrors = Path(args.mirror_dir) if args.mirror_dir else None
+        seeds, backend = 1 if args.seeds is None else args.seeds, args.backend or "container"
+        run = dataset_run(args.dataset, args.agent, args.model, seeds, backend, mirrors, args.run_id)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    paths = Paths.from_env()
+    path = campaign_file(paths.data_dir, run.name)
+    _portfolio(parse_campaign(run.campaign, f"run id {run.run_id}", Path.cwd()), paths)  # the dataset loads
+    if path.exists() and (conflict := run_conflict(path, run)):
+        raise UsageError(conflict)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(path, yaml.safe_dump(run.campaign, sort_keys=False))
+    _say(
+        f"run id {run.run_id}: campaign {run.name} (`--campaign {run.name}` for run, view, export, report),"
+        f" file {path} (EVAL_PIPELINE_CAMPAIGNS={path} loads it in the Dagster UI)"
+    )
+    return str(path)
+
+
 def _run(args: argparse.Namespace) -> int:
     campaign = _load(args.campaign)
-    with _campaign_session(args, campaign) as (instance, launcher, cycle), _telling() as (say, show):
+    with _campaign_session(args, campaign) as (instance, launcher, cycle), _telling() as (say, show, status):
         from eval_pipeline.orchestration.campaign_run import run_campaign
+        from eval_pipeline.orchestration.live_line import WatchedLauncher
         from eval_pipeline.results.markdown import render_summary
 
-        run = run_campaign(campaign, instance, launcher, cycle, Paths.from_env(), say, _selection(args), show)
+        watched = WatchedLauncher(launcher, instance, status)
+        run = run_campaign(campaign, instance, watched, cycle, Paths.from_env(), say, _selection(args), show)
     if args.json:
         print(json.dumps(run.as_json(), indent=2, sort_keys=True))
     else:
         print(render_summary(run.report), end="")
-    for line in (failures := run.failures()):
-        print(f"eval-pipeline run: {line}", file=sys.stderr)
+    for line in [*run.agent_error_lines(), *(failures := run.failures())]:
+        print(f"eval-pipeline {args.command}: {line}", file=sys.stderr)
     return 1 if failures else 0
 
 
 def _grade(args: argparse.Namespace) -> int:
-    """Write the grading campaign's file under the data directory, then run it as `run` runs a campaign."""
+    """Check the predictions, the run id and the dataset, then write the grading campaign's file under the data
+    directory (never over another grading's) and run it as `run` runs a campaign. Nothing is written before every
+    check has passed."""
     import yaml
 
-    from eval_pipeline.config.grading import grading_campaign
+    from eval_pipeline.config.campaign import parse_campaign
+    from eval_pipeline.config.grading import (
+        GRADING_RECORD,
+        campaign_file,
+        grading_campaign,
+        grading_conflict,
+        unknown_ids_message,
+    )
     from eval_pipeline.results.report import write_text_atomically
 
+    predictions, paths = Path(args.predictions), Paths.from_env()
     try:
         mirrors = Path(args.mirror_dir) if args.mirror_dir else None
-        campaign = grading_campaign(Path(args.predictions), args.dataset, args.backend, mirrors)
+        grading = grading_campaign(predictions, args.dataset, args.backend, mirrors, args.run_id)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    path = Paths.from_env().data_dir / "campaigns" / f"{campaign['name']}.yaml"
+    path = campaign_file(paths.data_dir, grading.name)
+    portfolio = _portfolio(parse_campaign(grading.campaign, str(path), Path.cwd()), paths)
+    unknown = grading.unknown_ids(portfolio)
+    if unknown and not args.ignore_unknown_ids:
+        raise UsageError(f"{unknown_ids_message(predictions, unknown)}; --ignore-unknown-ids grades the others")
+    if unknown:
+        _say(f"eval-pipeline grade: warning: {unknown_ids_message(predictions, unknown)}: not graded")
+    if path.exists() and (conflict := grading_conflict(path, grading)):
+        raise UsageError(conflict)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(path, yaml.safe_dump(campaign, sort_keys=False))
-    _say(f"campaign file: {path} (EVAL_PIPELINE_CAMPAIGNS={path} loads it in the Dagster UI)")
+    write_text_atomically(path, yaml.safe_dump(grading.campaign, sort_keys=False))
+    record = paths.reports / grading.name / GRADING_RECORD
+    record.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(record, json.dumps(grading.record(unknown), indent=2, sort_keys=True))
+    _say(
+        f"run id {grading.run_id}: campaign {grading.name} (`--campaign {grading.name}` for view, export, report),"
+        f" file {path} (EVAL_PIPELINE_CAMPAIGNS={path} loads it in the Dagster UI)"
+    )
     args.campaign = str(path)
     return _run(args)
 
@@ -257,7 +337,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _view(args: argparse.Namespace) -> int:
-    """Serve the campaign's trials as web pages (results/viewer.py) until interrupted."""
+    """Serve the campaign's trials as web pages (results/viewer.py) until Ctrl-C, which ends it with exit 0; a
+    port that cannot be bound is a UsageError pointing at --port."""
     from eval_pipeline.results.viewer import TrialPages, serve
     from eval_pipeline.trial.harness import Harness
     from eval_pipeline.trial.records import read_trials
@@ -269,16 +350,22 @@ def _view(args: argparse.Namespace) -> int:
     pages = TrialPages(
         campaign.name,
         lambda selection: read_trials(campaign, portfolio, sandbox_for, store, selection),
-        lambda instance_id: portfolio.instance(instance_id).instruction,
+        portfolio.instance,
     )
     try:
         server = serve(pages, args.host, args.port)
     except OSError as error:
-        raise UsageError(f"cannot serve on {args.host}:{args.port}: {error.strerror}") from None
+        raise UsageError(
+            f"cannot serve on {args.host}:{args.port}: {error.strerror}; choose another port with --port"
+            " (--port 0: any free one)"
+        ) from None
     host, port = server.server_address[:2]
     print(f"Trials of campaign {campaign.name}: http://{host}:{port}/ (Ctrl-C stops)", flush=True)
     with server:
-        server.serve_forever()
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:  # how a user stops the viewer: an ending, not an interruption
+            print(f"Stopped serving the trials of campaign {campaign.name}.", file=sys.stderr)
     return 0
 
 
@@ -286,7 +373,6 @@ def _report(args: argparse.Namespace) -> int:
     """Write a campaign's report.html again from its stored report and results, with the trajectories of the
     trials chosen by --trial (default: the failed ones) among those the filters select, at most --limit of them;
     the rest of the page stays the whole campaign's."""
-    from eval_pipeline.config.campaign import load_campaign
     from eval_pipeline.results.html import write_html_report
     from eval_pipeline.results.matrix import trial_id, unscored_reasons
     from eval_pipeline.results.model import REPORT_FILES, ReportError, load_report
@@ -296,7 +382,7 @@ def _report(args: argparse.Namespace) -> int:
 
     if args.trajectories < 0:
         raise UsageError(f"--limit must be at least 0, got {args.trajectories}")
-    campaign = load_campaign(args.campaign)
+    campaign = _load(args.campaign)
     harness = Harness.from_env()
     directory = harness.paths.reports / campaign.name
     results_path = harness.fetch(harness.paths.results / f"{campaign.name}.duckdb")
@@ -366,7 +452,7 @@ def _gate(args: argparse.Namespace) -> int:
     if not (args.campaign or (args.policy and args.report)):
         raise UsageError("give --campaign, or both --policy and --report")
     try:
-        campaign = load_campaign(args.campaign) if args.campaign else None
+        campaign = load_campaign(_campaign_source(args.campaign)) if args.campaign else None
         if args.policy:
             policy = load_policy(Path(args.policy))
         else:
@@ -392,6 +478,83 @@ def _instance_config(args: argparse.Namespace) -> int:
 
 CAMPAIGN_HELP = "a built-in campaign name or a campaign YAML path (default: demo)"
 
+DESCRIPTION = f"""Evaluate AI coding agents on SWE-bench-style issues and Terminal-Bench tasks.
+
+A campaign (a YAML file, or a built-in one: demo) plans trials, instances x variants x seeds. `run` runs those not
+yet scored and prints the report: running it again resumes. `grade` grades a predictions file without a campaign
+file. The other commands read what a campaign stored, under DAGSTER_HOME (default {DEFAULT_DAGSTER_HOME}).
+`eval-pipeline COMMAND --help` describes a command; docs/OPERATIONS.md details them all."""
+
+# Each command's examples (`--help` shows them under its flags), and the whole command's under None.
+EXAMPLES: dict[str | None, tuple[tuple[str, str], ...]] = {
+    None: (
+        ("eval-pipeline run", "run the built-in demo campaign on this machine, or resume it"),
+        ("eval-pipeline view", "browse its trials at http://127.0.0.1:8765/"),
+        ("eval-pipeline grade --predictions preds.jsonl --dataset demo --backend local", "grade a predictions file"),
+    ),
+    "run": (
+        ("eval-pipeline run", "the demo campaign (local backend, no network); run it again to resume"),
+        (
+            "eval-pipeline run --campaign my_campaign.yaml --limit 1",
+            "one trial as a smoke test: the first of the campaign's first slice",
+        ),
+        ("eval-pipeline run --instance hello-file --variant oracle --json", "two trials; the summary as JSON"),
+        (
+            "eval-pipeline run --dataset demo --agent oracle --backend local",
+            "an agent on a dataset, without a campaign file",
+        ),
+    ),
+    "validate": (
+        ("eval-pipeline validate --campaign my_campaign.yaml", "every instance, each patch graded 3 times"),
+        ("eval-pipeline validate --instance hello-file --repeats 1", "one instance, graded once"),
+    ),
+    "calibrate": (("eval-pipeline calibrate --multipliers 1,2,uncapped", "the demo at 1x, 2x and no resource caps"),),
+    "grade": (
+        ("eval-pipeline grade --predictions preds.jsonl --dataset demo --backend local", "on the demo's issues"),
+        (
+            "eval-pipeline grade --predictions preds.json --dataset hf:princeton-nlp/SWE-bench_Verified@REVISION:test",
+            "on SWE-bench Verified at a pinned revision, in containers",
+        ),
+    ),
+    "export": (("eval-pipeline export --campaign my_campaign.yaml --variant gpt --to out/", "one variant's trials"),),
+    "view": (
+        ("eval-pipeline view", "the demo's trials at http://127.0.0.1:8765/"),
+        ("eval-pipeline view --campaign my_campaign.yaml --port 0", "on any free port"),
+    ),
+    "report": (
+        ("eval-pipeline report", "the demo's report.html again, with its failed trials' trajectories"),
+        ("eval-pipeline report --trial 'hello-file|oracle-s0'", "with that trial's trajectory"),
+    ),
+    "janitor": (
+        ("eval-pipeline janitor --campaign demo_containers", "the containers a campaign left behind"),
+        ("eval-pipeline janitor --kubernetes --older-than-hours 24", "pods older than a day, and finished ones"),
+    ),
+    "gate": (
+        ("eval-pipeline gate --campaign demo --environment prod", "exit 1 when the demo's report fails its prod gate"),
+        ("eval-pipeline gate --policy gates/prod.yaml --report report.json", "any policy on any report"),
+    ),
+    "instance-config": (
+        (
+            "EVAL_PIPELINE_POSTGRES_URL=postgresql://host/db eval-pipeline instance-config",
+            "the dagster.yaml for storage in PostgreSQL",
+        ),
+    ),
+}
+
+
+def _examples(command: str | None) -> str:
+    """A --help's closing section: the command's examples, each with what it does."""
+    return "examples:\n" + "\n".join(f"  {line}\n      {what}" for line, what in EXAMPLES[command])
+
+
+def _describe(commands: Any) -> None:
+    """Each command's --help: its one-line help as its description, and its examples after its flags."""
+    for action in commands._choices_actions:  # argparse keeps each command's help only there
+        command = commands.choices[action.dest]
+        command.description = f"{action.help[0].upper()}{action.help[1:]}."
+        command.epilog = _examples(action.dest)
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
+
 
 def _command(commands: Any, name: str, help: str, handler: Callable[[argparse.Namespace], int]) -> Any:
     """A subcommand of a campaign (`--campaign`, default `demo`)."""
@@ -414,7 +577,7 @@ def _selection_flags(command: Any, limit: bool = True) -> None:
     command.add_argument("--seed", action="append", default=[], type=int, metavar="N", help="only this seed's trials")
     if limit:
         command.add_argument(
-            "--limit", type=int, metavar="N", help="at most N of the trials selected, in the campaign's order"
+            "--limit", type=int, metavar="N", help="the first N selected trials, slices as the campaign lists them"
         )
 
 
@@ -427,10 +590,37 @@ def _selection(args: argparse.Namespace) -> "TrialSelection":
 
 def _add_campaign_commands(commands: Any) -> None:
     """run, validate and calibrate: the commands that run trials through Dagster."""
-    run = _command(commands, "run", "run or resume a campaign in process", _run)
+    run = _command(
+        commands,
+        "run",
+        "run or resume a campaign in process; or, with --dataset and --agent, an agent on a dataset without a"
+        " campaign file",
+        _run_command,
+    )
+    run.set_defaults(campaign=None)  # demo, unless --dataset names what to run
     run.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
     _workers(run, "trial runs in parallel processes (default: cores, at most 4)")
     _selection_flags(run)
+    one_line = run.add_argument_group(
+        "an agent on a dataset, without a campaign file (a campaign is written under the run id and printed)"
+    )
+    one_line.add_argument(
+        "--dataset",
+        help="demo, hf:<name>@<revision>[:<split>], a file or folder of SWE-bench rows, or a Harbor task directory"
+        " or a folder of them",
+    )
+    one_line.add_argument("--agent", help="the agent's name (oracle, null, llm, mini-swe-agent, ...)")
+    one_line.add_argument("--model", help="the agent's model parameter")
+    one_line.add_argument("--seeds", type=int, help="trials per instance (default 1)")
+    one_line.add_argument(
+        "--backend",
+        choices=["container", "kubernetes", "local"],
+        help="the sandbox (default container; local lets the agent run there, with the local backend's walls)",
+    )
+    one_line.add_argument(
+        "--mirror-dir", metavar="DIR", help="clone the rows' repositories from the mirrors in DIR, not from GitHub"
+    )
+    one_line.add_argument("--run-id", help="the run's name (default: the agent, the model and a hash of the campaign)")
     validate = _command(
         commands,
         "validate",
@@ -472,6 +662,17 @@ def _add_grade_command(commands: Any) -> None:
         choices=["container", "kubernetes", "local"],
         default="container",
         help="the sandbox (default container)",
+    )
+    grade.add_argument(
+        "--run-id",
+        metavar="ID",
+        help="name this grading (its campaign is grade_<ID>); default: the file's name and a hash of its content"
+        " and the dataset, so the same file graded again resumes and another file never shares its campaign",
+    )
+    grade.add_argument(
+        "--ignore-unknown-ids",
+        action="store_true",
+        help="grade the predictions for the dataset's instances and warn of the others (default: refuse the file)",
     )
     grade.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
     _workers(grade)
@@ -545,12 +746,19 @@ def _add_operations_commands(commands: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="eval-pipeline", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="eval-pipeline",
+        description=DESCRIPTION,
+        epilog=_examples(None),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"eval-pipeline {HARNESS_VERSION}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_campaign_commands(commands)
     _add_grade_command(commands)
     _add_reading_commands(commands)
     _add_operations_commands(commands)
+    _describe(commands)
     _quiet_libraries()
     return _handle(parser.parse_args(argv))
 
@@ -567,15 +775,31 @@ def _handle(args: argparse.Namespace) -> int:
     except (DeploymentError, CampaignError, UsageError, SelectionError) as error:
         print(f"eval-pipeline {args.command}: {error}", file=sys.stderr)
         return 2
-    except (CampaignRunError, LaunchError, EngineUnreachable) as error:
+    except EngineUnreachable as error:
+        print(f"eval-pipeline {args.command}: {error}{_without_engine(args)}", file=sys.stderr)
+        return 1
+    except (CampaignRunError, LaunchError) as error:
         print(f"eval-pipeline {args.command}: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(
-            f"eval-pipeline {args.command}: interrupted; what finished is kept. Run the same command again to resume.",
-            file=sys.stderr,
-        )
+        resume = "; what finished is kept. Run the same command again to resume" if args.command in RESUMABLE else ""
+        print(f"eval-pipeline {args.command}: interrupted{resume}.", file=sys.stderr)
         return 130
+
+
+# The commands that run trials: an interrupted one keeps what finished, and running it again resumes it.
+RESUMABLE = frozenset({"run", "grade", "validate", "calibrate"})
+
+
+def _without_engine(args: argparse.Namespace) -> str:
+    """How to go on without a container engine: the local backend (no walls, so trusted agents only), chosen by
+    --backend where the command runs a dataset (grade, run --dataset), else in the campaign file."""
+    if getattr(args, "dataset", None):
+        return "; or, without a container engine, --backend local runs on this machine, without isolation"
+    return (
+        "; or, without a container engine, a campaign with `sandbox: {backend: local}` runs on this machine,"
+        " without isolation"
+    )
 
 
 def console_main() -> None:

@@ -341,7 +341,7 @@ def test_a_model_answering_lone_surrogates_raw_bytes_and_control_characters_is_s
     identity = TrialSpec("hostile", row.slice, row.instance_id, row.trial, "hostile", "llm", 0, "h", "g", "e", 60, {})
     kept = Generation.from_payload(stored, key=generation.key, reused=True)
     records = StoredTrial(identity, row, [], kept, evaluation)
-    server = serve(TrialPages("hostile", lambda selection: [records], lambda _: instance.instruction), port=0)
+    server = serve(TrialPages("hostile", lambda selection: [records], lambda _: instance), port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/trial?id={quote(trial_id(row), safe='')}"

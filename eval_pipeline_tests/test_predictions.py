@@ -1,6 +1,7 @@
 """A predictions file (SWE-bench's format) as a variant's agent: each prediction is its trial's generation."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,8 @@ def test_each_of_swebenchs_file_forms_is_read_and_its_content_hash_keys_the_agen
     path.write_text(text)
     patches, problems, content = read_predictions(path)
     assert patches == {"a": "diff --git a/x b/x\n", "b": ""}
-    assert problems == {"c": "prediction 3 ('c'): model_patch is not a string"}
+    where = "line 3" if form == "jsonl" else "prediction 3"
+    assert problems == {"c": f"{where} ('c'): model_patch is not a string"}
     agent = make_agent("predictions", {"path": str(path)})
     moved = tmp_path / "moved.json"
     moved.write_text(text)
@@ -117,19 +119,20 @@ def test_predictions_grade_as_the_same_patches_applied_by_a_command_agent(
     generation, evaluation = resolve_trial(
         malformed, agent, 0, prepare(malformed), shared_sandbox, store, demo_benchmark
     )
-    assert evaluation.outcome == "agent_error" and "prediction 4" in generation.error
+    assert evaluation.outcome == "agent_error" and "line 4" in generation.error
     assert "model_patch is not a string" in generation.error
 
 
 def test_the_grading_campaign_is_one_variant_of_the_file_named_after_it(tmp_path):
     path = tmp_path / "my-preds.jsonl"
     path.write_text(json.dumps(prediction("a", "")) + "\n")
-    campaign = grading_campaign(path, "demo", "container")
-    assert campaign["name"] == "grade_my_preds" and campaign["seeds"] == [0]
-    assert campaign["variants"] == [{"name": "model_1", "agent": "predictions", "params": {"path": str(path)}}]
+    campaign = grading_campaign(path, "demo", "container").campaign
+    assert re.fullmatch(r"grade_my_preds_[0-9a-f]{12}", campaign["name"]) and campaign["seeds"] == [0]
+    params = {"path": str(path), "sha256": read_predictions(path)[2]}
+    assert campaign["variants"] == [{"name": "model_1", "agent": "predictions", "params": params}]
     loaded = parse_campaign(campaign, "grade", base_dir=tmp_path)
     assert loaded.variants[0].make_agent().params["predictions_sha256"]
-    assert grading_campaign(path, "demo", "local")["sandbox"]["allow_untrusted_agents_locally"] is True
+    assert grading_campaign(path, "demo", "local").campaign["sandbox"]["allow_untrusted_agents_locally"] is True
     assert dataset_source("hf:princeton-nlp/SWE-bench_Verified@c104f840:test") == {
         "kind": "swebench",
         "hf_name": "princeton-nlp/SWE-bench_Verified",
@@ -156,10 +159,11 @@ def test_grade_runs_a_predictions_file_with_one_command(campaign_env, tmp_path, 
     graded = eval_pipeline_cli(campaign_env, *args)
     assert graded.returncode == 0, graded.stderr[-3000:]
     summary = json.loads(graded.stdout)
-    assert summary["campaign"] == "grade_preds" and summary["scored"] == 3
+    assert summary["campaign"].startswith("grade_preds_") and summary["scored"] == 3
     outcomes = summary["variants"]["model_1"]["outcomes"]
     assert outcomes == {"resolved": 1, "unresolved": 1, "agent_error": 1, "missing": summary["planned"] - 3}
-    assert f"has no prediction for {missing.instance_id!r}" not in graded.stderr  # a result, not a failure
+    told = [line for line in graded.stderr.splitlines() if f"has no prediction for {missing.instance_id!r}" in line]
+    assert [line.split(": ")[:2] for line in told] == [["eval-pipeline grade", "agent_error"]], graded.stderr[-2000:]
     again = eval_pipeline_cli(campaign_env, *args)
     assert json.loads(again.stdout)["generation"]["computed"] == 0, "the same file is graded once"
 
@@ -193,9 +197,7 @@ def test_grade_refuses_hostile_prediction_ids_before_anything_runs(campaign_env,
         campaign_env, "grade", "--predictions", str(path), "--dataset", "demo", "--backend", "local"
     )
     assert graded.returncode == 2 and "Traceback" not in graded.stderr, graded.stderr[-3000:]
-    assert (
-        "variants[0].params" in graded.stderr and "prediction 2: field instance_id: 'a|b' is not an id" in graded.stderr
-    )
+    assert f"predictions file {path}: line 2: field instance_id: 'a|b' is not an id" in graded.stderr
     assert not list((Path(campaign_env["DAGSTER_HOME"]) / "eval_pipeline").glob("artifacts/generation/*"))
 
 

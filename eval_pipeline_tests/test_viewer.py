@@ -74,7 +74,7 @@ def viewer(portfolio, shared_sandbox, store, identities):
     def with_tool_step(trial):
         return replace(trial, generation=trial.generation.model_copy(update={"trajectory": [TOOL_STEP]}))
 
-    pages = TrialPages(CAMPAIGN.name, read, lambda iid: portfolio.instance(iid).instruction)
+    pages = TrialPages(CAMPAIGN.name, read, portfolio.instance)
     server = serve(pages, port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}", instance_id, broken.instance_id

@@ -30,19 +30,23 @@ def _runs_on_kubernetes(campaign: Campaign, deployment: Deployment) -> bool:
     return deployment.on_kubernetes or deployment.executor == "k8s" or campaign.sandbox.backend == "kubernetes"
 
 
+def _stage_asset_keys(campaign: Campaign, names: list[str]) -> list[AssetKey]:
+    return [AssetKey([campaign.name, name]) for name in names]
+
+
 def campaign_definitions(campaign: Campaign, deployment: Deployment) -> Definitions:
     partitions = CampaignPartitions.for_campaign(campaign)
     # On Kubernetes a trial run is one pod (in-process executor): size it like a trial step. Elsewhere the tag
     # would only be noise on every run.
     trial_tags = kubernetes_step_tags(campaign) if _runs_on_kubernetes(campaign, deployment) else {}
+    gate_checks, release_assets = build_release_definitions(campaign)
     jobs = {
         stage: define_asset_job(
             stage_job_name(campaign, stage),
-            # Without the gate checks on the report (the release stage's), with the checks a step evaluates itself
-            # (the trials' `resolved`, defs/verdicts.py).
-            selection=AssetSelection.assets(*(AssetKey([campaign.name, name]) for name in names))
-            .without_checks()
-            .required_multi_asset_neighbors(),
+            # With the assets' checks (the trials' `resolved`, defs/verdicts.py), but not the gate checks on the
+            # report (the release stage's).
+            selection=AssetSelection.assets(*_stage_asset_keys(campaign, names)).required_multi_asset_neighbors()
+            - AssetSelection.checks(*gate_checks),
             tags={STAGE_TAG: stage, **(trial_tags if stage == "trials" else {})},
         )
         for stage, names in STAGES.items()
@@ -55,7 +59,6 @@ def campaign_definitions(campaign: Campaign, deployment: Deployment) -> Definiti
             selection=AssetSelection.assets(AssetKey([campaign.name, stage])),
             tags={STAGE_TAG: stage},
         )
-    gate_checks, release_assets = build_release_definitions(campaign)
     if release_assets:
         jobs[RELEASE_STAGE] = define_asset_job(
             stage_job_name(campaign, RELEASE_STAGE),

@@ -8,6 +8,7 @@ from eval_pipeline.config.quarantine import read_validation
 from eval_pipeline.datasets.portfolio import Portfolio
 from eval_pipeline.defs.group import RESULTS_CODE_VERSION, CampaignGroup, lineage_metadata
 from eval_pipeline.defs.resources import EvalPipelineResource
+from eval_pipeline.defs.verdicts import verdict_metadata
 from eval_pipeline.results.html import write_html_report
 from eval_pipeline.results.markdown import render_markdown
 from eval_pipeline.results.matrix import unscored_reasons
@@ -35,7 +36,8 @@ def results_asset(group: CampaignGroup) -> AssetsDefinition:
         context: AssetExecutionContext, portfolio: Portfolio, eval_pipeline: EvalPipelineResource
     ) -> Output[str]:
         """The results warehouse (DuckDB: trials, attempts, instances, variants, lineage, and validation when the
-        campaign's instances were validated), rebuilt from stored artifacts by this one writer."""
+        campaign's instances were validated), rebuilt from stored artifacts by this one writer. Its
+        materialization shows every trial's verdict (`verdicts`) and each variant's counts (`variants`)."""
         sandbox = eval_pipeline.harness.sandbox(campaign)
         validation_path = eval_pipeline.harness.fetch(
             eval_pipeline.harness.paths.reports / campaign.name / VALIDATION_FILE
@@ -52,6 +54,8 @@ def results_asset(group: CampaignGroup) -> AssetsDefinition:
         return Output(
             str(path),
             metadata={
+                # First, at a glance: each variant's counts, then every trial's verdict (defs/verdicts.py).
+                **verdict_metadata(rows),
                 **lineage_metadata(portfolio, sandbox),
                 "path": MetadataValue.path(eval_pipeline.harness.publish(path)),
                 "planned": len(rows),

@@ -1,18 +1,26 @@
-"""The trials: generation and evaluation of a batch of (instance, trial) partitions in one step."""
+"""The trials: generation and evaluation of a batch of (instance, trial) partitions in one step.
+
+The step can be subset (Dagster's `can_subset`): the evaluation alone grades each partition's stored generation,
+and a partition with none fails, naming the generation to select with it; the generation alone is refused in one
+sentence naming the evaluation, since a generation is made by the trial that grades it.
+"""
 
 from collections.abc import Iterator
 from typing import Any
 
 from dagster import (
     AssetCheckEvaluation,
+    AssetCheckKey,
     AssetDep,
     AssetExecutionContext,
     AssetIn,
     AssetKey,
     AssetMaterialization,
+    AssetObservation,
     AssetsDefinition,
     AssetSpec,
     BackfillPolicy,
+    Failure,
     MetadataValue,
     MultiToSingleDimensionPartitionMapping,
     Output,
@@ -26,13 +34,19 @@ from eval_pipeline.defs.failures import describe_trial_outcome, outcome_failure
 from eval_pipeline.defs.group import DATA_VERSION_TAG, MODEL_API_POOL, CampaignGroup, lineage_metadata
 from eval_pipeline.defs.partitions import INSTANCE
 from eval_pipeline.defs.resources import EvalPipelineResource
-from eval_pipeline.defs.verdicts import resolved_check_spec, trial_verdict, verdicts_output
+from eval_pipeline.defs.verdicts import (
+    RESOLVED_CHECK,
+    resolved_check_spec,
+    trial_verdict,
+    unscored_observation,
+    verdicts_output,
+)
 from eval_pipeline.grading.verdict import GRADING_VERSION
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.sandbox.kubernetes.manifest import pod_resources
 from eval_pipeline.trial.batch import BatchItem, BatchItemResult, BatchSetup, run_batch
 from eval_pipeline.trial.generation import Generation
-from eval_pipeline.trial.spec import GENERATION_VERSION
+from eval_pipeline.trial.spec import GENERATION_VERSION, trial_specs
 
 __all__ = ["kubernetes_step_tags", "trials_asset"]
 
@@ -118,6 +132,16 @@ def _trial_materializations(
     )
 
 
+def _ungenerated(setup: BatchSetup, works: list[BatchItem]) -> list[str]:
+    """The partitions of `works` whose generation the store does not hold."""
+    generation_keys = {
+        f"{spec.instance_id}|{spec.trial}": spec.generation_key
+        for instance_id in dict.fromkeys(work.instance.instance_id for work in works)
+        for spec in trial_specs(setup.campaign, setup.portfolio, setup.sandbox_for, instance_id)
+    }
+    return [work.partition for work in works if setup.store.get(generation_keys[work.partition]) is None]
+
+
 def _environment_dep(group: CampaignGroup) -> AssetDep:
     """A trial partition depends on its instance's environment partition."""
     return AssetDep(
@@ -160,20 +184,29 @@ def trials_asset(group: CampaignGroup) -> AssetsDefinition:
         backfill_policy=BackfillPolicy.multi_run(max_partitions_per_run=campaign.batches.size),
         pool=MODEL_API_POOL,
         op_tags=kubernetes_step_tags(campaign),
+        can_subset=True,
     )
     def trials(
         context: AssetExecutionContext,
         portfolio: Portfolio,
         environment: Any,  # one EnvironmentHandle, or a dict of them by instance when the range has several
         eval_pipeline: EvalPipelineResource,
-    ) -> Iterator[AssetMaterialization | AssetCheckEvaluation | Output[None]]:
+    ) -> Iterator[AssetMaterialization | AssetObservation | AssetCheckEvaluation | Output[None]]:
         """A batch of trial partitions (a partition range), `batches.concurrency` at a time: each partition's
         generation and evaluation are materialized as its trial ends, and its verdict checked (defs/verdicts.py).
 
         A trial whose infrastructure failed is retried with backoff within the run (trial/batch.py); an
-        agent's own failure is stored like any patch and scored. A trial that still ends unscored is left
-        unmaterialized and fails the step once the batch is done, so exactly those partitions are failed.
+        agent's own failure is stored like any patch and scored. A trial that still ends unscored leaves its
+        evaluation unmaterialized, its outcome observed on the partition once it was graded, and fails the step
+        once the batch is done, so exactly those partitions are failed.
         """
+        selected = context.selected_asset_keys
+        if evaluation_key not in selected:
+            raise Failure(
+                description=f"{generation_key.to_user_string()} is made by the trial that grades it: select"
+                f" {evaluation_key.to_user_string()} with it (or alone, to grade stored generations)."
+            )
+        verdicts = AssetCheckKey(evaluation_key, RESOLVED_CHECK) in context.selected_asset_check_keys
         works = [
             BatchItem(key, portfolio.instance(instance_id), campaign.trial(trial))
             for key in context.partition_keys
@@ -188,21 +221,34 @@ def trials_asset(group: CampaignGroup) -> AssetsDefinition:
             eval_pipeline.harness.sandbox_for(campaign),
             environment,
         )
+        # Without the generation selected, only stored generations are graded (none is made).
+        ungenerated = [] if generation_key in selected else _ungenerated(setup, works)
         unscored = {}
-        for result in run_batch(setup, works, campaign.batches.concurrency):
+        runnable = [work for work in works if work.partition not in ungenerated]
+        for result in run_batch(setup, runnable, campaign.batches.concurrency):
             if generation := result.generation:  # else generating failed on infrastructure: nothing is stored
                 sandbox = setup.sandbox_for(result.work.instance)
                 lineage = _trial_lineage(portfolio, sandbox, result, generation, environment)
-                yield from _trial_materializations(
+                materializations = _trial_materializations(
                     generation_key, evaluation_key, result, generation, lineage, setup.store.uri(generation.key)
                 )
+                yield from (m for m in materializations if m.asset_key in selected)
             if result.outcome.is_scored:
-                yield trial_verdict(context.instance, evaluation_key, result)
+                if verdicts:
+                    yield trial_verdict(context.instance, evaluation_key, result)
             else:
                 unscored[result.work.partition] = result
-        if unscored:
-            described = [describe_trial_outcome(key, r.outcome, r.detail) for key, r in unscored.items()]
+                if result.evaluation is not None:  # graded, with no verdict
+                    yield unscored_observation(evaluation_key, result)
+        described = [describe_trial_outcome(key, r.outcome, r.detail) for key, r in unscored.items()]
+        described += [
+            f"{key}: no stored generation to grade: select {generation_key.to_user_string()} with"
+            f" {evaluation_key.to_user_string()}."
+            for key in ungenerated
+        ]
+        if described:
             raise outcome_failure("\n\n".join(described), {key: r.outcome for key, r in unscored.items()}, {})
-        yield verdicts_output(context, evaluation_key)
+        if verdicts:
+            yield verdicts_output(context, evaluation_key)
 
     return trials

@@ -19,6 +19,12 @@ key, which a step over a range of partitions has not, so the step yields the
 `AssetCheckEvaluation` itself, partition and target materialization named.
 A partition left unevaluated in a failed run is what Dagster resolves to
 Execution Failed.
+
+The results asset's materialization carries the verdicts at a glance
+(`verdict_metadata`): per variant, the trials planned, scored, resolved,
+unscored and missing (`variants`); then one row per planned trial, an unscored
+trial with its outcome, a trial never run as `missing` (`verdicts`, the first
+VERDICT_ROWS by instance, variant and seed; `verdicts_omitted` counts the rest).
 """
 
 import warnings
@@ -30,10 +36,16 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
+    AssetObservation,
     AssetRecordsFilter,
     DagsterInstance,
+    MetadataValue,
     Output,
     PreviewWarning,
+    TableColumn,
+    TableMetadataValue,
+    TableRecord,
+    TableSchema,
 )
 
 # Not exported by Dagster 1.13, but what AssetCheckEvaluation requires to count as the check of a given
@@ -46,8 +58,16 @@ from eval_pipeline.common.text import truncate
 from eval_pipeline.defs.failures import DETAIL_CHARS, describe_outcome
 from eval_pipeline.defs.group import CampaignGroup
 from eval_pipeline.trial.batch import BatchItemResult
+from eval_pipeline.trial.records import MISSING, ResultRow
 
-__all__ = ["RESOLVED_CHECK", "resolved_check_spec", "trial_verdict", "verdicts_output"]
+__all__ = [
+    "RESOLVED_CHECK",
+    "resolved_check_spec",
+    "trial_verdict",
+    "unscored_observation",
+    "verdict_metadata",
+    "verdicts_output",
+]
 
 RESOLVED_CHECK = "resolved"
 
@@ -97,3 +117,96 @@ def verdicts_output(context: AssetExecutionContext, evaluation_key: AssetKey) ->
     verdicts themselves are the evaluations `trial_verdict` made, partition by partition."""
     check_key = AssetCheckKey(evaluation_key, RESOLVED_CHECK)
     return Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(check_key))
+
+
+def unscored_observation(evaluation_key: AssetKey, result: BatchItemResult) -> AssetObservation:
+    """What the evaluation partition of a trial that ended unscored records: its outcome, observed, not
+    materialized (a materialized evaluation is a scored one, which resumption, backfills of failed partitions
+    and the nightly cycle rely on). The partition's page lists it under its observations."""
+    outcome = result.outcome
+    return AssetObservation(
+        evaluation_key,
+        partition=result.work.partition,
+        description=describe_outcome(outcome, truncate(result.detail, DETAIL_CHARS)),
+        metadata={"outcome": outcome.value, "scored": False, "outcome_kind": outcome.kind.value},
+    )
+
+
+# Rows of the `verdicts` table: about 200 bytes each in the event log (the demo's 96: 19.6 kB), so 2,000 keep a
+# results materialization under half a megabyte; a larger campaign's trials are in the warehouse and `view`.
+VERDICT_ROWS = 2000
+VERDICT_SCHEMA = TableSchema(
+    columns=[
+        TableColumn("instance", "string"),
+        TableColumn("slice", "string"),
+        TableColumn("variant", "string"),
+        TableColumn("seed", "int"),
+        TableColumn("outcome", "string", description="the final outcome; `missing`: never run"),
+        TableColumn("scored", "bool"),
+        TableColumn("resolved", "bool"),
+    ]
+)
+VARIANT_SCHEMA = TableSchema(
+    columns=[
+        TableColumn("variant", "string"),
+        TableColumn("planned", "int"),
+        TableColumn("scored", "int"),
+        TableColumn("resolved", "int"),
+        TableColumn("unscored", "int", description="ran and ended with no verdict (infrastructure or harness)"),
+        TableColumn("missing", "int", description="never run"),
+    ]
+)
+
+
+def verdict_metadata(rows: list[ResultRow]) -> dict[str, TableMetadataValue | int]:
+    """The results materialization's verdicts: each variant's counts, then each trial's (VERDICT_ROWS at most)."""
+    return {
+        "variants": _variant_table(rows),
+        "verdicts": _verdict_table(sorted(rows, key=_trial_order)[:VERDICT_ROWS]),
+        "verdicts_omitted": max(0, len(rows) - VERDICT_ROWS),
+    }
+
+
+def _trial_order(row: ResultRow) -> tuple[str, str, int]:
+    return row.instance_id, row.variant, row.seed
+
+
+def _verdict_table(rows: list[ResultRow]) -> TableMetadataValue:
+    """Each trial's verdict, a row each."""
+    records = [
+        TableRecord(
+            {
+                "instance": row.instance_id,
+                "slice": row.slice,
+                "variant": row.variant,
+                "seed": row.seed,
+                "outcome": row.outcome,
+                "scored": row.scored,
+                "resolved": row.resolved,
+            }
+        )
+        for row in rows
+    ]
+    return MetadataValue.table(records, schema=VERDICT_SCHEMA)
+
+
+def _variant_table(rows: list[ResultRow]) -> TableMetadataValue:
+    """Per variant: its trials planned, scored, resolved, unscored (ran, no verdict) and missing (never run)."""
+    records = []
+    for variant in sorted({row.variant for row in rows}):
+        trials = [row for row in rows if row.variant == variant]
+        missing = sum(row.outcome == MISSING for row in trials)
+        scored = sum(row.scored for row in trials)
+        records.append(
+            TableRecord(
+                {
+                    "variant": variant,
+                    "planned": len(trials),
+                    "scored": scored,
+                    "resolved": sum(row.resolved for row in trials),
+                    "unscored": len(trials) - scored - missing,
+                    "missing": missing,
+                }
+            )
+        )
+    return MetadataValue.table(records, schema=VARIANT_SCHEMA)

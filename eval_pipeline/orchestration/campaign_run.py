@@ -6,6 +6,7 @@ the artifact store, not a regeneration.
 """
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -14,6 +15,7 @@ from typing import Any
 
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 
+from eval_pipeline.common.foreign_text import shown
 from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.common.settings import Paths, dagster_home
 from eval_pipeline.common.text import counted
@@ -33,8 +35,10 @@ from eval_pipeline.orchestration.errors import CampaignRunError
 from eval_pipeline.orchestration.launchers import Launcher, free_abandoned_slots
 from eval_pipeline.orchestration.tally import Tally
 from eval_pipeline.results.model import Report, load_report
+from eval_pipeline.results.warehouse import read_attempts_table, read_results_table
 from eval_pipeline.trial.harness import Harness
 from eval_pipeline.trial.pending import pending_trials
+from eval_pipeline.trial.records import AttemptRecord, ResultRow
 from eval_pipeline.trial.selection import EVERY_TRIAL, TrialSelection
 from eval_pipeline.trial.spec import TrialSpec, trial_specs
 
@@ -59,28 +63,56 @@ class CampaignRun:
     environments_failed: dict[str, str] = field(default_factory=dict)  # instance -> why its environment failed
     generation: StageCounts = field(default_factory=StageCounts)
     evaluation: StageCounts = field(default_factory=StageCounts)
+    selected: bool = False  # the run was over a selection of the campaign's trials (filters, --limit)
+    trials: list[ResultRow] = field(default_factory=list)  # the results of the trials it was over
+    agent_errors: dict[str, str] = field(default_factory=dict)  # "<instance> <trial>" -> the agent's error, on one line
 
     def failures(self) -> list[str]:
-        """Why the run counts as failed, one line each, or [] when it does not: nothing it planned could be
-        scored, or every environment it tried to prepare failed (a line per environment, with its log)."""
-        assert self.report is not None, "run_campaign returns a run with its report"
-        summary = self.report.summary()
+        """Why the run counts as failed, one line each, or [] when it does not: nothing it was over could be
+        scored (for a selection, with the outcomes they ended in), or every environment it tried to prepare failed
+        (a line per environment, with its log)."""
         lines = []
         if self.environments_failed and not self.environments_prepared:
             lines += [f"environment failed: {i}: {_last_error(why)}" for i, why in self.environments_failed.items()]
-        if summary["planned"] and not summary["scored"]:
-            lines.append(f"none of the {summary['planned']} planned trials could be scored")
+        if self.trials and not any(row.scored for row in self.trials):
+            if self.selected:
+                outcomes = Counter(row.outcome for row in self.trials)
+                ended = ", ".join(f"{outcome} {count}" for outcome, count in sorted(outcomes.items()))
+                lines.append(f"none of the {len(self.trials)} selected trials could be scored ({ended})")
+            else:
+                lines.append(f"none of the {len(self.trials)} planned trials could be scored")
         return lines
 
+    def agent_error_lines(self) -> list[str]:
+        """A line for each trial this run ended in agent_error, with the agent's error as its evaluation recorded
+        it: at most AGENT_ERRORS_TOLD of them, then how many more."""
+        lines = [f"agent_error: {trial}: {error}" for trial, error in self.agent_errors.items()]
+        if len(lines) <= AGENT_ERRORS_TOLD:
+            return lines
+        more = len(lines) - AGENT_ERRORS_TOLD
+        return [*lines[:AGENT_ERRORS_TOLD], f"agent_error: {more} more (eval-pipeline view or export shows each)"]
+
     def as_json(self) -> dict[str, Any]:
-        """The report's summary (Report.summary: numbers, gates' verdicts, files) and this run's step counts."""
+        """The report's summary (Report.summary: numbers, gates' verdicts, files), this run's step counts, and the
+        agent's error of each trial it ended in agent_error."""
         assert self.report is not None, "run_campaign returns a run with its report"
         return {
             **self.report.summary(),
             "environments_prepared": self.environments_prepared,
             "generation": vars(self.generation),
             "evaluation": vars(self.evaluation),
+            "agent_errors": self.agent_errors,
         }
+
+
+AGENT_ERRORS_TOLD = 10  # a campaign of a failing agent says why for this many trials; the rest are in view/export
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """An agent's error on one line as a terminal may show it: its start and its end when it is longer than
+    `limit` (an error's start says what failed, a traceback's end why)."""
+    flat = " ".join(shown(text).split())
+    return flat if len(flat) <= limit else f"{flat[: limit // 2]} … {flat[-(limit // 2) :]}"
 
 
 def create_pools(instance: DagsterInstance) -> None:
@@ -98,16 +130,19 @@ def create_pools(instance: DagsterInstance) -> None:
     free_abandoned_slots(instance)
 
 
+Show = Callable[[Callable[[], str]], None]  # hands a live line the tally's line, to render when it redraws
+
+
 class _Teller:
     """Counts what each trial and run did and tells it: a trial as soon as its evaluation is materialized, one
     that ended unscored (or whose run ended before telling) when its run has finished. With `show` (a terminal's
-    live line) the tally is shown there and only unscored trials are told; without, every trial's line ends with
-    the tally."""
+    live line) the tally is handed to it at once, to render whenever it redraws, and again as each trial ends,
+    and only unscored trials are told; without, every trial's line ends with the tally."""
 
-    def __init__(
-        self, run: CampaignRun, tally: Tally, say: Callable[[str], None], show: Callable[[str], None] | None
-    ) -> None:
+    def __init__(self, run: CampaignRun, tally: Tally, say: Callable[[str], None], show: Show | None) -> None:
         self.run, self.tally, self.say, self.show = run, tally, say, show
+        if show is not None:
+            show(tally.line)
         self.told: set[str] = set()
         self.generations: dict[str, Mapping[str, Any]] = {}  # partition -> its materialized generation's metadata
 
@@ -157,7 +192,7 @@ class _Teller:
             return
         if not Outcome(outcome.split(" ", 1)[0]).is_scored:
             self.say(line)
-        self.show(self.tally.line())
+        self.show(self.tally.line)
 
 
 def _last_error(failure: str) -> str:
@@ -197,7 +232,7 @@ def run_campaign(
     paths: Paths,
     say: Callable[[str], None] = lambda _: None,
     selection: TrialSelection = EVERY_TRIAL,
-    show: Callable[[str], None] | None = None,
+    show: Show | None = None,
 ) -> CampaignRun:
     """Prepare the dataset, then carry the cycle through (over the trials `selection` picks; the results and
     the report are the whole campaign's), telling each step with `say` and the tally with `show` when given (a
@@ -238,7 +273,25 @@ def run_campaign(
     if results.status != DagsterRunStatus.SUCCESS:
         raise failure_message(instance, results, f"campaign {campaign.name}: building results")
     run.report = load_report(harness.fetch(paths.reports / campaign.name / "report.json"))
+    _read_trials(run, harness.fetch(paths.results / f"{campaign.name}.duckdb"), cycle.only, teller.told)
     return run
+
+
+def _read_trials(run: CampaignRun, results: Path, only: frozenset[str] | None, told: set[str]) -> None:
+    """The run's trials from the results (those of `only`, or the campaign's), and the agent's error of each trial
+    `told` (ended by this run) whose final evaluation is agent_error."""
+
+    def partition(record: ResultRow | AttemptRecord) -> str:
+        return str(trial_run_key(record.instance_id, record.trial))
+
+    run.selected = only is not None
+    run.trials = [row for row in read_results_table(results) if only is None or partition(row) in only]
+    run.agent_errors = {
+        f"{attempt.instance_id} {attempt.trial}": _one_line(attempt.detail)
+        for attempt in read_attempts_table(results)
+        if (attempt.stage, attempt.final, attempt.outcome) == ("evaluation", True, Outcome.AGENT_ERROR)
+        and partition(attempt) in told
+    }
 
 
 def _beside(call: Callable[..., Any], *args: Any) -> Future:

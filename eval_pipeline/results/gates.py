@@ -1,12 +1,20 @@
 """Evaluating a release gate (config/gates.py: the policy file) on a campaign's report: a pure function of
-the policy and the report, whose decision is stored in the report itself."""
+the policy and the report, whose decision is stored in the report itself.
+
+A gate judges a whole campaign: on a report some of whose planned trials have not run (a run of a selection of
+them, or one stopped early), it is not judged, which no release passes (a single `not_judged` violation saying
+how many trials have not run), rather than judged on what happens to have run.
+"""
 
 from collections.abc import Callable, Mapping, Sequence
 
 from eval_pipeline.config.gates import GatePolicy
-from eval_pipeline.results.model import GateDecision, Report, VariantSummary, Violation
+from eval_pipeline.results.model import PORTFOLIO, GateDecision, Report, VariantSummary, Violation
+from eval_pipeline.trial.records import MISSING
 
-__all__ = ["evaluate_gate", "with_gates"]
+__all__ = ["NOT_JUDGED", "evaluate_gate", "verdict", "with_gates"]
+
+NOT_JUDGED = "not_judged"  # the rule of a decision on a report with trials not yet run
 
 # The metrics a regression is measured on relative to the baseline's value, and where a summary holds them.
 _RELATIVE_METRICS: dict[str, Callable[[VariantSummary], float | None]] = {
@@ -27,7 +35,8 @@ def _slice_violations(policy: GatePolicy, slice_name: str, variants: Mapping[str
 
     rate, floor = candidate.resolved_rate, policy.floor_for(slice_name)
     if floor is not None and (rate is None or rate < floor):
-        violated("floor", rate, floor, f"resolved rate {rate} is below the floor {floor}")
+        measured = "no trial scored, so no resolved rate for" if rate is None else f"resolved rate {rate:.3g} is below"
+        violated("floor", rate, floor, f"{measured} the floor {floor}")
     if (coverage := candidate.coverage) < policy.min_coverage:
         violated(
             "min_coverage", coverage, policy.min_coverage, f"coverage {coverage:.3f} is below {policy.min_coverage}"
@@ -53,8 +62,13 @@ def _slice_violations(policy: GatePolicy, slice_name: str, variants: Mapping[str
     return found
 
 
-def evaluate_gate(policy: GatePolicy, report: Report) -> GateDecision:
-    """Check every slice of the report against the policy; a slice the candidate did not run fails it."""
+def _not_run(report: Report) -> int:
+    """How many of the report's planned trials have no outcome at all (`missing`): never run."""
+    return sum(summary.outcomes.get(MISSING, 0) for summary in report.variants.values())
+
+
+def _violations(policy: GatePolicy, report: Report) -> list[Violation]:
+    """Every slice of the report checked against the policy; a slice the candidate did not run fails it."""
     violations: list[Violation] = []
     for slice_name, variants in report.slices.items():
         if policy.candidate not in variants:
@@ -62,6 +76,20 @@ def evaluate_gate(policy: GatePolicy, report: Report) -> GateDecision:
             violations.append(Violation(rule="candidate", slice=slice_name, value=None, limit=0, message=message))
             continue
         violations += _slice_violations(policy, slice_name, variants)
+    return violations
+
+
+def evaluate_gate(policy: GatePolicy, report: Report) -> GateDecision:
+    """The policy's decision on the report: every rule on every slice, or, while planned trials have not run,
+    not judged (one `not_judged` violation); it passes only a judged report that breaks no rule."""
+    if not_run := _not_run(report):
+        message = (
+            f"{not_run} of the {report.planned} planned trials have not run (a run of a selection, or one stopped"
+            " early): a gate judges only a whole campaign; run it without filters"
+        )
+        violations = [Violation(rule=NOT_JUDGED, slice=PORTFOLIO, value=not_run, limit=0, message=message)]
+    else:
+        violations = _violations(policy, report)
     return GateDecision(
         environment=policy.environment,
         candidate=policy.candidate,
@@ -69,6 +97,13 @@ def evaluate_gate(policy: GatePolicy, report: Report) -> GateDecision:
         passed=not violations,
         violations=tuple(violations),
     )
+
+
+def verdict(decision: GateDecision) -> str:
+    """A decision as a report shows it: passed, FAILED, or not judged (trials of the campaign have not run)."""
+    if decision.passed:
+        return "passed"
+    return "not judged" if any(v.rule == NOT_JUDGED for v in decision.violations) else "FAILED"
 
 
 def with_gates(report: Report, policies: Sequence[GatePolicy]) -> Report:

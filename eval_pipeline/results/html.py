@@ -8,8 +8,8 @@ gate's verdict and broken rules, the time, tokens and cost of each variant,
 and, when given, the trajectories of chosen trials (results/trajectory.py: their
 agent-controlled text escaped, never markup). Every number comes from the
 Report (docs/STATISTICS.md) or, for the duration dots, from the results table.
-Intervals are drawn and shown within the range of their quantity ([0, 1] for
-rates, [-1, 1] for differences).
+Intervals are shown as report.json holds them (docs/STATISTICS.md) and drawn
+within the range of their quantity ([0, 1] for rates, [-1, 1] for differences).
 """
 
 from collections import defaultdict
@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from eval_pipeline.common.foreign_text import shown
+from eval_pipeline.results.gates import verdict
 from eval_pipeline.results.markdown import (
     TIME_COST_HEADERS,
     clip,
     format_cost,
+    format_interval,
     format_limits,
     format_number,
-    format_rate_interval,
     time_cost_cells,
 )
 from eval_pipeline.results.matrix import OUTCOME_COLOURS, render_matrix, render_unscored, trial_id
@@ -160,7 +161,7 @@ def _table_row(row: ReportRow) -> str:
     v = row.summary
     return (
         f"<tr><td>{_slice_cell(row)}</td><td>{escape(row.variant)}</td><td>{format_number(v.resolved_rate)}</td>"
-        f"<td>{format_rate_interval(v.ci_low, v.ci_high)}</td><td>{v.resolved}/{v.planned}</td>"
+        f"<td>{format_interval(v.ci_low, v.ci_high)}</td><td>{v.resolved}/{v.planned}</td>"
         f"<td>{v.scored}/{v.planned}</td>"
         f"<td>{format_limits(v)}</td></tr>"
     )
@@ -200,16 +201,16 @@ def _trajectories(trials: Sequence[ResultRow], trajectories: Mapping[str, Mappin
 
 
 def _gates(report: Report) -> str:
-    """Each release gate: passed or failed, and every rule a failed one broke."""
+    """Each release gate: passed, failed or not judged (gates.verdict), and every rule one that did not pass broke."""
     if not report.gates:
         return "<p>This campaign has no release gates.</p>"
     items = []
     for environment, decision in report.gates.items():
-        verdict = "passed" if decision.passed else "failed"
+        colour = "passed" if decision.passed else "failed"
         rules = "".join(f"<li>{escape(v.rule)}: {escape(v.message)}</li>" for v in decision.violations)
         items.append(
             f'<li class="gate" data-environment="{escape(environment)}"><strong>{escape(environment)}</strong>: '
-            f'<span class="{verdict}">{verdict}</span> (candidate {escape(decision.candidate)})'
+            f'<span class="{colour}">{verdict(decision).lower()}</span> (candidate {escape(decision.candidate)})'
             + (f"<ul>{rules}</ul>" if rules else "")
             + "</li>"
         )

@@ -1,7 +1,8 @@
 """The campaign report as markdown: report.md, the CLI's summary of a run, and the validation report.
 
-Rates' and differences' intervals are shown clipped to the range their
-quantity can take; report.json keeps the bounds as computed. Each text is
+Intervals are shown as report.json holds them, estimate ± t · SE exactly
+(docs/STATISTICS.md), even where one reaches past the range its quantity can
+take. Each text is
 `shown` (common/foreign_text.py): a test's output or an agent's words in a
 detail reach a file or a terminal as valid UTF-8 with no control character.
 """
@@ -10,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from eval_pipeline.common.foreign_text import shown
-from eval_pipeline.results.model import Report, ReportRow, VariantSummary
+from eval_pipeline.results.gates import verdict
+from eval_pipeline.results.model import ID_LISTS, Report, ReportRow, VariantSummary
 from eval_pipeline.trial.validation import Status
 
 
@@ -23,19 +25,8 @@ def format_interval(low: float | None, high: float | None) -> str:
 
 
 def clip(value: float | None, low: float, high: float) -> float | None:
-    """A bound shown within the range its quantity can take: the t-interval of a rate near 0 or 1 reaches
-    past it, which says nothing a reader can use. report.json keeps the unclipped bounds."""
+    """A bound drawn within a chart's axis (the HTML report's): the range its quantity can take."""
     return None if value is None else max(low, min(high, value))
-
-
-def format_rate_interval(low: float | None, high: float | None) -> str:
-    """A rate's interval as shown: clipped to [0, 1]."""
-    return format_interval(clip(low, 0.0, 1.0), clip(high, 0.0, 1.0))
-
-
-def format_difference_interval(low: float | None, high: float | None) -> str:
-    """A difference of rates' interval as shown: clipped to [-1, 1]."""
-    return format_interval(clip(low, -1.0, 1.0), clip(high, -1.0, 1.0))
 
 
 def format_limits(summary: VariantSummary) -> str:
@@ -59,8 +50,8 @@ def _rate_cells(row: ReportRow) -> list[str]:
         row_label(row),
         row.variant,
         format_number(v.resolved_rate),
-        format_rate_interval(v.ci_low, v.ci_high),
-        format_rate_interval(v.ci_repo_low, v.ci_repo_high),
+        format_interval(v.ci_low, v.ci_high),
+        format_interval(v.ci_repo_low, v.ci_repo_high),
         str(v.n),
         f"{v.resolved}/{v.planned}",
         f"{v.scored}/{v.planned}",
@@ -72,7 +63,7 @@ def _rate_cells(row: ReportRow) -> list[str]:
 
 
 def _rates(report: Report) -> list[str]:
-    headers = ["slice", "variant", "resolved rate", "95% CI (by instance)", "95% CI (by repo)", "instances"]
+    headers = ["slice", "variant", "resolved rate", "95% CI (by instance)", "95% CI (by repo)", "instances scored"]
     headers += ["resolved/planned", "scored/planned", "infra error rate", "test limits hit", "outcomes"]
     headers += ["patch audit flags"]
     return markdown_table(headers, [_rate_cells(row) for row in report.rows()])
@@ -85,7 +76,7 @@ def _comparisons(report: Report) -> list[str]:
             row_label(row),
             row.variant,
             format_number(d.diff),
-            format_difference_interval(d.ci_low, d.ci_high),
+            format_interval(d.ci_low, d.ci_high),
             format_number(d.p_value, 4),
             format_number(d.correlation),
             format_number(d.mde),
@@ -196,14 +187,33 @@ def _rejected(report: Report) -> list[str]:
     ]
 
 
+SHOWN_IDS = 10  # instance ids a list shows before it gives only how many more (report.json has them all)
+
+
+def _shown_ids(ids: list[str]) -> str:
+    more = f" and {len(ids) - SHOWN_IDS} more" if len(ids) > SHOWN_IDS else ""
+    return ", ".join(f"`{instance_id}`" for instance_id in ids[:SHOWN_IDS]) + more if ids else "none"
+
+
+def _instances_by_verdict(report: Report) -> list[str]:
+    """Each variant's instance ids in SWE-bench's report lists (model.ID_LISTS), the first few of each."""
+    lines = []
+    for name, summary in report.variants.items():
+        lines += [f"`{name}`:", ""]
+        for field in ID_LISTS:
+            ids = getattr(summary, field)
+            lines.append(f"- {field.removesuffix('_ids').replace('_', ' ')} ({len(ids)}): {_shown_ids(ids)}")
+        lines.append("")
+    return [*lines, "report.json lists every id (`resolved_ids`, `unresolved_ids`, ... of each variant)."]
+
+
 def _gates(report: Report) -> list[str]:
     """Each release gate's verdict on one line, and under a failed one each rule it broke on one line."""
     if not report.gates:
         return ["This campaign has no release gates."]
     lines = []
     for environment, decision in report.gates.items():
-        verdict = "passed" if decision.passed else "FAILED"
-        lines.append(f"- `{environment}`: {verdict} (candidate `{decision.candidate}`)")
+        lines.append(f"- `{environment}`: {verdict(decision)} (candidate `{decision.candidate}`)")
         lines += [f"  - {violation.rule}: {violation.message}" for violation in decision.violations]
     return lines
 
@@ -272,6 +282,10 @@ def render_markdown(report: Report) -> str:
         "",
         *_comparisons(report),
         "",
+        "## Instances by verdict",
+        "",
+        *_instances_by_verdict(report),
+        "",
         "## Time, cost and seeds",
         "",
         *_costs(report),
@@ -290,8 +304,9 @@ def render_markdown(report: Report) -> str:
         "",
         "Rates average seeds within each instance first; trials that ended in an infrastructure outcome are not"
         " scored. A test run stopped by a limit is scored as a failure only where the instance's reference passed"
-        " within the same limits. Intervals are shown within the range of their quantity."
-        " Definitions: docs/STATISTICS.md.",
+        " within the same limits. Instances scored: those with a scored trial, the n of the rate and its interval"
+        " (an instance with none shows only in coverage). Intervals are rate ± t·SE as report.json holds them: over"
+        " few instances they reach past [0, 1]. Definitions: docs/STATISTICS.md.",
     ]
     return shown("\n".join(lines) + "\n")
 

@@ -19,9 +19,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from eval_pipeline.common.fields import describe_errors, problem_lines
 
-REPORT_SCHEMA_VERSION = 2
+REPORT_SCHEMA_VERSION = 3
 PORTFOLIO = "all"  # the label of the rows that summarise every slice together
 REPORT_FILES = {"markdown": "report.md", "html": "report.html", "json": "report.json"}
+ID_LISTS = ("resolved_ids", "unresolved_ids", "empty_patch_ids", "error_ids", "incomplete_ids")
 
 
 class ReportError(ValueError):
@@ -103,12 +104,31 @@ class VariantSummary(_Model):
     cost_usd: float
     cost_per_resolved: float | None
     vs_baseline: PairedComparison | None = None  # every variant but the baseline, when the baseline ran
+    # SWE-bench's report lists: the instance ids whose trial ended resolved; scored and not resolved with a patch
+    # (or an agent's failure); scored and not resolved with no change at all; unscored (an infrastructure or
+    # harness outcome: the harness could not judge); not run yet. results/report.py: `id_list`.
+    resolved_ids: list[str]
+    unresolved_ids: list[str]
+    empty_patch_ids: list[str]
+    error_ids: list[str]
+    incomplete_ids: list[str]
 
     def headline(self) -> dict[str, Any]:
-        """The numbers a summary line gives: rate with interval, instances, coverage and outcomes."""
+        """The numbers a summary line gives: rate with interval, instances, coverage and outcomes, and the
+        instance ids by verdict."""
         return self.model_dump(
             mode="json",
-            include={"resolved_rate", "n", "ci_low", "ci_high", "scored", "planned", "coverage", "outcomes"},
+            include={
+                "resolved_rate",
+                "n",
+                "ci_low",
+                "ci_high",
+                "scored",
+                "planned",
+                "coverage",
+                "outcomes",
+                *ID_LISTS,
+            },
         )
 
 

@@ -19,11 +19,13 @@ from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.common.foreign_text import valid_unicode
+from eval_pipeline.common.hashing import sha256_text
 from eval_pipeline.common.outcomes import Outcome, OutcomeKind
 from eval_pipeline.config.gates import GatePolicy
 from eval_pipeline.results.gates import with_gates
 from eval_pipeline.results.markdown import render_markdown
 from eval_pipeline.results.model import (
+    ID_LISTS,
     REPORT_FILES,
     Durations,
     InvalidInstance,
@@ -47,7 +49,7 @@ from eval_pipeline.results.statistics import (
 from eval_pipeline.results.warehouse import ResultRow
 from eval_pipeline.tasks.terminal.verifier_tools import EXPOSURE_FLAGS
 from eval_pipeline.trial.limits import SCORED_LIMITS, UNSCORED_LIMITS
-from eval_pipeline.trial.records import RejectedRow
+from eval_pipeline.trial.records import MISSING, RejectedRow
 from eval_pipeline.trial.validation import Status
 
 
@@ -73,6 +75,35 @@ def _reached_for_the_runner(result: ResultRow) -> bool:
     that says only that a trial is exposed (a verifier run beside processes the agent left) is none."""
     flags = {kind for kind in result.audit_flags.split(",") if kind} - EXPOSURE_FLAGS
     return bool(result.test_infrastructure_changes or flags or result.outcome == Outcome.REPORT_FORGED)
+
+
+EMPTY_PATCH_SHA256 = sha256_text("")
+
+
+def id_list(result: ResultRow) -> str:
+    """Which of SWE-bench's report lists (model.ID_LISTS) a trial's instance is in, by the trial's typed outcome:
+    `resolved_ids` resolved; `empty_patch_ids` graded unresolved with no change made; `unresolved_ids` every
+    other scored outcome (a patch that failed, an agent's error or limit, a prediction that does not apply or is
+    absent); `error_ids` an unscored outcome (infrastructure or harness: the harness could not judge it);
+    `incomplete_ids` a planned trial that has not run."""
+    if result.outcome == MISSING:
+        return "incomplete_ids"
+    if not result.scored:
+        return "error_ids"
+    if result.resolved:
+        return "resolved_ids"
+    if result.outcome == Outcome.UNRESOLVED and result.patch_sha256 == EMPTY_PATCH_SHA256:
+        return "empty_patch_ids"
+    return "unresolved_ids"
+
+
+def _id_lists(results: Sequence[ResultRow]) -> dict[str, list[str]]:
+    """Each of SWE-bench's lists, its instance ids sorted: with one seed each instance is in exactly one list;
+    with several, in the list of each of its trials."""
+    lists: dict[str, set[str]] = {name: set() for name in ID_LISTS}
+    for result in results:
+        lists[id_list(result)].add(result.instance_id)
+    return {name: sorted(ids) for name, ids in lists.items()}
 
 
 def _variant_summary(results: Sequence[ResultRow], versus: PairedComparison | None) -> VariantSummary:
@@ -109,6 +140,7 @@ def _variant_summary(results: Sequence[ResultRow], versus: PairedComparison | No
         cost_usd=sum(result.cost_usd for result in scored),
         cost_per_resolved=per_resolved(sum(result.cost_usd for result in scored), resolved),
         vs_baseline=versus,
+        **_id_lists(results),
     )
 
 

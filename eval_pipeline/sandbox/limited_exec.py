@@ -254,6 +254,50 @@ def _cover_sockets(paths):
                 raise OSError(error.errno, f"covering the socket {path}: {error.strerror}") from None
 
 
+def _show_private(private, visible):
+    """Mount each trial's own directory at the shared one it stands for (`private`: {shared: own}), where every path
+    of `visible` below the shared one is still found as it was: bound again, from a descriptor taken before the own
+    directory covered it, onto a directory made for it in the own one (`_mount_point_below`). A local trial whose
+    data directory lies under /tmp finds its workspace and its environment where its commands look for them, and
+    each keeps its mounts' flags (the environment read-only, the workspace writable)."""
+    for shared, own in private.items():
+        if not os.path.isdir(shared):
+            continue
+        below = {path for path in visible if path != shared and _under(path, [shared]) and os.path.isdir(path)}
+        outermost = sorted(path for path in below if not _under(os.path.dirname(path), below))
+        held = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in outermost]
+        _libc_call("mount", own.encode(), shared.encode(), None, ctypes.c_ulong(_MS_BIND), None)
+        for path, descriptor in held:
+            point = _mount_point_below(shared, os.path.relpath(path, shared))
+            source, target = (f"/proc/self/fd/{fd}".encode() for fd in (descriptor, point))
+            _libc_call("mount", source, target, None, ctypes.c_ulong(_MS_BIND | _MS_REC), None)
+            os.close(point)
+            os.close(descriptor)
+
+
+def _mount_point_below(top, relative):
+    """A descriptor (O_PATH) of the directory at `relative` below `top`, each directory on the way made where
+    missing and made searchable where it is not; anything else found on the way (a file or a link its trial
+    left in its own directory between commands, when none of its processes runs) is removed first, never
+    followed."""
+    current = os.open(top, os.O_PATH | os.O_DIRECTORY)
+    for name in relative.split(os.sep):
+        try:
+            is_directory = stat.S_ISDIR(os.stat(name, dir_fd=current, follow_symlinks=False).st_mode)
+        except FileNotFoundError:
+            is_directory = None
+        if is_directory is False:
+            os.unlink(name, dir_fd=current)
+        if is_directory:
+            os.chmod(name, 0o755, dir_fd=current)
+        else:
+            os.mkdir(name, 0o755, dir_fd=current)
+        following = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=current)
+        os.close(current)
+        current = following
+    return current
+
+
 def _fork():
     pid = _LIBC.fork()
     if pid < 0:
@@ -374,6 +418,11 @@ class _View:
     harness's processes or a neighbour's, all of the same uid), and they all end with it. With `hide_sockets`
     every unix socket bound in this runner's network namespace outside the trial's own paths is covered
     (`bound_socket_paths`): the container engine's, a database's.
+
+    With `private` ({shared directory: the trial's own}) the command finds the trial's own directory at each
+    shared one (/tmp, /var/tmp; in a pod /dev/shm, /run/lock and /dev/mqueue too), writable and kept from one
+    command to the next, where its `writable` paths, the target and the `visible` paths (a local environment's
+    interpreter) are still found as they are (`_show_private`).
     """
 
     def __init__(
@@ -387,14 +436,16 @@ class _View:
         private=None,
         own_pids=False,
         hide_sockets=False,
+        visible=(),
     ):
         self.source, self.target = source and source.encode(), target
         self.network = network
         self.hide = [path.encode() for path in hide]
         self.writable = None if writable is None else [path.encode() for path in writable]
-        self.private = {target.encode(): own.encode() for target, own in (private or {}).items()}
+        self.private = dict(private or {})
         self.own_pids = own_pids
         own = [*(writable or ()), *([target] if source else [])]
+        self.visible = [*own, *visible]
         try:
             self.sockets = bound_socket_paths(own) if hide_sockets else []
         except OSError as error:
@@ -448,13 +499,13 @@ class _View:
         _libc_call("mount", None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None)
         if self.source:
             _libc_call("mount", self.source, self.target.encode(), None, ctypes.c_ulong(_MS_BIND | _MS_REC), None)
-        for target, own in self.private.items():
-            if os.path.isdir(target):
-                _libc_call("mount", own, target, None, ctypes.c_ulong(_MS_BIND), None)
         for path in self.hide:
             _libc_call("mount", b"tmpfs", path, b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV), _HIDING_MOUNT)
         if self.writable is not None:  # the workspace, seen at the target, among them
             _read_only_but(self.writable + ([self.target.encode()] if self.source else []))
+        # After the file systems are made read-only: the trial's own directories, and what stays visible below
+        # them, keep the flags of the mounts they come from.
+        _show_private(self.private, self.visible)
         _cover_sockets(self.sockets)
         if self.own_pids:
             _enter_own_pids()
@@ -1026,9 +1077,10 @@ def run_limited(
     ends with it (`_enter_own_pids`); with `hide_sockets` every unix socket bound on the host outside those
     paths refuses it (`bound_socket_paths`): a local opt-in's walls. A view with
     `private` ({shared directory: the trial's own}) shows the trial's own directory at each shared one
-    (/tmp, /dev/shm, /run/lock, /dev/mqueue), and gives the command IPC namespaces of its own: nothing a trial leaves
-    there reaches the next trial in its pod. With a `uid` (a pod's trial),
-    every process of that uid is ended once the command has (`end_processes_of`), whatever group or
+    (/tmp, /var/tmp; in a pod /dev/shm, /run/lock and /dev/mqueue too), and gives the command IPC namespaces of its
+    own: nothing a trial leaves there reaches the next trial, in its pod or on the host; paths below a shared
+    directory that the command needs (its workspace, `visible` ones) are still found there. With a `uid` (a pod's
+    trial), every process of that uid is ended once the command has (`end_processes_of`), whatever group or
     session it moved to.
 
     For hosts without cgroups, `memory_ceiling_mb` is enforced on the process
@@ -1058,6 +1110,7 @@ def run_limited(
             view.get("private"),
             view.get("own_pids", False),
             view.get("hide_sockets", False),
+            view.get("visible", ()),
         )
         if view
         else None

@@ -89,6 +89,16 @@ _INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "REQUESTS_CA_
 # What an untrusted agent's command gets besides its read-only view (limited_exec._View): a pid namespace of its
 # own, and every unix socket of the host covered.
 WALLS = {"own_pids": True, "hide_sockets": True}
+# The shared temporary directories where a walled trial finds its own `tmp` (LocalWorkspace.command_placement).
+PRIVATE_TMP = ("/tmp", "/var/tmp")
+
+
+def walled_view(root: Path, interpreter: Path) -> dict[str, Any]:
+    """An untrusted agent's command's view beyond its workspace's (limited_exec._View): it writes only under
+    `root`, finds `root/tmp` at every PRIVATE_TMP directory, and its environment's `interpreter` directory where
+    it is, even under /tmp; with a pid namespace of its own and the host's unix sockets covered (WALLS)."""
+    private = {shared: str(root / "tmp") for shared in PRIVATE_TMP}
+    return {"writable": [str(root)], "private": private, "visible": [str(interpreter)], **WALLS}
 
 
 def _fork_tree(source: Path, target: Path) -> None:
@@ -139,7 +149,8 @@ def walls_unavailable() -> str:
     """Why this system cannot wall an untrusted agent's command in ('' when it can), probed once with the view an
     opt-in campaign's commands get (LocalWorkspace.command_placement)."""
     with tempfile.TemporaryDirectory() as scratch:
-        view = {"source": scratch, "target": scratch, "writable": [scratch], **WALLS}
+        (Path(scratch) / "tmp").mkdir()
+        view = {"source": scratch, "target": scratch, **walled_view(Path(scratch), Path(scratch))}
         try:
             probed = run_command(command="true", cwd=scratch, env={}, timeout_s=30, output_bytes=1000, view=view)
         except (ViewUnavailable, OSError) as error:
@@ -197,11 +208,12 @@ def quota_state(root: Path) -> Path:
 
 
 class LocalWorkspace(Workspace):
-    """A workspace directory (`root/repo`, `root/harness`); with `view_target`, commands see `root/repo` there,
-    with network only when `network`, and when `walled` (an untrusted agent's campaign) may write nowhere
-    outside `root`: the environment, other trials' workspaces, the data directory and /tmp are read-only to
-    them, /dev/shm their own; each command has a pid namespace of its own and finds the host's unix sockets
-    covered (`WALLS`)."""
+    """A workspace directory (`root/repo`, `root/harness`, `root/home`, `root/tmp`); with `view_target`, commands
+    see `root/repo` there, with network only when `network`, and when `walled` (an untrusted agent's campaign)
+    may write nowhere outside `root`: the environment, other trials' workspaces and the data directory are
+    read-only to them; /tmp and /var/tmp are `root/tmp` (kept from command to command, gone with the
+    workspace), /dev/shm their own; each command has a pid namespace of its own and finds the host's unix
+    sockets covered (`WALLS`)."""
 
     def __init__(
         self,
@@ -245,7 +257,7 @@ class LocalWorkspace(Workspace):
     def command_placement(self) -> dict[str, Any]:
         view = (
             {"source": str(self.repo), "target": str(self._view_target), "network": self.network}
-            | ({"writable": [str(self.root)], **WALLS} if self._walled else {})
+            | (walled_view(self.root, self._python) if self._walled else {})
             if self._view_target
             else None
         )

@@ -43,7 +43,7 @@ def _unknown(flag: str, wanted: Iterable[object], known: set[object]) -> str:
 @dataclass(frozen=True)
 class TrialSelection:
     """The trials whose instance, variant, slice and seed are among those given (none given: any), at most
-    `limit` of them, in the campaign's order (by instance id, then variant and seed as planned)."""
+    `limit` of them, in the campaign's order (trial/spec.py's trial_specs: by slice as listed, instance id, trial)."""
 
     instances: tuple[str, ...] = ()
     variants: tuple[str, ...] = ()
@@ -76,8 +76,8 @@ class TrialSelection:
         )
 
     def pick_instances(self, slice_of: Mapping[str, str]) -> list[str]:
-        """The selected instance ids of `slice_of` (instance id -> slice), in id order, for a command over
-        instances rather than trials (validate); SelectionError when a filter names what is not there, or is a
+        """The selected instance ids of `slice_of` (instance id -> slice, in the campaign's slice order), by slice
+        then id as the campaign orders them, for a command over instances rather than trials (validate); SelectionError when a filter names what is not there, or is a
         variant or seed, which an instance does not have."""
         problems = [
             _unknown("--instance", self.instances, set(slice_of)),
@@ -87,9 +87,10 @@ class TrialSelection:
         ]
         if problems := [problem for problem in problems if problem]:
             raise SelectionError("; ".join(problems))
+        slice_rank = {name: rank for rank, name in enumerate(dict.fromkeys(slice_of.values()))}
         chosen = [
             instance_id
-            for instance_id, slice_name in sorted(slice_of.items())
+            for instance_id, slice_name in sorted(slice_of.items(), key=lambda item: (slice_rank[item[1]], item[0]))
             if (not self.instances or instance_id in self.instances) and (not self.slices or slice_name in self.slices)
         ]
         return chosen if self.limit is None else chosen[: self.limit]

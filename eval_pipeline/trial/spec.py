@@ -160,13 +160,15 @@ def trial_specs(
     sandbox_for: Callable[[Task], SandboxBackend],
     instance_id: str | None = None,
 ) -> list[TrialSpec]:
-    """Every planned trial's identity (or only `instance_id`'s), by instance id then trial, in the campaign's
-    trial order; `sandbox_for` gives a task's sandbox (terminal tasks set their own resources)."""
+    """Every planned trial's identity (or only `instance_id`'s) in the campaign's order: its slices as it lists
+    them, each slice's instances by id, each instance's trials in the campaign's trial order (so `--limit 1` is
+    the first slice's first trial); `sandbox_for` gives a task's sandbox (terminal tasks set their own resources)."""
     tasks = [portfolio.instance(instance_id)] if instance_id else portfolio.instances
     agents = {variant.name: variant.make_agent() for variant in campaign.variants}
     configs = {name: (agent.config, agent.config_hash) for name, agent in agents.items()}
+    slice_rank = {name: rank for rank, name in enumerate(portfolio.slices)}
     identities = []
-    for task in sorted(tasks, key=lambda t: t.instance_id):
+    for task in sorted(tasks, key=lambda t: (slice_rank[portfolio.slice_of(t.instance_id)], t.instance_id)):
         sandbox = sandbox_for(task)
         environment_key = sandbox.environment_key(task, portfolio.environment_for(task))
         resources = sandbox.resources_record()

@@ -25,7 +25,8 @@ original one time in k + 1; it needs every twinned failing test right, so a grad
 whose failing graded tests carry groups of k1 + 1, k2 + 1, ... members bounds its
 chance at 1/((k1 + 1)(k2 + 1)...) (`Planted.bound`). The groups' source tells the
 members apart no better than chance; what the code under test returns for each
-member's assertion can (a forger that runs the group: benchmarks/twin_forger.py). Twins go first to the FAIL_TO_PASS tests,
+member's assertion can (a forger that runs the group: benchmarks/twin_forger.py), which is why
+a FAIL_TO_PASS test that can be sealed (sealed.py) is sealed and gets no twins. Twins go first to the FAIL_TO_PASS tests,
 the ones a forger must pass, TwinSettings.per_test to each while TwinSettings.per_run
 lasts; a test whose pool holds fewer tokens gets fewer.
 
