@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from eval_pipeline import HARNESS_VERSION
 from eval_pipeline.common.settings import DEFAULT_DAGSTER_HOME, Deployment, DeploymentError, Paths, dagster_home
@@ -195,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(run.as_json(), indent=2, sort_keys=True))
     else:
-        print(render_summary(run.report), end="")
+        print(render_summary(run.final_report), end="")
     for line in [*run.agent_error_lines(), *(failures := run.failures())]:
         print(f"eval-pipeline {args.command}: {line}", file=sys.stderr)
     return 1 if failures else 0
@@ -293,11 +293,12 @@ def _calibrate(args: argparse.Namespace) -> int:
         scaled = at_multiplier(campaign, multiplier)
         with _campaign_session(args, scaled) as (instance, launcher, cycle):
             run = run_campaign(scaled, instance, launcher, cycle, Paths.from_env(), _say)
-        reports[multiplier_label(multiplier)], runs[multiplier_label(multiplier)] = run.report, run.as_json()
-    calibration = {"campaign": campaign.name, "rows": calibration_rows(reports), "runs": runs}
+        reports[multiplier_label(multiplier)], runs[multiplier_label(multiplier)] = run.final_report, run.as_json()
+    rows = calibration_rows(reports)
+    calibration = {"campaign": campaign.name, "rows": rows, "runs": runs}
     directory = Paths.from_env().reports / campaign.name
     write_json(calibration, directory / "calibration.json")
-    markdown = render_calibration(calibration["rows"])
+    markdown = render_calibration(rows)
     write_text_atomically(directory / "calibration.md", markdown)
     print(json.dumps(calibration, indent=2, sort_keys=True) if args.json else markdown)
     return 0
@@ -359,7 +360,7 @@ def _view(args: argparse.Namespace) -> int:
             f"cannot serve on {args.host}:{args.port}: {error.strerror}; choose another port with --port"
             " (--port 0: any free one)"
         ) from None
-    host, port = server.server_address[:2]
+    host, port = cast(tuple[str, int], server.server_address[:2])  # an AF_INET server's
     print(f"Trials of campaign {campaign.name}: http://{host}:{port}/ (Ctrl-C stops)", flush=True)
     with server:
         try:
@@ -418,7 +419,7 @@ def _janitor(args: argparse.Namespace) -> int:
     from eval_pipeline.sandbox.container import janitor
 
     client = docker.from_env()
-    report = {"removed_containers": janitor.remove_containers(client, args.campaign)}
+    report: dict[str, Any] = {"removed_containers": janitor.remove_containers(client, args.campaign)}
     if args.prune_images_older_than_days is not None:
         report["removed_images"] = janitor.prune_images(client, timedelta(days=args.prune_images_older_than_days))
     report["disk_usage"] = janitor.disk_usage(client)
@@ -460,7 +461,10 @@ def _gate(args: argparse.Namespace) -> int:
             if args.environment not in policies:
                 raise GatePolicyError(f"campaign {args.campaign!r} has no gate for environment {args.environment!r}")
             policy = policies[args.environment]
-        report_path = Path(args.report) if args.report else Paths.from_env().reports / campaign.name / "report.json"
+        if args.report or campaign is None:  # without --campaign, --report is given (checked above)
+            report_path = Path(args.report)
+        else:
+            report_path = Paths.from_env().reports / campaign.name / "report.json"
         report = load_report(report_path)
     except (GatePolicyError, ReportError) as error:
         raise UsageError(str(error)) from None

@@ -240,8 +240,21 @@ def container_sandbox(engine, tmp_path):
     snapshots = {
         "label": [f"{MANAGED_LABEL}=true", "eval_pipeline.layer=snapshot", f"eval_pipeline.campaign={campaign}"]
     }
-    for image in engine.images.list(filters=snapshots):  # a terminal trial's snapshot outlives its campaign's run
+    for image in listed_images(engine, snapshots):  # a terminal trial's snapshot outlives its campaign's run
         engine.images.remove(image.id, force=True)
+
+
+def listed_images(engine, filters, attempts: int = 5):
+    """The engine's images matching `filters`; Podman fails a listing when another test removes an image during
+    it ("image not known"), so a failed listing is tried again."""
+    import docker
+
+    for _ in range(attempts - 1):
+        try:
+            return engine.images.list(filters=filters)
+        except docker.errors.APIError:
+            time.sleep(1)
+    return engine.images.list(filters=filters)
 
 
 def prepare_on(sandbox, benchmark, instance):

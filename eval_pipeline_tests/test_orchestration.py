@@ -230,7 +230,8 @@ def test_a_selection_runs_exactly_its_trials_and_the_whole_campaign_then_only_th
         launcher = WorkerPoolLauncher(campaign, paths, instance, 1)
         said, shown = [], []
         subset = run_campaign(campaign, instance, launcher, cycle, paths, said.append, selection, shown.append)
-        assert len(shown) == 1 and shown[0].startswith("1/1 done · 1 resolved · "), shown
+        assert len(shown) == 2, "the tally is handed over at once and again as its one trial ends"
+        assert shown[-1]().startswith("1/1 done · 1 resolved · "), shown[-1]()
         assert not [line for line in said if line.startswith("[")], "a scored trial is shown, not said"
         assert any("(selected: 1)" in line for line in said)
         evaluated = instance.get_materialized_partitions(AssetKey(["driven", "evaluation"]))

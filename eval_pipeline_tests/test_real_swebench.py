@@ -266,9 +266,9 @@ def test_a_predictions_file_of_real_rows_grades_with_one_command(engine, real_ro
     graded = eval_pipeline_cli(env, "grade", *args)
     assert graded.returncode == 0, graded.stderr[-3000:]
     summary = json.loads(graded.stdout)
-    assert (summary["campaign"], summary["planned"], summary["scored"]) == ("grade_preds", 3, 3)
+    assert summary["campaign"].startswith("grade_preds_") and (summary["planned"], summary["scored"]) == (3, 3)
     assert summary["variants"]["model_1"]["outcomes"] == {"resolved": 1, "agent_error": 2}
-    trials, why = warehouse_trials(tmp_path / "home", "grade_preds")
+    trials, why = warehouse_trials(tmp_path / "home", summary["campaign"])
     assert {i: outcome for i, (outcome, _) in trials.items()} == {
         flask: "resolved",
         requests: "agent_error",

@@ -210,13 +210,7 @@ PRIVATE_DAGSTER_ALLOWED = {
         PRIVATE_DAGSTER_MODULE,
         f"{PRIVATE_DAGSTER_MODULE}.AssetCheckEvaluationTargetMaterializationData",
     ],
-    "eval_pipeline.orchestration.postgres_storage": [
-        f"{DAGSTER_STORAGES}.base_storage",
-        f"{DAGSTER_STORAGES}.base_storage.DagsterStorage",
-    ],
     "eval_pipeline.orchestration.sqlite_storage": [
-        f"{DAGSTER_STORAGES}.base_storage",
-        f"{DAGSTER_STORAGES}.base_storage.DagsterStorage",
         f"{DAGSTER_STORAGES}.event_log.sqlite.sqlite_event_log",
         f"{DAGSTER_STORAGES}.event_log.sqlite.sqlite_event_log.INDEX_SHARD_NAME",
         f"{DAGSTER_STORAGES}.event_log.sqlite.sqlite_event_log.SQLITE_BUSY_TIMEOUT_SECONDS",

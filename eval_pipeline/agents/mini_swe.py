@@ -115,7 +115,7 @@ class MiniSweAgent(Agent):
         if step_limit < 0 or cost_limit < 0:
             raise ValueError("mini-swe-agent agent: step_limit and cost_limit must be >= 0 (0: no limit)")
         if set(config or {}) - set(CONFIG_SECTIONS):
-            raise ValueError(f"mini-swe-agent agent: config sections are {CONFIG_SECTIONS}, not {sorted(config)}")
+            raise ValueError(f"mini-swe-agent agent: config sections are {CONFIG_SECTIONS}, not {sorted(config or {})}")
         Price(**(price or {}))  # a misspelt price field fails at load
         super().__init__(**{key: value for key, value in params.items() if value is not None})
 
@@ -203,7 +203,7 @@ def _model_class(mini: Any) -> type:
 
     base = mini.models.litellm_model.LitellmModel
 
-    class PricedLitellmModel(base):
+    class PricedLitellmModel(mini.models.litellm_model.LitellmModel):  # `base`: mypy takes no variable as a base
         abort_exceptions = [*base.abort_exceptions, ModelAPIError, ModelAPIRefused]
 
         def __init__(self, *, price: Price | None, max_retries: int, **kwargs: Any) -> None:
@@ -254,11 +254,12 @@ def _refused(error: BaseException) -> bool:
     The status is the one the server sent, from the openai client's error that litellm's wraps: litellm
     re-classes errors by their words (a 404 naming a model `…-rate-limited` becomes its RateLimitError, 429)."""
     status, seen = None, set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(sent := getattr(error, "status_code", None), int):
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(sent := getattr(cause, "status_code", None), int):
             status = sent
-        error = error.__cause__ or error.__context__
+        cause = cause.__cause__ or cause.__context__
     return status is not None and status not in RETRIED_STATUS
 
 

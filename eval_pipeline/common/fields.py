@@ -44,15 +44,15 @@ def _number(value: Any) -> int | float:
 
 
 def _non_negative(value: Any) -> int | float:
-    if _number(value) < 0:
+    if (number := _number(value)) < 0:
         raise ValueError(f"expected a number not below 0, got {value!r}")
-    return value
+    return number
 
 
 def _positive(value: Any) -> int | float:
-    if _number(value) <= 0:
+    if (number := _number(value)) <= 0:
         raise ValueError(f"expected a number above 0, got {value!r}")
-    return value
+    return number
 
 
 Count = Annotated[int, Strict(), Ge(0)]

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from pydantic import ValidationError
@@ -179,7 +179,8 @@ def parse_campaign(data: Any, origin: str, base_dir: Path | None = None) -> Camp
     return Campaign(
         name=config.name,
         description=config.description,
-        slices=config.slices or {DEFAULT_SLICE: config.benchmark},
+        # CampaignFile holds either slices (one at least) or a benchmark
+        slices=config.slices or {DEFAULT_SLICE: cast(DatasetSource, config.benchmark)},
         variants=tuple(config.variants),
         baseline=config.baseline or config.variants[0].name,
         gates=_gates(config, origin),

@@ -279,13 +279,10 @@ class CampaignFile(ConfigModel):
         variants = []
         for variant in data.get("variants") or []:
             params = variant.get("params") if isinstance(variant, dict) else None
-            model = (
-                from_environment(params["model"])
-                if isinstance(params, dict) and isinstance(params.get("model"), str)
-                else None
-            )
-            if model in data["prices"] and "price" not in params:
-                variant = {**variant, "params": {**params, "price": data["prices"][model]}}
+            if isinstance(params, dict) and isinstance(params.get("model"), str):
+                model = from_environment(params["model"])
+                if model in data["prices"] and "price" not in params:
+                    variant = {**variant, "params": {**params, "price": data["prices"][model]}}
             variants.append(variant)
         return {**data, "variants": variants}
 

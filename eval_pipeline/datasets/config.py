@@ -98,7 +98,9 @@ DatasetSource = Annotated[DemoSource | TerminalSource | SweBenchSource, Field(di
 SOURCE_ADAPTER: TypeAdapter[DemoSource | TerminalSource | SweBenchSource] = TypeAdapter(DatasetSource)
 
 
-def parse_source(source: Mapping[str, Any] | DemoSource | TerminalSource | SweBenchSource) -> Any:
+def parse_source(
+    source: Mapping[str, Any] | DemoSource | TerminalSource | SweBenchSource,
+) -> DemoSource | TerminalSource | SweBenchSource:
     """A source given in code (a mapping) as its model; ValueError names `benchmark.<field>` and the problem."""
     if not isinstance(source, Mapping):
         return source

@@ -117,14 +117,14 @@ def load_terminal(source: TerminalSource, paths: Paths) -> Benchmark:
 def load_benchmark(source: DatasetSource | Mapping[str, Any], paths: Paths) -> Benchmark:
     """The benchmark a source names (a campaign's model, or a mapping checked here); `kind` selects the loader."""
     try:
-        source = parse_source(source)
+        parsed = parse_source(source)
     except ValueError as error:
         raise DatasetSourceError(str(error)) from None
-    if isinstance(source, SweBenchSource):
-        return load_swebench(source, paths)
-    if isinstance(source, TerminalSource):
-        return load_terminal(source, paths)
-    return build_demo_benchmark(paths.mirrors, source.twins.settings())
+    if isinstance(parsed, SweBenchSource):
+        return load_swebench(parsed, paths)
+    if isinstance(parsed, TerminalSource):
+        return load_terminal(parsed, paths)
+    return build_demo_benchmark(paths.mirrors, parsed.twins.settings())
 
 
 def load_portfolio(slices: Mapping[str, DatasetSource | Mapping[str, Any]], paths: Paths) -> Portfolio:

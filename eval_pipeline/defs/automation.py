@@ -25,7 +25,6 @@ from dagster import (
     DagsterRunStatus,
     DefaultScheduleStatus,
     DefaultSensorStatus,
-    JobDefinition,
     RunFailureSensorContext,
     RunRequest,
     RunsFilter,
@@ -45,7 +44,8 @@ from eval_pipeline.defs.failures import failure_outcomes
 from eval_pipeline.defs.progress import Cycle, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, TRIGGER_TAG
 
-if TYPE_CHECKING:  # what DagsterInstance.get_backfills returns; Dagster does not export its type
+if TYPE_CHECKING:  # what DagsterInstance.get_backfills and define_asset_job return; Dagster exports neither type
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
     from dagster._core.execution.backfill import PartitionBackfill
 
 REREQUEST_TAG = "eval_pipeline/rerequest"
@@ -58,7 +58,7 @@ NIGHTLY = "nightly"
 SENSOR_INTERVAL_S = 30
 
 
-def nightly_schedule(campaign: Campaign, prepare_job: JobDefinition) -> ScheduleDefinition | None:
+def nightly_schedule(campaign: Campaign, prepare_job: "UnresolvedAssetJobDefinition") -> ScheduleDefinition | None:
     nightly = campaign.nightly
     if nightly is None:
         return None
@@ -78,7 +78,7 @@ def nightly_schedule(campaign: Campaign, prepare_job: JobDefinition) -> Schedule
     return start_nightly_cycle
 
 
-def campaign_sensor(campaign: Campaign, jobs: dict[str, JobDefinition]) -> SensorDefinition:
+def campaign_sensor(campaign: Campaign, jobs: dict[str, "UnresolvedAssetJobDefinition"]) -> SensorDefinition:
     """Carries the latest night's cycle through its stages once its prepare run has succeeded."""
     prepare_job = jobs["prepare"]
 
@@ -128,7 +128,7 @@ def backfilled_partitions(
     }
 
 
-def infrastructure_retry_sensor(campaign: Campaign, trials_job: JobDefinition) -> SensorDefinition:
+def infrastructure_retry_sensor(campaign: Campaign, trials_job: "UnresolvedAssetJobDefinition") -> SensorDefinition:
     trial_assets = {AssetKey([campaign.name, "generation"]), AssetKey([campaign.name, "evaluation"])}
 
     @run_failure_sensor(

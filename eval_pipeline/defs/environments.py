@@ -1,6 +1,6 @@
 """An instance's environment: its image, built once, and the long-lived environment started from it."""
 
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from dagster import AssetExecutionContext, AssetsDefinition, DataVersion, MetadataValue, Output, asset
 
@@ -19,6 +19,18 @@ from eval_pipeline.tasks.task import Task
 __all__ = ["environment_asset", "environment_image_asset", "prepare_environment"]
 
 EnvironmentWork = Literal["build", "prepare"]
+
+
+@overload
+def prepare_environment(
+    sandbox: SandboxBackend, portfolio: Portfolio, store: ArtifactStore, instance: Task, work: Literal["build"]
+) -> dict[str, Any]: ...
+
+
+@overload
+def prepare_environment(
+    sandbox: SandboxBackend, portfolio: Portfolio, store: ArtifactStore, instance: Task, work: Literal["prepare"]
+) -> EnvironmentHandle: ...
 
 
 def prepare_environment(

@@ -10,7 +10,7 @@ retry sensor and the CLI read it back.
 """
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from dagster import DagsterEvent, Failure, MetadataValue
 
@@ -51,11 +51,12 @@ def describe_trial_outcome(partition: str, outcome: Outcome, detail: str) -> str
 
 def failure_outcomes(step_failures: Sequence[DagsterEvent]) -> dict[str, Outcome]:
     """The outcomes, by partition, that `outcome_failure` recorded in a run's step failures (none for a crash)."""
-    outcomes = {}
+    outcomes: dict[str, Outcome] = {}
     for event in step_failures:
         user_data = event.step_failure_data.user_failure_data
         if user_data and "outcomes" in user_data.metadata:
-            outcomes |= {key: Outcome(value) for key, value in user_data.metadata["outcomes"].value.items()}
+            recorded = cast(Mapping[str, str], user_data.metadata["outcomes"].value)  # outcome_failure's JSON
+            outcomes |= {key: Outcome(value) for key, value in recorded.items()}
     return outcomes
 
 

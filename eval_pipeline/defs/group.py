@@ -54,9 +54,14 @@ class CampaignGroup:
         return {"key_prefix": [self.campaign.name], "group_name": self.campaign.name}
 
     @property
+    def snapshot_key(self) -> AssetKey:
+        """The dataset snapshot's asset."""
+        return self.key("dataset_snapshot")
+
+    @property
     def snapshot_in(self) -> AssetIn:
         """The dataset snapshot, loaded as the `portfolio` input."""
-        return AssetIn(key=self.key("dataset_snapshot"))
+        return AssetIn(key=self.snapshot_key)
 
     @property
     def retry_policy(self) -> RetryPolicy:

@@ -24,6 +24,22 @@ class CampaignPartitions:
         trials = DynamicPartitionsDefinition(name=f"{campaign.name}__trials")
         return cls(instances, trials, MultiPartitionsDefinition({INSTANCE: instances, TRIAL: trials}))
 
+    @property
+    def instances_name(self) -> str:
+        """The name of the instances' partition set (`for_campaign` names it)."""
+        return _named(self.instances)
+
+    @property
+    def trials_name(self) -> str:
+        """The name of the trials' partition set (`for_campaign` names it)."""
+        return _named(self.trials)
+
+
+def _named(partitions: DynamicPartitionsDefinition) -> str:
+    if partitions.name is None:
+        raise ValueError("a dynamic partitions definition without a name has no partition set to read")
+    return partitions.name
+
 
 def trial_run_key(instance_id: str, trial_key: str) -> MultiPartitionKey:
     return MultiPartitionKey({INSTANCE: instance_id, TRIAL: trial_key})

@@ -87,13 +87,13 @@ class CampaignProgress:
         workers), and their trials run where they ran."""
         partitions = CampaignPartitions.for_campaign(campaign)
         evaluated = instance.get_materialized_partitions(AssetKey([campaign.name, "evaluation"]))
-        instances = tuple(instance.get_dynamic_partitions(partitions.instances.name))
+        instances = tuple(instance.get_dynamic_partitions(partitions.instances_name))
         if only is not None:
             selected = {key.split("|", 1)[0] for key in only}
             instances = tuple(i for i in instances if i in selected)
         return cls(
             instances,
-            tuple(instance.get_dynamic_partitions(partitions.trials.name)),
+            tuple(instance.get_dynamic_partitions(partitions.trials_name)),
             harness.environments_ready(instance, campaign) | prepared,
             frozenset(evaluated - harness.unstored),
             only,

@@ -93,7 +93,7 @@ def build_release_definitions(campaign: Campaign) -> tuple[list[AssetChecksDefin
     ) -> Output[dict[str, Any]]:
         """Whether the candidate passed every gate, so that it may be promoted to these environments."""
         decisions = [_decision(report, policy) for policy in campaign.gates]
-        decision = {
+        decision: dict[str, Any] = {
             "promote": all(d.passed for d in decisions),
             "environments": [d.environment for d in decisions],
             "candidates": sorted({d.candidate for d in decisions}),

@@ -152,8 +152,12 @@ def _environment_dep(group: CampaignGroup) -> AssetDep:
 
 def _trial_specs(group: CampaignGroup) -> list[AssetSpec]:
     """The generation and the evaluation, one partition per (instance, trial) each."""
-    environment, snapshot = _environment_dep(group), group.snapshot_in.key
-    shared = {"partitions_def": group.partitions.trial_runs, "group_name": group.campaign.name, "skippable": True}
+    environment, snapshot = _environment_dep(group), group.snapshot_key
+    shared: dict[str, Any] = {
+        "partitions_def": group.partitions.trial_runs,
+        "group_name": group.campaign.name,
+        "skippable": True,
+    }
     return [
         AssetSpec(
             group.key("generation"),

@@ -67,6 +67,13 @@ class CampaignRun:
     trials: list[ResultRow] = field(default_factory=list)  # the results of the trials it was over
     agent_errors: dict[str, str] = field(default_factory=dict)  # "<instance> <trial>" -> the agent's error, on one line
 
+    @property
+    def final_report(self) -> Report:
+        """The report `run_campaign` reads as the run ends: every run it returns holds one."""
+        if self.report is None:
+            raise CampaignRunError("a campaign run without its report: run_campaign reads it as the run ends")
+        return self.report
+
     def failures(self) -> list[str]:
         """Why the run counts as failed, one line each, or [] when it does not: nothing it was over could be
         scored (for a selection, with the outcomes they ended in), or every environment it tried to prepare failed
@@ -95,9 +102,8 @@ class CampaignRun:
     def as_json(self) -> dict[str, Any]:
         """The report's summary (Report.summary: numbers, gates' verdicts, files), this run's step counts, and the
         agent's error of each trial it ended in agent_error."""
-        assert self.report is not None, "run_campaign returns a run with its report"
         return {
-            **self.report.summary(),
+            **self.final_report.summary(),
             "environments_prepared": self.environments_prepared,
             "generation": vars(self.generation),
             "evaluation": vars(self.evaluation),

@@ -30,7 +30,7 @@ from eval_pipeline.defs.group import ENVIRONMENT_POOL, MODEL_API_POOL
 from eval_pipeline.defs.progress import AS_RECORDED, REQUEST_TAG, Cycle, HarnessView, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, ENVIRONMENTS, STAGE_TAG, TRIALS
 from eval_pipeline.orchestration.errors import CampaignRunError
-from eval_pipeline.orchestration.launchers import POLL_S, Launcher
+from eval_pipeline.orchestration.launchers import POLL_S, Launcher, launched_run
 
 CLI_TRIGGER = "cli"
 # The pool each stage's steps claim a slot of (defs/environments.py, defs/trials.py).
@@ -47,7 +47,7 @@ def failure_message(instance: DagsterInstance, run: DagsterRun, what: str) -> Ca
     """The error behind a failed run, unwrapped from Dagster's step error, with the run to look up."""
     messages = []
     for entry in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE):
-        messages.append(innermost_error(entry.dagster_event) or "unknown error")
+        messages.append(innermost_error(entry.get_dagster_event()) or "unknown error")
     return CampaignRunError(f"{what} failed (Dagster run {run.run_id}): {'; '.join(messages) or run.status.value}")
 
 
@@ -96,7 +96,9 @@ class FinishedRun:
         metadata = _materialized(entry.asset_materialization for entry in entries)
         outcomes, failure, reasons = {}, "", ""
         if run.status != DagsterRunStatus.SUCCESS:
-            failures = [e.dagster_event for e in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE)]
+            failures = [
+                e.get_dagster_event() for e in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE)
+            ]
             outcomes = failure_outcomes(failures)
             failed_on = sorted({o.value for o in outcomes.values()}) or [run.status.value.lower()]
             failure = f"{', '.join(failed_on)} (run {run.run_id})"
@@ -147,7 +149,7 @@ def run_one(
     launcher.launch(request, run_config)
     while not (finished := launcher.wait()):
         time.sleep(POLL_S)
-    return instance.get_run_by_id(finished[0])
+    return launched_run(instance, finished[0])
 
 
 def run_all(
@@ -163,7 +165,7 @@ def run_all(
         while waiting and launcher.in_flight() < launcher.capacity:
             launcher.launch(waiting.pop(0), run_config)
         for run_id in launcher.wait():
-            tell(FinishedRun.read(instance, instance.get_run_by_id(run_id)))
+            tell(FinishedRun.read(instance, launched_run(instance, run_id)))
 
 
 def stage_limits(instance: DagsterInstance) -> dict[str, int]:
@@ -236,7 +238,7 @@ def drive(
             launcher.launch(request)
             launched.append(request)
             running[request.tags[STAGE_TAG]] += 1
-        finished = [FinishedRun.read(instance, instance.get_run_by_id(run_id)) for run_id in launcher.wait(POLL_S)]
+        finished = [FinishedRun.read(instance, launched_run(instance, run_id)) for run_id in launcher.wait(POLL_S)]
         running.subtract(run.stage for run in finished)
         if time.monotonic() - looked >= FEED_INTERVAL_S or finished:
             looked = time.monotonic()

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 import requests
-from dagster import DagsterInstance, RunRequest, RunsFilter
+from dagster import DagsterInstance, DagsterRun, RunRequest, RunsFilter
 
 from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import Campaign
@@ -39,6 +39,14 @@ from eval_pipeline.orchestration.run_workers import (
 
 LOCATION, REPOSITORY = "eval_pipeline", "__repository__"
 POLL_S = 0.5
+
+
+def launched_run(instance: DagsterInstance, run_id: str) -> DagsterRun:
+    """A run this command launched: the instance holds it from its launch on."""
+    run = instance.get_run_by_id(run_id)
+    if run is None:
+        raise LaunchError(f"Dagster's instance has no run {run_id}, launched by this command")
+    return run
 
 
 class Launcher(Protocol):
@@ -204,7 +212,7 @@ class ServerLauncher:
     def wait(self, timeout_s: float | None = None) -> list[str]:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while self._running:
-            finished = [run_id for run_id in self._running if self.instance.get_run_by_id(run_id).status in FINISHED]
+            finished = [run_id for run_id in self._running if launched_run(self.instance, run_id).status in FINISHED]
             if finished:
                 self._running.difference_update(finished)
                 return finished

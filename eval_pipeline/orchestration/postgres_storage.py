@@ -17,9 +17,9 @@ table is known to exist, so that it does not. The webserver replaces the engines
 (`optimize_for_webserver`), leaving this one idle.
 """
 
+from collections.abc import Mapping
 from typing import Any
 
-from dagster._core.storage.base_storage import DagsterStorage
 from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage
 from dagster_postgres.storage import DagsterPostgresStorage
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
@@ -90,11 +90,11 @@ class PooledPostgresStorage(DagsterPostgresStorage):
         for storage in (self._run_storage, self._event_log_storage, self._schedule_storage):
             storage._engine.dispose()
             storage._engine = self._engine
-        DagsterStorage.__init__(self)
+        super(DagsterPostgresStorage, self).__init__()  # DagsterStorage's: the storages are set above
 
     @classmethod
     def from_config_value(  # ty: ignore[invalid-method-override]
-        cls, inst_data: Any, config_value: dict[str, Any]
+        cls, inst_data: Any, config_value: Mapping[str, Any]
     ) -> "PooledPostgresStorage":
         return cls(
             pg_url_from_config(config_value),

@@ -195,6 +195,8 @@ def execute_request(
     run_config: Mapping[str, Any] | None,
 ) -> str:
     """Execute the requested run in this process; its id (a failed run is a result: it is not raised)."""
+    if request.job_name is None:
+        raise ValueError(f"a run request without its job's name (partition {request.partition_key})")
     job = definitions.resolve_job_def(request.job_name)
     result = job.execute_in_process(
         instance=instance,

@@ -32,13 +32,12 @@ import os
 import sqlite3
 import tempfile
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import dagster
-from dagster._core.storage.base_storage import DagsterStorage
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
     INDEX_SHARD_NAME,
     SQLITE_BUSY_TIMEOUT_SECONDS,
@@ -123,7 +122,7 @@ def _schema_only(content: bytes) -> tuple[bytes, str] | None:
                 kinds = connection.execute(text("SELECT DISTINCT type FROM sqlite_master")).scalars().all()
                 tables = connection.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars()
                 rows = sum(
-                    connection.execute(text(f'SELECT count(*) FROM "{table}"')).scalar()
+                    connection.execute(text(f'SELECT count(*) FROM "{table}"')).scalar_one()
                     for table in tables.all()
                     if table != "alembic_version" and not table.startswith("sqlite_")
                 )
@@ -287,11 +286,11 @@ class HeldSqliteStorage(DagsterSqliteStorage):
         self._event_log_storage = HeldSqliteEventLogStorage(_event_logs_directory(base_dir))
         self._schedule_storage = _schedule_storage(_schedule_directory(base_dir))
         self._inst_data = inst_data
-        DagsterStorage.__init__(self)
+        super(DagsterSqliteStorage, self).__init__()  # DagsterStorage's: the storages are set above
 
     @classmethod
     def from_config_value(  # ty: ignore[invalid-method-override]
-        cls, inst_data: Any, config_value: dict[str, Any]
+        cls, inst_data: Any, config_value: Mapping[str, Any]
     ) -> "HeldSqliteStorage":
         Path(config_value["base_dir"]).mkdir(parents=True, exist_ok=True)
         return cls(config_value["base_dir"], inst_data=inst_data)

@@ -7,6 +7,7 @@ how many trials have not run), rather than judged on what happens to have run.
 """
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 from eval_pipeline.config.gates import GatePolicy
 from eval_pipeline.results.model import PORTFOLIO, GateDecision, Report, VariantSummary, Violation
@@ -17,7 +18,7 @@ __all__ = ["NOT_JUDGED", "evaluate_gate", "verdict", "with_gates"]
 NOT_JUDGED = "not_judged"  # the rule of a decision on a report with trials not yet run
 
 # The metrics a regression is measured on relative to the baseline's value, and where a summary holds them.
-_RELATIVE_METRICS: dict[str, Callable[[VariantSummary], float | None]] = {
+_RELATIVE_METRICS: dict[Literal["p95_duration", "cost_per_resolved"], Callable[[VariantSummary], float | None]] = {
     "p95_duration": lambda summary: summary.duration_s.p95,
     "cost_per_resolved": lambda summary: summary.cost_per_resolved,
 }

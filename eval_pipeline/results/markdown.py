@@ -24,9 +24,9 @@ def format_interval(low: float | None, high: float | None) -> str:
     return f"[{format_number(low)}, {format_number(high)}]"
 
 
-def clip(value: float | None, low: float, high: float) -> float | None:
+def clip(value: float, low: float, high: float) -> float:
     """A bound drawn within a chart's axis (the HTML report's): the range its quantity can take."""
-    return None if value is None else max(low, min(high, value))
+    return max(low, min(high, value))
 
 
 def format_limits(summary: VariantSummary) -> str:

@@ -97,9 +97,9 @@ def id_list(result: ResultRow) -> str:
     return "unresolved_ids"
 
 
-def _id_lists(results: Sequence[ResultRow]) -> dict[str, list[str]]:
-    """Each of SWE-bench's lists, its instance ids sorted: with one seed each instance is in exactly one list;
-    with several, in the list of each of its trials."""
+def _id_lists(results: Sequence[ResultRow]) -> dict[str, Any]:
+    """Each of SWE-bench's lists (a list of str), its instance ids sorted: with one seed each instance is in
+    exactly one list; with several, in the list of each of its trials."""
     lists: dict[str, set[str]] = {name: set() for name in ID_LISTS}
     for result in results:
         lists[id_list(result)].add(result.instance_id)

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -72,7 +73,14 @@ def resolved_rate(scores: Mapping[str, Sequence[bool]], repo_of: Mapping[str, st
     m = np.array(list(means.values()))
     rate = float(m.mean())
     repos = sorted({repo_of[instance] for instance in means})
-    estimate = {"rate": rate, "n": n, "n_repos": len(repos), "se": None, "ci_low": None, "ci_high": None}
+    estimate: dict[str, Any] = {
+        "rate": rate,
+        "n": n,
+        "n_repos": len(repos),
+        "se": None,
+        "ci_low": None,
+        "ci_high": None,
+    }
     if n >= 2:
         se = float(m.std(ddof=1)) / math.sqrt(n)
         estimate["se"] = se

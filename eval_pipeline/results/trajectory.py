@@ -83,7 +83,8 @@ def trajectories_for(
         if generation is None:
             continue
         trajectory = generation.get("trajectory") if isinstance(generation.get("trajectory"), list) else []
-        patch = generation.get("patch") if isinstance(generation.get("patch"), str) else ""
+        stored_patch = generation.get("patch")
+        patch = stored_patch if isinstance(stored_patch, str) else ""
         if chosen is None and not (trajectory or patch.strip()):
             continue
         views[trial_id(trial)] = {

@@ -182,7 +182,7 @@ class SandboxSettings:
             raise ValueError(f"EVAL_PIPELINE_PYTHON_SOURCE must be image or pyenv, got {python_source!r}")
         return replace(
             self,
-            python_source=python_source,
+            python_source=typing.cast(PythonSource, python_source),  # one of its values: checked above
             base_image=os.environ.get("EVAL_PIPELINE_BASE_IMAGE") or self.base_image,
             extra_ca_bundle=os.environ.get("EVAL_PIPELINE_EXTRA_CA_BUNDLE") or self.extra_ca_bundle,
             namespace=os.environ.get("EVAL_PIPELINE_K8S_NAMESPACE") or self.namespace,
@@ -493,7 +493,7 @@ class SandboxBackend(ABC):
         """Requested and enforced resources, as recorded in every trial's lineage (and keyed into its
         evaluation); the opt-in to untrusted agents on the local backend appears only when taken, so a result
         obtained with it is marked, and one obtained without keeps its key."""
-        record = {
+        record: dict[str, Any] = {
             "backend": self.name,
             "mode": self.settings.mode,
             "requested": self.limits.as_record(),

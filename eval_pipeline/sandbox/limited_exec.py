@@ -164,8 +164,8 @@ def _read_only_but(writable):
 
 # Where each socket bound at a relative path may be, by inode (`_where_held`): a runner looks once, not at every
 # command. The processes its last look found, whose descriptors it reads last on the next.
-_RELATIVE_SOCKETS = {}
-_LOOKED_AT = set()
+_RELATIVE_SOCKETS: dict[str, list[str]] = {}
+_LOOKED_AT: set[int] = set()
 _ACCEPTING = 0x10000  # /proc/net/unix's flag of a listening socket (__SO_ACCEPTCON)
 _FD_RELATIVE = re.compile(r"/proc/(?:self|thread-self|\d+)/fd/\d+/(.+)$")
 

@@ -48,7 +48,7 @@ from contextlib import contextmanager
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from packaging.requirements import Requirement
 
@@ -165,21 +165,24 @@ class PipeChannel(ToolChannel):
         self.log = log
         with log.open("ab") as stderr:
             self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
+        assert self.process.stdin is not None and self.process.stdout is not None  # both piped
+        self.stdin: IO[bytes] = self.process.stdin
+        self.stdout: IO[bytes] = self.process.stdout
         self.send(json.dumps(session).encode() + b"\n")
 
     def send(self, data: bytes) -> None:
         try:
-            self.process.stdin.write(data)
-            self.process.stdin.flush()
+            self.stdin.write(data)
+            self.stdin.flush()
         except (BrokenPipeError, ValueError) as error:
             raise SandboxLost(f"the tool server (pid {self.process.pid}) is gone: {error}") from error
 
     def receive(self) -> bytes:
-        return os.read(self.process.stdout.fileno(), 65536)
+        return os.read(self.stdout.fileno(), 65536)
 
     def close(self) -> None:
         try:
-            self.process.stdin.close()
+            self.stdin.close()
         except BrokenPipeError:
             pass
         try:
@@ -187,7 +190,7 @@ class PipeChannel(ToolChannel):
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        self.process.stdout.close()
+        self.stdout.close()
 
     def diagnostics(self) -> str:
         return self.log.read_text(errors="replace")[-self.DIAGNOSTICS_CHARS :] if self.log.exists() else ""

@@ -23,11 +23,12 @@ import sys
 import sysconfig
 import tarfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
+from typing import cast
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
@@ -96,7 +97,9 @@ def _requirements(distribution: metadata.Distribution, extras: frozenset[str]) -
     for text in distribution.requires or []:
         requirement = Requirement(text)
         if requirement.marker is None or any(
-            requirement.marker.evaluate({**default_environment(), "extra": extra}) for extra in {"", *extras}
+            # default_environment() is a TypedDict of strings
+            requirement.marker.evaluate({**cast(Mapping[str, str], default_environment()), "extra": extra})
+            for extra in {"", *extras}
         ):
             yield requirement
 

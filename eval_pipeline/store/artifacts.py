@@ -288,7 +288,7 @@ class LocalArtifactStore(ArtifactStore):
 
     def keys(self, prefix: str) -> list[str]:
         # os.walk reads each directory once and stats no file: a campaign's listing is tens of thousands of keys.
-        found = []
+        found: list[str] = []
         for directory, _, names in os.walk(self._path(prefix)):
             relative = Path(directory).relative_to(self.root).as_posix()
             found.extend(f"{relative}/{name}" for name in names if not name.startswith(".tmp-"))

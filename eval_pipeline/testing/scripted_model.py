@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, cast
 
 from eval_pipeline.tasks.task import Task
 
@@ -596,7 +596,7 @@ class ScriptedModelServer:
 
     @property
     def base_url(self) -> str:
-        host, port = self._httpd.server_address[:2]
+        host, port = cast(tuple[str, int], self._httpd.server_address[:2])  # an AF_INET server's
         return f"http://{host}:{port}/v1"
 
     def start(self) -> Self:

@@ -95,7 +95,7 @@ class BatchSetup:
 def backoff_s(retries: RetrySettings, retry: int) -> float:
     """The wait before the `retry`-th retry (from 1): `delay_s` doubled each time, give or take a quarter, so
     that trials failed by one outage do not all come back at once."""
-    return retries.delay_s * 2 ** (retry - 1) * random.uniform(0.75, 1.25)
+    return float(retries.delay_s * 2 ** (retry - 1) * random.uniform(0.75, 1.25))
 
 
 def run_with_retries(

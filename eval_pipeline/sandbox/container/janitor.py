@@ -51,7 +51,7 @@ def prune_images(client: docker.DockerClient, older_than: timedelta) -> list[str
         client.images.list(filters=_filters(None)),
         key=lambda image: order.get(image.labels.get("eval_pipeline.layer", ""), 3),
     )
-    removed = []
+    removed: list[str] = []
     for image in images:
         if _created(image) >= cutoff:
             continue

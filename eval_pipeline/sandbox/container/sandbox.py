@@ -361,14 +361,15 @@ class ContainerWorkspace(ExecWorkspace):
         task: TaskLayout | None = None,
         cut_network: bool = True,
     ) -> None:
-        super().__init__(EngineExec(container), root, extra_env, limits, task, cut_network)
+        self.engine_exec = EngineExec(container)  # `pod`, typed as the engine's: the runner session needs it
+        super().__init__(self.engine_exec, root, extra_env, limits, task, cut_network)
         self.container = container
         self._session: RunnerSession | None = None
         self._asking = threading.Lock()  # one request at a time on the session
 
     def _runner_answer(self, request: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
         with self._asking:
-            self._session = self._session or RunnerSession(self.pod)
+            self._session = self._session or RunnerSession(self.engine_exec)
             try:
                 return self._session.ask(request, timeout_s)
             except InfrastructureError:

@@ -35,7 +35,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from eval_pipeline.common.outcomes import InfrastructureError
 from eval_pipeline.sandbox.base import (
@@ -403,7 +403,7 @@ class ExecWorkspace(Workspace):
         timeout_s: float,
         env: Mapping[str, str] | None,
         read_after: Sequence[str] = (),
-    ) -> tuple[ExecResult, dict[str, bytes | bool | None]]:
+    ) -> tuple[ExecResult, dict[str, bytes | Literal[False] | None]]:
         """The command's result, and the files `read_after` names as the runner read them back (False: over the cap)."""
         request = {**placement, "command": command, "env": {**placement["env"], **(env or {})}, "timeout_s": timeout_s}
         if read_after:

@@ -251,10 +251,11 @@ class KubernetesSandbox(SandboxBackend):
 
     def tools_image(self) -> str:
         """The tool server's runtime as an image (tool_runtime.py), built and pushed once."""
-        layer = tools_layer(self.root / "tool-runtime" / runtime_identity())
+        directory = self.root / "tool-runtime" / runtime_identity()
+        layer = tools_layer(directory)  # one layer, FROM scratch: its context is `directory`
         builder = ImageBuilder(self.images.client, self.root)
         with engine_errors("building the tool server's image"):
-            builder.ensure(layer, prepare_context=lambda step: extract_runtime(step.directory[1]))
+            builder.ensure(layer, prepare_context=lambda _: extract_runtime(directory))
         return self._pushed(layer.tag, "the tool server")
 
     def build(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:

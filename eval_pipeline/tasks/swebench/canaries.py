@@ -49,7 +49,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from math import prod
 
-from eval_pipeline.tasks.swebench.twin_values import Site, Surroundings, expected_constants, numerals, sites, words
+from eval_pipeline.tasks.swebench.twin_values import (
+    Site,
+    Surroundings,
+    end_position,
+    expected_constants,
+    numerals,
+    sites,
+    words,
+)
 
 __all__ = [
     "DEFAULT_TWINS",
@@ -235,7 +243,7 @@ def _functions(file: _TestFile) -> list[_Function]:
     found = []
     for node in file.tree.body:
         owner = node if isinstance(node, ast.ClassDef) else None
-        members = node.body if owner else [node]
+        members = node.body if isinstance(node, ast.ClassDef) else [node]
         found += [_Function(file, m, owner) for m in members if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
     return found
 
@@ -298,8 +306,9 @@ def _plan(function: _Function, k: int, taken: set[str], rng: random.Random) -> _
     first = _first_line(node)
     if k < 1 or not (constants := expected_constants(node)):
         return None
-    around = file.around(first, node.end_lineno)
-    found = sites(node, constants, file.lines[first : node.end_lineno], first, around, rng)
+    end = end_position(node)[0]
+    around = file.around(first, end)
+    found = sites(node, constants, file.lines[first:end], first, around, rng)
     if not found:
         return None
     unread = [site for site in found if not site.readable]
@@ -336,7 +345,7 @@ def _group_lines(lines: list[str], plan: _Plan) -> list[str]:
         copy[plan.site.row] = (line[: plan.site.start] + token.encode() + line[plan.site.end :]).decode()
         copy[header] = re.sub(rf"\bdef\s+{re.escape(node.name)}\b", f"def {name}", copy[header], count=1)
         copy[-1] = copy[-1] if copy[-1].endswith("\n") else copy[-1] + newline
-        written += ([newline] * _gap(lines, plan.first, node.end_lineno) if index else []) + copy
+        written += ([newline] * _gap(lines, plan.first, end_position(node)[0]) if index else []) + copy
     return written
 
 

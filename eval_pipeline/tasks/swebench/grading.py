@@ -242,7 +242,7 @@ def _restore_test_files(instance: Instance, files: list[str], workspace: Workspa
     128 KiB, and a patch may touch thousands of test files. The summary is the last part's, or the first that
     failed."""
     base = shlex.quote(workspace.base_revision or instance.base_commit)
-    result = None
+    result: ExecResult  # the range has one part at least
     for start in range(0, max(len(files), 1), RESTORED_PER_COMMAND):
         script = "; ".join(
             f"if git cat-file -e {base}:{shlex.quote(path)} 2>/dev/null; "
@@ -420,7 +420,7 @@ def _unexplained(source: RestoredSource, tests: dict[str, str], reported: dict[s
     """The first graded test or twin (`reported`, judged by its original's source) reported XFAIL or SKIPPED
     where its restored source cannot make it so ('' when none): the code under test made that status
     (test_source.py)."""
-    judged = [(test_id, status, None) for test_id, status in tests.items()]
+    judged: list[tuple[str, str, str | None]] = [(test_id, status, None) for test_id, status in tests.items()]
     judged += [(test_id, status, twins[graded_name(test_id)]) for test_id, status in reported.items()]
     for test_id, status, original in judged:
         if status in (XFAIL, SKIPPED) and not source.can_report(test_id, status, original):

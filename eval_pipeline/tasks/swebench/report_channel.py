@@ -71,7 +71,7 @@ def _test_status(phases: str) -> str | None:
     if not _ORDER[reports[0][1:] == "p-"].fullmatch("".join(report[0] for report in reports)):
         return None
     statuses = []
-    for when, outcome, flag in reports:
+    for when, outcome, flag in map(tuple, reports):
         if outcome == "f":
             statuses.append(FAILED if when in "cu" else ERROR)
         elif outcome + flag == "px" and when != "c":

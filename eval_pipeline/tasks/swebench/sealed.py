@@ -147,7 +147,7 @@ def _test_functions(tree: ast.Module) -> list[tuple[ast.FunctionDef | ast.AsyncF
     found = []
     for node in tree.body:
         owner = node if isinstance(node, ast.ClassDef) else None
-        for member in node.body if owner else [node]:
+        for member in node.body if isinstance(node, ast.ClassDef) else [node]:
             if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 found.append((member, owner))
     return found

@@ -34,7 +34,7 @@ the twins and the canary still bound.
 
 import ast
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import PurePosixPath
 
 from eval_pipeline.grading.verdict import SKIPPED, XFAIL
@@ -63,6 +63,7 @@ _PLAIN_DECORATORS = {
 }
 _DJANGO_ID = re.compile(r"(\w+) \(([\w.]+)\)")
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
+_Positioned = ast.stmt | ast.expr  # a node with a place in the source: line numbers
 
 
 def conftests_above(path: str) -> list[str]:
@@ -95,7 +96,7 @@ def _defined_names(statement: ast.stmt) -> list[str]:
     return []
 
 
-def _names_used(nodes: list[ast.AST]) -> set[str]:
+def _names_used(nodes: Sequence[ast.AST]) -> set[str]:
     """Every identifier the nodes use: names, attributes, parameters, and strings that are identifiers (fixture
     names in `usefixtures`)."""
     used = set()
@@ -168,7 +169,7 @@ class _Module:
             if cls not in found:
                 found.append(cls)
                 names = [base.id for base in cls.bases if isinstance(base, ast.Name)]
-                waiting += [self.definitions[n] for n in names if isinstance(self.definitions.get(n), ast.ClassDef)]
+                waiting += [d for n in names if isinstance(d := self.definitions.get(n), ast.ClassDef)]
         return found
 
     def tests_named(
@@ -188,9 +189,9 @@ class _Module:
                     if isinstance(member, _Function) and member.name == name:
                         yield chain, member
 
-    def scope(self, chain: list[ast.ClassDef], function: _Function) -> list[ast.AST]:
+    def scope(self, chain: list[ast.ClassDef], function: _Function) -> list[_Positioned]:
         """The nodes that can act on `function`, collected in the classes `chain` (module docstring)."""
-        nodes: list[ast.AST] = [function]
+        nodes: list[_Positioned] = [function]
         for cls in self.bases(chain):
             nodes += cls.decorator_list + cls.bases
             for member in cls.body:
@@ -200,7 +201,7 @@ class _Module:
         nodes += [statement for statement in (self.tree.body if self.tree else []) if _runs_for_every_test(statement)]
         return self._with_named(nodes)
 
-    def shared_scope(self, used: set[str]) -> list[ast.AST]:
+    def shared_scope(self, used: set[str]) -> list[_Positioned]:
         """What of a conftest acts on a test that uses the names `used` (its fixtures among them): the hooks
         (`pytest_*`), autouse fixtures and code run at import, and the definitions they or the test name."""
         body = self.tree.body if self.tree else []
@@ -208,7 +209,7 @@ class _Module:
         named = [self.definitions[name] for name in sorted(used & set(self.definitions))]
         return self._with_named([*(s for s in body if _runs_for_every_test(s)), *hooks, *named])
 
-    def _with_named(self, nodes: list[ast.AST]) -> list[ast.AST]:
+    def _with_named(self, nodes: list[_Positioned]) -> list[_Positioned]:
         """`nodes` and every definition of the file they name, and those name, to a fixpoint."""
         nodes = list(dict.fromkeys(nodes))
         named: set[str] = set()
@@ -220,11 +221,11 @@ class _Module:
             nodes += added
         return nodes
 
-    def text_of(self, nodes: list[ast.AST]) -> str:
+    def text_of(self, nodes: list[_Positioned]) -> str:
         """The source of `nodes`; the whole file where it does not parse."""
         return "\n".join(self.source(node) for node in nodes) if self.tree else self.text
 
-    def source(self, node: ast.AST) -> str:
+    def source(self, node: _Positioned) -> str:
         """The lines of a node, its decorators' first (slices: nothing is rebuilt from the tree)."""
         first = min([node.lineno] + [decorator.lineno for decorator in getattr(node, "decorator_list", [])])
         return "\n".join(self.lines[first - 1 : node.end_lineno])

@@ -34,6 +34,7 @@ import string
 from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import cast
 
 __all__ = [
     "Listed",
@@ -59,6 +60,13 @@ _BASES = {"x": 16, "o": 8, "b": 2}
 _SCAFFOLDING = frozenset([*(word.lower() for word in keyword.kwlist), "self", "cls"])
 _LISTED_AT_MOST = 4096  # a class of numerals this small is counted in full; a larger one has room to spare
 SITES_AT_MOST = 16  # tokens of a test weighed as its group's site: the first ones
+
+
+def end_position(node: ast.stmt | ast.expr) -> tuple[int, int]:
+    """The line (1-based) and column (bytes) where a node parsed from source ends; `ast.parse` sets both."""
+    if node.end_lineno is None or node.end_col_offset is None:
+        raise ValueError(f"an ast.{type(node).__name__} without an end position: only parsed nodes are read")
+    return node.end_lineno, node.end_col_offset
 
 
 def number_value(text: str) -> int | float | None:
@@ -91,7 +99,7 @@ class Numerals:
         base, start = 10, 0
         if re.match(r"0[xXoObB]", text):
             base, start = _BASES[text[1].lower()], 2
-        mantissa = len(text) if base != 10 else re.match(r"[^eEjJ]*", text).end()
+        mantissa = len(text) if base != 10 else cast(re.Match[str], re.match(r"[^eEjJ]*", text)).end()
         alphabet = (
             string.digits + string.ascii_letters[: max(base - 10, 0)] + string.ascii_uppercase[: max(base - 10, 0)]
         )
@@ -170,7 +178,7 @@ class Window:
     group holds consecutive ones, the original's place among them uniform."""
 
     numerals: Numerals
-    values: frozenset[int | float]
+    values: frozenset[int | float | None]
     texts: frozenset[str]
 
     def _allowed(self, index: int) -> bool:
@@ -266,7 +274,7 @@ def sites(
     lines[header] = _DEF_NAME.sub(r"\1", lines[header], count=1)
     text = "".join(lines)
     found = Counter(numerals(text))
-    numbers = Counter()
+    numbers: Counter[int | float] = Counter()
     for numeral, count in found.items():
         if (number := number_value(numeral)) is not None:
             numbers[number] += count
@@ -276,12 +284,12 @@ def sites(
         for constant in constants
         for span in _tokens(constant, lines[constant.lineno - 1 - first])
     ]
-    found = []
+    varied: list[Site] = []
     for row, start, end in tokens[:SITES_AT_MOST]:
         site = _site(source, row, start, end, rng)
         if site is not None and site.pool.size >= 2:
-            found.append(site)
-    return found
+            varied.append(site)
+    return varied
 
 
 def expected_constants(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Constant]:
@@ -325,7 +333,7 @@ def _tokens(constant: ast.Constant, line: str) -> list[tuple[int, int]]:
     encoded = line.encode()
     segment = encoded[constant.col_offset : constant.end_col_offset].decode()
     if not isinstance(constant.value, str):
-        return [(constant.col_offset, constant.end_col_offset)]
+        return [(constant.col_offset, end_position(constant)[1])]
     quote = segment[:1]
     if quote not in ("'", '"') or segment[:3] == quote * 3 or "\\" in segment or segment[1:-1] != constant.value:
         return []
@@ -341,6 +349,7 @@ def _tokens(constant: ast.Constant, line: str) -> list[tuple[int, int]]:
 def _site(source: _Source, row: int, start: int, end: int, rng: random.Random) -> Site | None:
     line = source.lines[row].encode()
     token = line[start:end].decode()
+    pool: Listed | Window | None
     if _WORD.fullmatch(token):
         pool = _word_pool(token, source.held_words(token.lower()), source.around.words, rng)
     else:
@@ -386,7 +395,7 @@ def _word_pool(word: str, context: frozenset[str], outside: frozenset[str], rng:
         case = str.capitalize
     else:
         return None
-    lower, taken = word.lower(), set()
+    lower, taken = word.lower(), set[str]()
     for vocabulary in (context, outside):
         for cell in ({known for known in vocabulary if len(known) == len(lower)}, _pieces(vocabulary, len(lower))):
             cell -= taken
