@@ -656,7 +656,9 @@ def _add_grade_command(commands: Any) -> None:
     )
     grade.add_argument("--predictions", required=True, metavar="FILE", help="JSON or JSON Lines, SWE-bench's fields")
     grade.add_argument(
-        "--dataset", default="demo", help="demo, hf:<name>@<revision>[:<split>], or a file or folder of SWE-bench rows"
+        "--dataset",
+        default="demo",
+        help="demo (the default), hf:<name>@<revision>[:<split>], or a file or folder of SWE-bench rows",
     )
     grade.add_argument(
         "--mirror-dir", metavar="DIR", help="clone the rows' repositories from the mirrors in DIR, not from GitHub"

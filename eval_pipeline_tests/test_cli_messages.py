@@ -89,6 +89,7 @@ def test_the_run_says_why_each_trial_it_ended_in_agent_error(campaign_env, tmp_p
     why = f"the prediction for {FIRST_CODE_ISSUE!r} does not apply"
     [line] = [line for line in result.stderr.splitlines() if line.startswith("eval-pipeline run: ")]
     assert line.startswith(f"eval-pipeline run: agent_error: {FIRST_CODE_ISSUE} model-s0: {why}"), line
+    assert "can't find file to patch" in line, "GNU patch's reason, which it writes on stdout"
     [(trial_name, error)] = json.loads(result.stdout)["agent_errors"].items()
     assert trial_name == f"{FIRST_CODE_ISSUE} model-s0" and error.startswith(why)
 

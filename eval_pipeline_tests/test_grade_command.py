@@ -10,8 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
-from eval_pipeline.config.grading import grading_campaign
+from eval_pipeline.config.grading import campaign_file, grading_campaign, grading_conflict
 from eval_pipeline.results import report
 from eval_pipeline.trial.records import MISSING
 from eval_pipeline_tests.conftest import eval_pipeline_cli, trial
@@ -137,6 +138,19 @@ def test_the_default_run_id_is_the_files_content_and_the_dataset(tmp_path):
     named = grading_campaign(first, "demo", "local", run_id="gold-v1.2")
     assert (named.run_id, named.name) == ("gold-v1.2", "grade_gold_v1_2")
     assert named.campaign["variants"][0]["params"]["sha256"]
+
+
+def test_a_grading_on_another_backend_is_refused_and_the_campaign_kept(tmp_path):
+    """One content on one dataset is one campaign: grading it on another backend would rewrite the campaign's
+    sandbox before the grading could fail (no container engine), stranding its stored trials; it is refused."""
+    path = jsonl(tmp_path / "preds.jsonl", [prediction(KNOWN)])
+    local = grading_campaign(path, "demo", "local")
+    written = campaign_file(tmp_path / "data", local.name)
+    written.parent.mkdir(parents=True)
+    written.write_text(yaml.safe_dump(local.campaign, sort_keys=False))
+    assert grading_conflict(written, grading_campaign(path, "demo", "local")) == ""
+    conflict = grading_conflict(written, grading_campaign(path, "demo", "container"))
+    assert "on the local backend" in conflict and "--backend local" in conflict
 
 
 def test_the_report_lists_instance_ids_by_verdict_from_the_typed_outcomes():

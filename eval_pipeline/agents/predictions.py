@@ -26,7 +26,7 @@ from typing import Any
 from eval_pipeline.agents.base import Agent, AgentOutput, AgentStopped, AgentTask
 from eval_pipeline.common.foreign_text import valid_unicode
 from eval_pipeline.common.hashing import sha256_text
-from eval_pipeline.sandbox import Workspace
+from eval_pipeline.sandbox import ExecResult, Workspace
 from eval_pipeline.sandbox.patches import apply_patch
 from eval_pipeline.tasks.dataset import id_problem
 
@@ -184,7 +184,13 @@ class PredictionsAgent(Agent):
         step = {"action": "apply_prediction", "patch_bytes": len(patch.encode()), **applied.summary(tail=500)}
         if not applied.ok:
             raise AgentStopped(
-                f"the prediction for {task.instance_id!r} does not apply: {applied.stderr[-500:]}",
+                f"the prediction for {task.instance_id!r} does not apply: {_why_not_applied(applied)}",
                 AgentOutput(trajectory=[step]),
             )
         return AgentOutput(trajectory=[step])
+
+
+def _why_not_applied(applied: ExecResult) -> str:
+    """The end of what the patch tools said: GNU patch, the fallback, writes its diagnostics on stdout."""
+    said = "\n".join(part.strip() for part in (applied.stderr, applied.stdout) if part.strip())
+    return said[-500:]

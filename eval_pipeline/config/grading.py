@@ -163,13 +163,23 @@ def _identity(campaign: Any) -> tuple[Any, Any] | None:
 
 def grading_conflict(path: Path, grading: Grading) -> str:
     """Why the campaign file at `path` must not be rewritten by `grading`; '' when it grades the same predictions
-    (by content) on the same dataset, so that grading them again resumes it."""
+    (by content) on the same dataset in the same sandbox, so that grading them again resumes it. Another sandbox
+    is refused rather than written: a grading that then fails (no container engine) would leave the campaign on a
+    backend its stored trials never ran on."""
     try:
         existing = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         existing = None
     if _identity(existing) == _identity(grading.campaign):
-        return ""
+        sandbox = existing.get("sandbox") if isinstance(existing, dict) else None
+        if sandbox == grading.campaign.get("sandbox"):
+            return ""
+        backend = sandbox.get("backend") if isinstance(sandbox, dict) else None
+        return (
+            f"run id {grading.run_id}: campaign {grading.name} grades these predictions on the {backend} backend;"
+            f" it is kept as it is: grade with --backend {backend} to resume it, or give another --run-id"
+            f" (its file: {path})"
+        )
     described = existing.get("description") if isinstance(existing, dict) else None
     other = f" ({described})" if isinstance(described, str) else ""
     return (

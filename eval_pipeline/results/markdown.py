@@ -204,7 +204,12 @@ def _instances_by_verdict(report: Report) -> list[str]:
             ids = getattr(summary, field)
             lines.append(f"- {field.removesuffix('_ids').replace('_', ' ')} ({len(ids)}): {_shown_ids(ids)}")
         lines.append("")
-    return [*lines, "report.json lists every id (`resolved_ids`, `unresolved_ids`, ... of each variant)."]
+    return [
+        *lines,
+        "As in SWE-bench's report, an empty patch is listed under `empty patch`, not `unresolved`; with several"
+        " seeds an instance is listed under the verdict of each of its trials, so the lists can hold it more than"
+        " once. report.json lists every id (`resolved_ids`, `unresolved_ids`, ... of each variant).",
+    ]
 
 
 def _gates(report: Report) -> list[str]:
