@@ -578,28 +578,40 @@ def test_an_agent_that_takes_the_harness_s_places_in_its_container_is_still_grad
 
 
 @pytest.mark.slow  # containers
-def test_a_snapshot_the_agent_broke_for_the_harness_is_scored_when_the_reference_passes(stateful, store):
+def test_a_snapshot_the_agent_broke_for_the_harness_is_scored_when_the_reference_passes(stateful, store, engine):
     """A re-grade's container is the agent's product: a snapshot in which the harness cannot even make the
     verifier's directories (here: no shell left) is judged by intention to treat, scored against the agent when
-    the reference, graded at once in a fresh container of the environment, resolves."""
+    the reference, graded at once in a fresh container of the environment, resolves. The agent's process removes
+    the shell once the harness has written the workspace's diff, racing the snapshot: under load the snapshot can
+    come first, so the agent tries again (another seed) until its snapshot has no shell."""
     task, sandbox, environment = stateful
     shell_remover = HARNESS_PLACE_TAKER.replace(
         "rm -rf /opt/eval/trial && echo taken > /opt/eval/trial", "rm -f /usr/bin/sh /usr/bin/dash"
     )
-    generation = generate(
-        task,
-        make_agent("command", {"command": shell_remover}),
-        0,
-        environment,
-        sandbox,
-        store,
-        network=True,
-        test_timeout_s=60,
-    )
-    assert generation.snapshot, generation.error
+    agent = make_agent("command", {"command": shell_remover})
+    for seed in range(3):
+        generation = generate(task, agent, seed, environment, sandbox, store, network=True, test_timeout_s=60)
+        assert generation.snapshot, generation.error
+        if not has_a_shell(engine, generation.snapshot["image_id"]):
+            break
+    assert not has_a_shell(engine, generation.snapshot["image_id"]), "the agent's process never won the race in 3 tries"
     regraded = evaluate(task, task.environment, generation, environment, sandbox, store, 61)
     assert regraded.outcome == Outcome.PATCH_BROKE_TEST_RUN.value, regraded.detail
     assert "scored: the reference" in regraded.detail and "setting the verifier up failed" in regraded.detail
+
+
+def has_a_shell(engine, image: str) -> bool:
+    """Whether `image` holds /usr/bin/sh, read from a container created (never started) from it."""
+    import docker
+
+    container = engine.containers.create(image, command=["true"])
+    try:
+        container.get_archive("/usr/bin/sh")
+        return True
+    except docker.errors.NotFound:
+        return False
+    finally:
+        container.remove(force=True)
 
 
 # A wrong answer, and the tool test.sh reads it with made to say the right one: hello-file's test.sh compares
