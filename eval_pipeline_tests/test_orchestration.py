@@ -15,7 +15,7 @@ from dagster import AssetKey, DagsterRunStatus, RunRequest, instance_for_test
 from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import parse_campaign
 from eval_pipeline.defs.group import ENVIRONMENT_POOL, MODEL_API_POOL
-from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, CampaignPartitions, PartitionBatch
+from eval_pipeline.defs.partitions import RANGE_END_TAG, RANGE_START_TAG, PartitionBatch
 from eval_pipeline.defs.progress import REQUEST_TAG, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline.orchestration import campaign_run
@@ -124,10 +124,14 @@ def test_an_environment_the_cycle_prepared_is_ready_whatever_key_it_recorded(cam
 
 
 def test_a_trial_that_fails_in_a_batch_fails_alone_and_only_it_runs_again(tmp_path, monkeypatch):
-    """One run materializes a batch of 4 trials; the 2 whose grading fails are Dagster's failed partitions, the
-    others are materialized, and the next cycle runs exactly the 2 again, as one batch. The oracle's gradings
+    """One run materializes a batch of 4 trials; the 2 whose grading fails are left unmaterialized, the others are
+    materialized, and the next cycle runs exactly the 2 again, as one batch. (With the process environment the
+    command sets, one planned event a run, Dagster shows the 2 as missing rather than failed: docs/OPERATIONS.md.) The oracle's gradings
     fail (its patch is the reference: a grading of it that judged nothing is the harness's, trial/evaluation.py)."""
     monkeypatch.delenv("EVAL_PIPELINE_ARTIFACTS", raising=False)
+    monkeypatch.setenv(
+        "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", "1"
+    )  # as the command runs, whatever ran before
     write_terminal_task(
         tmp_path / "tasks",
         "half",
@@ -150,15 +154,7 @@ def test_a_trial_that_fails_in_a_batch_fails_alone_and_only_it_runs_again(tmp_pa
         assert (run.evaluation.computed, run.evaluation.failed) == (2, 2)
         trial_runs = [run for run in instance.get_runs() if run.tags.get(STAGE_TAG) == "trials"]
         assert len(trial_runs) == 1 and trial_runs[0].tags[RANGE_START_TAG] == "half|oracle-s0"
-        keys = [f"half|{trial}" for trial in ("oracle-s0", "oracle-s1", "null-s0", "null-s1")]
-        partitions = CampaignPartitions.for_campaign(campaign).trial_runs
-        status = instance.get_status_by_partition(evaluation, keys, partitions)
-        assert {key: status[key].value for key in keys} == {
-            "half|oracle-s0": "FAILED",
-            "half|oracle-s1": "FAILED",
-            "half|null-s0": "MATERIALIZED",
-            "half|null-s1": "MATERIALIZED",
-        }
+        assert instance.get_materialized_partitions(evaluation) == {"half|null-s0", "half|null-s1"}
 
         cycle = new_cycle(campaign)
         run_one(instance, WorkerPoolLauncher(campaign, paths, instance, 1), cycle.request("prepare"))
