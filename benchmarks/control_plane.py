@@ -160,7 +160,7 @@ from eval_pipeline.defs.verdicts import _target  # the query a trials step makes
 from eval_pipeline.orchestration.instance_config import PROCESS_ENVIRONMENT
 from eval_pipeline.orchestration.run_workers import QUIET_RUN_CONFIG, hold_connections
 from eval_pipeline.store.artifacts import LocalArtifactStore, S3ArtifactStore, attempts_prefix
-from eval_pipeline.store.attempts import Attempt, keep, now
+from eval_pipeline.store.attempts import Attempt, keep_attempt, now
 from eval_pipeline.tasks.demo import build_demo_benchmark
 from eval_pipeline.trial.evaluation import mark_scored
 from eval_pipeline.trial.harness import Harness
@@ -574,7 +574,7 @@ class Writer:
         self.store.put(spec.generation_key, generation)
         keys = {"artifact": key, "generation": spec.generation_key, "attempt_id": evaluation["attempt_id"]}
         attempt = {**self.recording.attempt, "keys": keys, "record": evaluation, "started_at": evaluation["started_at"]}
-        keep(self.store, key, Attempt.from_payload(attempt, key=key, reused=False))
+        keep_attempt(self.store, key, Attempt.from_payload(attempt, key=key, reused=False))
         self.store.put(key, evaluation)
         mark_scored(self.store, spec.scored_id, key, evaluation)
         return generation, evaluation

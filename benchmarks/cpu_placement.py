@@ -15,7 +15,8 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from eval_pipeline.sandbox.limited_exec import run_limited
+from eval_pipeline.sandbox.runner.request import RunRequest
+from eval_pipeline.sandbox.runner.run import run_limited
 
 WORK = "python3 -c 'sum(i * i for i in range(6_000_000))'; grep Cpus_allowed_list /proc/self/status"
 
@@ -25,7 +26,9 @@ def one_round(commands: int, cpu_ceiling: float | None) -> tuple[float, set[str]
     with ThreadPoolExecutor(commands) as pool:
         results = list(
             pool.map(
-                lambda _: run_limited(WORK, "/", {"PATH": os.defpath}, 300, 10_000, cpu_ceiling=cpu_ceiling),
+                lambda _: run_limited(
+                    RunRequest(WORK, "/", {"PATH": os.defpath}, 300, 10_000, cpu_ceiling=cpu_ceiling)
+                ),
                 range(commands),
             )
         )

@@ -2,7 +2,7 @@
 
     DOCKER_HOST=unix:///run/podman/podman.sock PYTHONPATH=$PWD python benchmarks/image_storage.py
 
-The container backend builds SWE-bench environments in layers (sandbox/container/images.py): a system and a
+The container backend builds SWE-bench environments in layers (sandbox/pods/images.py): a system and a
 base image shared by everything, an `env` image per repository and version (the repository at its setup
 commit, its dependencies installed), and an `instance` image per instance (the repository at the instance's
 commit). What a campaign of N instances stores is the shared images once, each env image once per repository

@@ -41,7 +41,7 @@ from eval_pipeline.datasets.portfolio import Portfolio
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline.store.artifacts import LocalArtifactStore, attempts_prefix
-from eval_pipeline.store.attempts import Attempt, Stage, environment_artifact_key, keep
+from eval_pipeline.store.attempts import Attempt, Stage, environment_artifact_key, keep_attempt
 from eval_pipeline.tasks.dataset import Benchmark
 from eval_pipeline.tasks.swebench.instance import Instance
 from eval_pipeline.trial.evaluation import Evaluation, mark_scored
@@ -122,7 +122,7 @@ def populate(store: LocalArtifactStore, identities: list[TrialSpec]) -> None:
         for number, identity in enumerate(identities):
             if number % 50 == 49:
                 attempt = Attempt(stage=Stage.GENERATION, outcome="sandbox_lost", started_at="0", keys={})
-                keep(store, identity.generation_key, attempt)
+                keep_attempt(store, identity.generation_key, attempt)
                 continue
             generation = _generation(identity, "completed")
             store.put(generation.key, generation.payload())
@@ -134,12 +134,12 @@ def populate(store: LocalArtifactStore, identities: list[TrialSpec]) -> None:
                 keys={"attempt_id": evaluation.attempt_id},
                 record=evaluation.payload(),
             )
-            keep(store, evaluation.key, attempt)
+            keep_attempt(store, evaluation.key, attempt)
             store.put(evaluation.key, evaluation.payload())
             mark_scored(store, identity.scored_id, evaluation.key, evaluation.payload())
         for identity in identities[:: SEEDS * 100]:
             attempt = Attempt(stage=Stage.ENVIRONMENT, outcome="image_build_failed", started_at="0", keys={})
-            keep(store, environment_artifact_key(identity.environment_key), attempt)
+            keep_attempt(store, environment_artifact_key(identity.environment_key), attempt)
 
 
 def _read_all(store: LocalArtifactStore, prefix: str) -> list[dict]:

@@ -147,9 +147,9 @@ EXPLAINED = {
 }
 
 
-# Whole classes of rows the table found graded wrong, each fixed in the harness (the row that showed it first).
+# Whole classes of rows the table found graded wrong, and what the harness does for each (the row that showed it first).
 LESSONS = (
-    "What the table found, and what the harness does since:",
+    "What the table found, and what the harness does about it:",
     "",
     "- Editable installs of projects with no pyproject.toml must be `setup.py develop`, as SWE-bench's pip made",
     "  them (pip 25.3 made every editable install an import hook that keeps the repository off sys.path):",

@@ -31,8 +31,8 @@ from validation_log import ROOT, append_result, harness_commit, read_results, ta
 from eval_pipeline.agents.builtin import NullAgent, OracleAgent
 from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
-from eval_pipeline.sandbox.container.images import substitute_from
-from eval_pipeline.sandbox.container.sandbox import CAMPAIGN_LABEL
+from eval_pipeline.sandbox.container.workspace import CAMPAIGN_LABEL
+from eval_pipeline.sandbox.pods.images import substitute_from
 from eval_pipeline.store.artifacts import LocalArtifactStore
 from eval_pipeline.tasks.dataset import InvalidDatasetError
 from eval_pipeline.tasks.terminal.task import load_terminal_tasks

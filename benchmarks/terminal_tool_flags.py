@@ -28,7 +28,7 @@ from terminal_population import CAMPAIGN, LIMITS, _remove_snapshots  # beside
 
 from eval_pipeline.agents.builtin import OracleAgent
 from eval_pipeline.sandbox import SandboxSettings, make_sandbox
-from eval_pipeline.sandbox.container.sandbox import ContainerWorkspace
+from eval_pipeline.sandbox.container.workspace import ContainerWorkspace
 from eval_pipeline.store.artifacts import LocalArtifactStore
 from eval_pipeline.tasks.terminal.task import load_terminal_tasks, task_directories
 from eval_pipeline.trial.evaluation import evaluate

@@ -7,8 +7,8 @@ Locally it times one command (`true`) run through the sandbox's runner with and
 without the view (unshare of a user and a mount namespace, id maps, a bind
 mount), and whole gold trials (workspace fork, patch, tests) of the demo's code
 issues both ways. With --container it times the same command through a pod's
-exec, with the view (what every trial command now does) and without it (the
-runner's plain mode, what commands did before).
+exec, with the view (what every trial command does) and without it (the
+runner's plain mode, each command in the workspace's own directory).
 """
 
 import argparse
@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
-from eval_pipeline.sandbox.container.images import PATH, TESTBED
-from eval_pipeline.sandbox.container.workspace import HARNESS
-from eval_pipeline.sandbox.limited_exec import run_limited
+from eval_pipeline.sandbox.pods.exec_transport import HARNESS
+from eval_pipeline.sandbox.pods.images import PATH, TESTBED
+from eval_pipeline.sandbox.runner.request import RunRequest, View
+from eval_pipeline.sandbox.runner.run import run_limited
 from eval_pipeline.tasks.demo import build_demo_benchmark
 from eval_pipeline.tasks.swebench.grading import grade
 
@@ -34,12 +35,12 @@ def _median_s(samples: list[float]) -> float:
 
 def command_cost(commands: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as scratch:
-        view = {"source": scratch, "target": scratch}
+        view = View(source=scratch, target=scratch)
         timings: dict[str, list[float]] = {"plain": [], "view": []}
         for _ in range(commands):
             for name, chosen in (("plain", None), ("view", view)):
                 started = time.perf_counter()
-                run_limited("true", cwd=scratch, env={}, timeout_s=10, output_bytes=1000, view=chosen)
+                run_limited(RunRequest("true", cwd=scratch, env={}, timeout_s=10, output_bytes=1000, view=chosen))
                 timings[name].append(time.perf_counter() - started)
     return {f"command_{name}_s": _median_s(samples) for name, samples in timings.items()}
 
@@ -70,8 +71,8 @@ def trial_cost(trials: int) -> dict[str, float]:
 
 
 def container_command_cost(commands: int) -> dict[str, float]:
-    """The same `true` sent to a pod's command runner as a slot's uid, in the workspace's own directory (as before
-    the view) and seeing the workspace at /testbed (as every trial command does now)."""
+    """The same `true` sent to a pod's command runner as a slot's uid, in the workspace's own directory (the runner's
+    plain mode) and seeing the workspace at /testbed (as every trial command does)."""
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         benchmark = build_demo_benchmark(root / "mirrors")

@@ -28,8 +28,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from eval_pipeline.sandbox.command_runner import run_command
-from eval_pipeline.sandbox.limited_exec import allocated_bytes, bound_socket_paths
 from eval_pipeline.sandbox.local import PRIVATE_TMP, WALLS, walled_view
+from eval_pipeline.sandbox.runner.quota import allocated_bytes
+from eval_pipeline.sandbox.runner.request import RunRequest
+from eval_pipeline.sandbox.runner.sockets import bound_socket_paths
 
 DJANGO_MIRROR = Path("/work/mirrors-full/django/django")
 
@@ -56,7 +58,7 @@ def checkout(scratch: Path, repo: Path | None) -> Path:
 
 def per_command(scratch: Path, tree: Path, beneath_tmp: Path, repeats: int) -> dict[str, float]:
     """`beneath_tmp`, a directory under /tmp, holds a second (empty) trial: a data directory there is bound again
-    inside the trial's own /tmp (limited_exec._show_private)."""
+    inside the trial's own /tmp (runner/mounts.py: show_private)."""
     target = scratch / "target"
     target.mkdir()
     for made in ("repo", "target", "python", "tmp"):
@@ -80,12 +82,17 @@ def per_command(scratch: Path, tree: Path, beneath_tmp: Path, repeats: int) -> d
     }
     request = {"command": "true", "cwd": str(tree), "env": dict(os.environ), "timeout_s": 30, "output_bytes": 1000}
     runs: dict[str, Callable[[], object]] = {
-        name: lambda view=view: run_command(**request, view=view) for name, view in views.items()
+        name: lambda view=view: run_command(RunRequest.from_fields({**request, "view": view}))
+        for name, view in views.items()
     }
     quota = {"paths": [str(tree)], "limit_bytes": 2**40}
     carried = {**quota, "state": str(scratch / "quota.json")}
-    runs["no view + disk quota, walked (a trial's first command)"] = lambda: run_command(**request, storage=quota)
-    runs["no view + disk quota, carried (every later command)"] = lambda: run_command(**request, storage=carried)
+    runs["no view + disk quota, walked (a trial's first command)"] = lambda: run_command(
+        RunRequest.from_fields({**request, "storage": quota})
+    )
+    runs["no view + disk quota, carried (every later command)"] = lambda: run_command(
+        RunRequest.from_fields({**request, "storage": carried})
+    )
     runs["the quota's walk alone"] = lambda: allocated_bytes([str(tree)])
     return medians_ms(runs, repeats)
 

@@ -62,13 +62,15 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=r".* is currently in beta")
 
 
-def _say(line: str) -> None:
+def _print_line(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
 @contextmanager
-def _telling() -> Iterator[tuple[Callable[[str], None], "Callable[[Callable[[], str]], None] | None", "LiveStatus"]]:
-    """(say, show, status) for a campaign's run (orchestration/live_line.py): on a terminal a live line redrawn
+def _progress_output() -> Iterator[
+    tuple[Callable[[str], None], "Callable[[Callable[[], str]], None] | None", "LiveStatus"]
+]:
+    """(print_line, show, status) for a campaign's run (orchestration/live_line.py): on a terminal a live line redrawn
     every second (the time spent, the tally, each run in flight and for how long) with the lines worth a
     person's attention above it, `show` handing it the tally; elsewhere plain lines, each trial's carrying the
     tally (orchestration/tally.py), and `status` said as a line of its own after a minute without any line."""
@@ -77,10 +79,10 @@ def _telling() -> Iterator[tuple[Callable[[str], None], "Callable[[Callable[[], 
     status = LiveStatus()
     if not sys.stderr.isatty():
         with Heartbeat(status, sys.stderr) as heartbeat:
-            yield heartbeat.say, None, status
+            yield heartbeat.print_line, None, status
         return
     with LiveLine(status, sys.stderr) as live:
-        yield live.say, live.show, status
+        yield live.print_line, live.show, status
 
 
 @contextmanager
@@ -88,12 +90,12 @@ def _campaign_session(
     args: argparse.Namespace, campaign: "Campaign"
 ) -> Iterator[tuple["DagsterInstance", "Launcher", "Cycle"]]:
     """The Dagster instance, a launcher and a new cycle for a command over `campaign`. The run workers are
-    forked first, before this process opens the instance or starts a thread (run_workers.py); if the instance
+    forked first, before this process opens the Dagster instance or starts a thread (run_workers.py); if the instance
     cannot be opened, or Ctrl-C comes first, they are killed rather than left to finish starting."""
     from eval_pipeline.orchestration.run_workers import (
         embedded_run_workers,
         hold_connections,
-        open_instance,
+        open_dagster_instance,
         stop_run_workers,
     )
 
@@ -102,21 +104,24 @@ def _campaign_session(
         from eval_pipeline.orchestration.driver import new_cycle
         from eval_pipeline.orchestration.launchers import open_launcher
 
-        instance = open_instance()
-        hold_connections(instance)
+        dagster_instance = open_dagster_instance()
+        hold_connections(dagster_instance)
     except BaseException:
         if workers is not None:
             stop_run_workers(workers)
         raise
-    with instance, open_launcher(campaign, Paths.from_env(), instance, args.workers, workers) as launcher:
-        yield instance, launcher, new_cycle(campaign)
+    with (
+        dagster_instance,
+        open_launcher(campaign, Paths.from_env(), dagster_instance, args.workers, workers) as launcher,
+    ):
+        yield dagster_instance, launcher, new_cycle(campaign)
 
 
 def _campaign_source(name: str) -> str:
     """`--campaign` as load_campaign reads it: a built-in campaign's name or a file's path as given, and the name
     `grade` printed (its campaign's file under the data directory) as that file's path."""
     from eval_pipeline.config.campaign import builtin_campaigns
-    from eval_pipeline.config.grading import campaign_file
+    from eval_pipeline.config.grade_campaign import campaign_file
 
     if name in builtin_campaigns() or Path(name).is_file() or not name.isidentifier():
         return name
@@ -156,7 +161,7 @@ def _write_dataset_run(args: argparse.Namespace) -> str:
 
     from eval_pipeline.config.campaign import parse_campaign
     from eval_pipeline.config.dataset_run import dataset_run, run_conflict
-    from eval_pipeline.config.grading import campaign_file
+    from eval_pipeline.config.grade_campaign import campaign_file
     from eval_pipeline.results.report import write_text_atomically
 
     if args.campaign is not None:
@@ -176,7 +181,7 @@ def _write_dataset_run(args: argparse.Namespace) -> str:
         raise UsageError(conflict)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(path, yaml.safe_dump(run.campaign, sort_keys=False))
-    _say(
+    _print_line(
         f"run id {run.run_id}: campaign {run.name} (`--campaign {run.name}` for run, view, export, report),"
         f" file {path} (EVAL_PIPELINE_CAMPAIGNS={path} loads it in the Dagster UI)"
     )
@@ -185,13 +190,18 @@ def _write_dataset_run(args: argparse.Namespace) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     campaign = _load(args.campaign)
-    with _campaign_session(args, campaign) as (instance, launcher, cycle), _telling() as (say, show, status):
+    with (
+        _campaign_session(args, campaign) as (dagster_instance, launcher, cycle),
+        _progress_output() as (print_line, show, status),
+    ):
         from eval_pipeline.orchestration.campaign_run import run_campaign
         from eval_pipeline.orchestration.live_line import WatchedLauncher
         from eval_pipeline.results.markdown import render_summary
 
-        watched = WatchedLauncher(launcher, instance, status)
-        run = run_campaign(campaign, instance, watched, cycle, Paths.from_env(), say, _selection(args), show)
+        watched = WatchedLauncher(launcher, dagster_instance, status)
+        run = run_campaign(
+            campaign, dagster_instance, watched, cycle, Paths.from_env(), print_line, _selection(args), show
+        )
     if args.json:
         print(json.dumps(run.as_json(), indent=2, sort_keys=True))
     else:
@@ -208,7 +218,7 @@ def _grade(args: argparse.Namespace) -> int:
     import yaml
 
     from eval_pipeline.config.campaign import parse_campaign
-    from eval_pipeline.config.grading import (
+    from eval_pipeline.config.grade_campaign import (
         GRADING_RECORD,
         campaign_file,
         grading_campaign,
@@ -229,7 +239,7 @@ def _grade(args: argparse.Namespace) -> int:
     if unknown and not args.ignore_unknown_ids:
         raise UsageError(f"{unknown_ids_message(predictions, unknown)}; --ignore-unknown-ids grades the others")
     if unknown:
-        _say(f"eval-pipeline grade: warning: {unknown_ids_message(predictions, unknown)}: not graded")
+        _print_line(f"eval-pipeline grade: warning: {unknown_ids_message(predictions, unknown)}: not graded")
     if path.exists() and (conflict := grading_conflict(path, grading)):
         raise UsageError(conflict)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -237,7 +247,7 @@ def _grade(args: argparse.Namespace) -> int:
     record = paths.reports / grading.name / GRADING_RECORD
     record.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(record, json.dumps(grading.record(unknown), indent=2, sort_keys=True))
-    _say(
+    _print_line(
         f"run id {grading.run_id}: campaign {grading.name} (`--campaign {grading.name}` for view, export, report),"
         f" file {path} (EVAL_PIPELINE_CAMPAIGNS={path} loads it in the Dagster UI)"
     )
@@ -256,9 +266,16 @@ def _validate(args: argparse.Namespace) -> int:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     campaign = _load(args.campaign)
     try:
-        with _campaign_session(args, campaign) as (instance, launcher, cycle):
+        with _campaign_session(args, campaign) as (dagster_instance, launcher, cycle):
             validation = run_validation(
-                campaign, instance, launcher, cycle, Paths.from_env(), args.repeats, _say, _selection(args)
+                campaign,
+                dagster_instance,
+                launcher,
+                cycle,
+                Paths.from_env(),
+                args.repeats,
+                _print_line,
+                _selection(args),
             )
     except DatasetNotLoaded as error:
         raise UsageError(str(error)) from None
@@ -291,8 +308,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     reports, runs = {}, {}
     for multiplier in multipliers:
         scaled = at_multiplier(campaign, multiplier)
-        with _campaign_session(args, scaled) as (instance, launcher, cycle):
-            run = run_campaign(scaled, instance, launcher, cycle, Paths.from_env(), _say)
+        with _campaign_session(args, scaled) as (dagster_instance, launcher, cycle):
+            run = run_campaign(scaled, dagster_instance, launcher, cycle, Paths.from_env(), _print_line)
         reports[multiplier_label(multiplier)], runs[multiplier_label(multiplier)] = run.final_report, run.as_json()
     rows = calibration_rows(reports)
     calibration = {"campaign": campaign.name, "rows": rows, "runs": runs}
@@ -810,8 +827,8 @@ def _without_engine(args: argparse.Namespace) -> str:
 
 def console_main() -> None:
     """The `eval-pipeline` command: `main`, then an exit that skips the interpreter's teardown. Freeing each of
-    the thousands of modules and objects that Dagster brings, one by one, took about 0.9 s after the work was
-    done, changing nothing. The exit is an exit handler registered after `logging`'s (this module imports it
+    the thousands of modules and objects that Dagster brings, one by one, takes about 0.9 s after the work is
+    done, and changes nothing. The exit is an exit handler registered after `logging`'s (this module imports it
     first), so it runs before that one: it shuts logging down itself, then flushes the streams."""
     code = 1  # what an exception escaping `main` exits with, once Python has printed it
 

@@ -16,9 +16,9 @@ from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.common.settings import RESULTS_KEY_VARIABLE
 from eval_pipeline.results.warehouse import ResultRow
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBackend, SandboxSettings, make_sandbox
-from eval_pipeline.sandbox.container.images import MANAGED_LABEL
-from eval_pipeline.sandbox.container.sandbox import removals_done
+from eval_pipeline.sandbox.container.removal import removals_done
 from eval_pipeline.sandbox.local import LocalSandbox
+from eval_pipeline.sandbox.pods.images import MANAGED_LABEL
 from eval_pipeline.store.artifacts import LocalArtifactStore, S3ArtifactStore
 from eval_pipeline.tasks.dataset import Benchmark
 from eval_pipeline.tasks.demo import build_demo_benchmark

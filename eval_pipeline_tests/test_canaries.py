@@ -12,7 +12,7 @@ import ast
 import random
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -344,7 +344,9 @@ def forged_runs(benchmark, sandbox, prepare, seeds: range, forgery: str = TWIN_R
                 original = grading.secrets.randbits
                 grading.secrets.randbits = lambda bits, seed=seed: seed
                 try:
-                    verdict = grade(instance, benchmark.environment_for(instance), patch, workspace, 120, twins)
+                    verdict = grade(
+                        replace(instance, twins=twins), benchmark.environment_for(instance), patch, workspace, 120
+                    )
                 finally:
                     grading.secrets.randbits = original
             step = next((step for step in verdict.steps if step.get("step") == "run_tests"), {})
@@ -367,9 +369,9 @@ def test_the_forger_that_runs_the_groups_wins_only_where_neither_a_seal_nor_a_gr
 ):
     """Every demo failing test with an expected value is sealed (tasks/swebench/sealed.py): the forger finds no
     group to run there, swallows the failures in the process, and hands over what the buggy code returns, which
-    the harness compares with values the process never held. On a5a01da's twins it won 63 of 80 such gradings
-    (benchmarks/twin_forger.py); now it wins only the issue whose failing test expects an exception, which
-    nothing guards (bound 1)."""
+    the harness compares with values the process never held. It wins only the issue whose failing test expects
+    an exception, which nothing guards (bound 1); against twins without seals (a5a01da) it won 63 of 80 such
+    gradings (benchmarks/twin_forger.py)."""
     runs = forged_runs(demo_benchmark, shared_sandbox, prepare, range(2))
     assert {run.outcome for run in runs} <= {Outcome.UNRESOLVED, Outcome.RESOLVED}, runs
     guarded = [run for run in runs if run.sealed]

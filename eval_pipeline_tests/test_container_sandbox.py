@@ -26,16 +26,13 @@ from eval_pipeline.common.settings import Paths
 from eval_pipeline.config.campaign import BUILTIN_DIR, load_campaign
 from eval_pipeline.defs import build_definitions, stage_job_name
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
-from eval_pipeline.sandbox.container import images, janitor
-from eval_pipeline.sandbox.container.images import ENV_VENV, MANAGED_LABEL, FoundImage, ImageBuilder, find_image
-from eval_pipeline.sandbox.container.sandbox import (
-    CAMPAIGN_LABEL,
-    VOLUME_ID_LABEL,
-    _fill_tools,
-    engine_client,
-    engine_is_podman,
-    removals_done,
-)
+from eval_pipeline.sandbox.container import janitor
+from eval_pipeline.sandbox.container.removal import removals_done
+from eval_pipeline.sandbox.container.tool_volume import VOLUME_ID_LABEL, _fill_tools, tools_volume
+from eval_pipeline.sandbox.container.workspace import CAMPAIGN_LABEL
+from eval_pipeline.sandbox.pods import images
+from eval_pipeline.sandbox.pods.engine import engine_client, engine_is_podman
+from eval_pipeline.sandbox.pods.images import ENV_VENV, MANAGED_LABEL, FoundImage, ImageBuilder, find_image
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT
 from eval_pipeline.store.artifacts import LocalArtifactStore
 from eval_pipeline.tasks.demo import DemoBug, DemoRepo, DemoStage, build_repos_benchmark
@@ -168,7 +165,7 @@ def test_the_harness_runs_on_its_own_interpreter_whatever_python3_the_environmen
         assert result.ok, result.summary()
         old, planted, runner = result.stdout.splitlines()
         assert (old, planted) == ("False", "97"), "the trial's commands get the environment's own python3"
-        assert runner.split()[:3] == [interpreter, "-I", f"{TOOLS_ROOT}/limited_exec.py"]
+        assert runner.split()[:3] == [interpreter, "-I", f"{TOOLS_ROOT}/runner"]
         pid1 = workspace.container.exec_run(["readlink", "/proc/1/exe"])
         assert pid1.output.decode().strip() == interpreter
         assert workspace.container.exec_run(["test", "-e", "/planted-python3-ran"]).exit_code == 1
@@ -371,10 +368,10 @@ def test_the_tool_volume_is_looked_into_once_per_engine_and_again_when_made_anew
     and made again under the same name, empty, is filled again before any trial mounts it."""
     from docker.models.containers import ContainerCollection
 
-    from eval_pipeline.sandbox.container import sandbox as container_module
+    from eval_pipeline.sandbox.container import tool_volume as volume_module
 
-    monkeypatch.setattr(container_module, "TOOLS_VOLUME_PREFIX", f"eval-pipeline-tools-test-{uuid.uuid4().hex[:8]}-")
-    monkeypatch.setattr(container_module, "_FILLED_VOLUMES", set())
+    monkeypatch.setattr(volume_module, "TOOLS_VOLUME_PREFIX", f"eval-pipeline-tools-test-{uuid.uuid4().hex[:8]}-")
+    monkeypatch.setattr(volume_module, "_FILLED_VOLUMES", set())
     created = []  # the fillers the sandbox makes (`output_of`, below, passes its arguments by name)
     create = ContainerCollection.create
     monkeypatch.setattr(
@@ -386,24 +383,24 @@ def test_the_tool_volume_is_looked_into_once_per_engine_and_again_when_made_anew
     def runtime_files(volume: str) -> list[str]:
         return output_of(engine, image, ["ls", TOOLS_ROOT], volumes={volume: {"bind": TOOLS_ROOT}}).decode().split()
 
-    name = sandbox._tools_volume(image)
+    name = tools_volume(sandbox.client, image, sandbox.root / "locks")
     try:
         assert len(created) == 1
-        container_module._FILLED_VOLUMES.clear()  # as in the command's next process
-        assert sandbox._tools_volume(image) == name and len(created) == 1
-        container_module._FILLED_VOLUMES.clear()  # a process of another data directory
+        volume_module._FILLED_VOLUMES.clear()  # as in the command's next process
+        assert tools_volume(sandbox.client, image, sandbox.root / "locks") == name and len(created) == 1
+        volume_module._FILLED_VOLUMES.clear()  # a process of another data directory
         settings = SandboxSettings.from_mapping({"backend": "container"})
         elsewhere = make_sandbox(settings, tmp_path / "elsewhere", ResourceLimits(), f"test-{uuid.uuid4().hex[:8]}")
-        assert elsewhere._tools_volume(image) == name and len(created) == 1
+        assert tools_volume(elsewhere.client, image, elsewhere.root / "locks") == name and len(created) == 1
         filled = runtime_files(name)
         assert filled
 
         for labels in ({MANAGED_LABEL: "true"}, {MANAGED_LABEL: "true", VOLUME_ID_LABEL: uuid.uuid4().hex}):
             engine.volumes.get(name).remove()
             engine.volumes.create(name, labels=labels)  # the same name, empty: without an id, then another id
-            container_module._FILLED_VOLUMES.clear()
+            volume_module._FILLED_VOLUMES.clear()
             created.clear()
-            sandbox._tools_volume(image)
+            tools_volume(sandbox.client, image, sandbox.root / "locks")
             assert len(created) == 1
             assert runtime_files(name) == filled
     finally:

@@ -20,7 +20,7 @@ from eval_pipeline.common.git import (
     clone_at,
     git,
 )
-from eval_pipeline.sandbox.container.images import readable_by_all
+from eval_pipeline.sandbox.pods.images import readable_by_all
 
 
 def sh(command: str, repo: Path) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eval_pipeline.config.grading import campaign_file, grading_campaign, grading_conflict
+from eval_pipeline.config.grade_campaign import campaign_file, grading_campaign, grading_conflict
 from eval_pipeline.results import report
 from eval_pipeline.trial.records import MISSING
 from eval_pipeline_tests.conftest import eval_pipeline_cli, trial

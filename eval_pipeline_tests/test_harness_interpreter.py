@@ -15,15 +15,17 @@ import pytest
 
 from eval_pipeline.common.outcomes import InfrastructureError
 from eval_pipeline.sandbox.base import ResourceLimits, SandboxError, ToolChannel, parse_task_base_images
-from eval_pipeline.sandbox.container.images import (
+from eval_pipeline.sandbox.kubernetes.manifest import environment_pod_manifest
+from eval_pipeline.sandbox.kubernetes.slots import claimed_slot
+from eval_pipeline.sandbox.pods.exec_transport import PodExec
+from eval_pipeline.sandbox.pods.images import (
     SWEBENCH_SYSTEM_PACKAGES,
     PythonSource,
     base_layer,
     substitute_from,
     task_layers,
 )
-from eval_pipeline.sandbox.container.workspace import ExecWorkspace, PodExec, claimed_slot
-from eval_pipeline.sandbox.kubernetes.manifest import environment_pod_manifest
+from eval_pipeline.sandbox.pods.workspace import ExecWorkspace
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, ToolRuntime
 from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR, load_terminal_tasks
 
@@ -44,7 +46,7 @@ class RecordingPod(PodExec):
         if argv[:2] == ["sh", "-c"] and "chown" in argv[2]:
             # The uid claim prints the uid, /testbed's commit and what the copy takes on disk.
             return 0, b"20000\n" + b"a" * 40 + b"\n4096\n", b""
-        if "limited_exec.py" in " ".join(argv) and "--sweep" not in argv:
+        if f"{TOOLS_ROOT}/runner" in argv and "--sweep" not in argv:
             return 0, json.dumps(RESULT).encode(), b""
         if any("print(slot)" in arg for arg in argv):
             return 0, b"0\n", b""
@@ -79,7 +81,7 @@ def test_every_harness_command_in_a_pod_starts_the_runtime_interpreter_by_path()
     assert len(started) == 8, pod.commands
     for invocation in started:
         assert invocation[:2] == [INTERPRETER, "-I"], invocation
-    runs = [argv for argv in pod.commands if argv[-1] == f"{TOOLS_ROOT}/limited_exec.py"]
+    runs = [argv for argv in pod.commands if argv[-1] == f"{TOOLS_ROOT}/runner"]
     assert runs == [["/usr/bin/env", f"LD_LIBRARY_PATH={TOOLS_ROOT}/python/lib", INTERPRETER, "-I", runs[0][-1]]]
 
 

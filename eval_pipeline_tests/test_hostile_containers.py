@@ -46,7 +46,7 @@ def still_works(pod) -> None:
 
 def test_an_agent_writing_outside_its_workspace_harms_nothing(pod, store):
     command = (
-        "echo x > /testbed/evil; echo x >> /opt/eval/tools/limited_exec.py; echo x > /evil; "
+        "echo x > /testbed/evil; echo x >> /opt/eval/tools/runner/run.py; echo x > /evil; "
         "mkdir -p /workspaces/slot1 && echo x > /workspaces/slot1/evil; echo x > README.md; true"
     )
     generation = run_agent(pod, store, command)
@@ -191,7 +191,7 @@ def test_a_trial_writes_nothing_of_the_harness_but_its_outputs(pod):
         root = workspace.root
         attack = (
             f"echo forged >> {patch}; rm -f {patch}; mv {root} {root}.moved; mv {root}/harness {root}/h; "
-            f"chmod 777 {root}/harness; ln -s /opt/eval/tools/limited_exec.py {junit}; echo tests ran > {log}"
+            f"chmod 777 {root}/harness; ln -s /opt/eval/tools/runner/run.py {junit}; echo tests ran > {log}"
         )
         result = workspace.run(attack, timeout_s=30)
         assert result.stderr.count("Permission denied") + result.stderr.count("Operation not permitted") == 5

@@ -30,10 +30,14 @@ from websockets.sync.server import serve
 
 from eval_pipeline.agents.tool_session import channel_transport
 from eval_pipeline.common.outcomes import SandboxLost
-from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxError, SandboxSettings, limited_exec
-from eval_pipeline.sandbox.container.workspace import ExecWorkspace, PodExec, claimed_slot
-from eval_pipeline.sandbox.kubernetes.sandbox import KubernetesExec, KubernetesSandbox, remove_pods
+from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxError, SandboxSettings
+from eval_pipeline.sandbox.kubernetes.pod_exec import KubernetesExec
+from eval_pipeline.sandbox.kubernetes.sandbox import KubernetesSandbox, remove_pods
+from eval_pipeline.sandbox.kubernetes.slots import claimed_slot
 from eval_pipeline.sandbox.local import TOOL_SERVER
+from eval_pipeline.sandbox.pods.exec_transport import PodExec
+from eval_pipeline.sandbox.pods.workspace import ExecWorkspace
+from eval_pipeline.sandbox.runner.entry import DIRECTORY as RUNNER
 from eval_pipeline_tests.conftest import eval_pipeline_cli
 
 NAMESPACE = "eval-environments"
@@ -261,7 +265,7 @@ def test_a_request_reaches_the_command_runner_on_stdin_and_never_in_its_command_
     answer["execute"] = True
     secret = "sk-not-in-any-command-line"
     request = {"command": 'echo "$KEY"', "cwd": "/", "env": {"KEY": secret}, "timeout_s": 10, "output_bytes": 100}
-    argv = [sys.executable, limited_exec.__file__]
+    argv = [sys.executable, RUNNER]
     exit_code, stdout, _ = KubernetesExec(api(host=host), NAMESPACE, "env-pod").run(argv, private=json.dumps(request))
     assert exit_code == 0 and json.loads(stdout)["stdout"] == f"{secret}\n"
     assert seen[0]["stdin"] == ["True"] and secret not in json.dumps(seen[0]["command"])

@@ -22,10 +22,11 @@ from eval_pipeline.agents import make_agent
 from eval_pipeline.agents.tool_session import open_tool_session
 from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxSettings
-from eval_pipeline.sandbox.container.sandbox import EngineExec
-from eval_pipeline.sandbox.container.workspace import PodExec, claimed_slot
+from eval_pipeline.sandbox.container.engine_exec import EngineExec
 from eval_pipeline.sandbox.kubernetes.manifest import CONTAINER, TOOLS_VOLUME
 from eval_pipeline.sandbox.kubernetes.sandbox import KubernetesSandbox
+from eval_pipeline.sandbox.kubernetes.slots import claimed_slot
+from eval_pipeline.sandbox.pods.exec_transport import PodExec
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, extract_runtime, runtime_identity
 from eval_pipeline.store.artifacts import LocalArtifactStore
 from eval_pipeline.trial.evaluation import evaluate

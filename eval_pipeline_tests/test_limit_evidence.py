@@ -20,7 +20,6 @@ from eval_pipeline.results.warehouse import collect_warehouse
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.local import LocalSandbox
 from eval_pipeline.sandbox.patches import patch_paths
-from eval_pipeline.trial.batch import BatchItem, BatchItemResult, BatchSetup, run_with_retries
 from eval_pipeline.trial.limits import (
     CAMPAIGN,
     VALIDATION,
@@ -29,6 +28,8 @@ from eval_pipeline.trial.limits import (
     reference_pass,
     scored_at_limits,
 )
+from eval_pipeline.trial.run import TrialResult, TrialSetup
+from eval_pipeline.trial.spec import trial_spec
 from eval_pipeline.trial.validation import InstanceValidation, leave_limit_evidence, validate_task
 from eval_pipeline_tests.conftest import trial
 
@@ -81,14 +82,14 @@ def sandbox_at(root: Path, ceiling_mb: int) -> LocalSandbox:
     return LocalSandbox(root, ResourceLimits(memory_floor_mb=128, memory_ceiling_mb=ceiling_mb), SandboxSettings(), "t")
 
 
-def setup_for(campaign, portfolio, instance, sandbox, store) -> BatchSetup:
+def setup_for(campaign, portfolio, instance, sandbox, store) -> TrialSetup:
     environment = sandbox.prepare(instance, portfolio.environment_for(instance), portfolio.source_for(instance))
-    return BatchSetup(campaign, portfolio, store, lambda task: sandbox, {instance.instance_id: environment})
+    return TrialSetup(campaign, portfolio, store, lambda task: sandbox, {instance.instance_id: environment})
 
 
-def run(setup: BatchSetup, instance, variant: str) -> BatchItemResult:
-    work = BatchItem(f"{instance.instance_id}|{variant}-s0", instance, setup.campaign.trial(f"{variant}-s0"))
-    return run_with_retries(setup, work, sleep=lambda seconds: None)
+def run(setup: TrialSetup, instance, variant: str) -> TrialResult:
+    spec = trial_spec(setup.campaign, setup.portfolio, setup.sandbox_for, instance.instance_id, f"{variant}-s0")
+    return setup.trial(spec).run(sleep=lambda seconds: None)
 
 
 def trial_row(campaign, portfolio, setup, store, instance, variant):

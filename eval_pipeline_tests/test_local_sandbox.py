@@ -15,22 +15,19 @@ from pathlib import Path
 
 import pytest
 
-import eval_pipeline.sandbox.limited_exec as limited_exec
 from eval_pipeline.common.git import git
 from eval_pipeline.common.outcomes import ImageBuildFailed
 from eval_pipeline.common.settings import DeploymentError
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, local
 from eval_pipeline.sandbox.base import RunnerEnded
 from eval_pipeline.sandbox.interpreters import UPGRADE_PIP
-from eval_pipeline.sandbox.limited_exec import (
-    INODE_CHARGE,
-    allocated_bytes,
-    become_signaller,
-    read_back,
-    run_limited,
-    signal_all_of,
-)
 from eval_pipeline.sandbox.local import LocalSandbox, missing_system_packages
+from eval_pipeline.sandbox.runner.entry import DIRECTORY as RUNNER
+from eval_pipeline.sandbox.runner.processes import become_signaller, signal_all_of
+from eval_pipeline.sandbox.runner.quota import INODE_CHARGE, allocated_bytes
+from eval_pipeline.sandbox.runner.read_back import read_back
+from eval_pipeline.sandbox.runner.request import Quota, RunRequest
+from eval_pipeline.sandbox.runner.run import run_limited
 from eval_pipeline.tasks.environment import EnvironmentSpec
 
 
@@ -182,7 +179,7 @@ def test_a_setsid_process_escapes_its_process_group_but_not_its_trial_s_uid():
         tag = f"{60 + (uid or 0) / 1e6:.6f}"
         # The command outlasts the background's setsid (3 s): killed before it, the group would take it along.
         command = f"setsid sleep {tag} </dev/null >/dev/null 2>&1 & sleep 3"
-        run_limited(command, "/", {"PATH": os.defpath}, 10, 1000, uid=uid)
+        run_limited(RunRequest(command, "/", {"PATH": os.defpath}, 10, 1000, uid=uid))
         deadline = time.monotonic() + 10  # a SIGKILL is delivered at once; the exit takes a moment
         while (survivors := running(tag)) and uid is not None and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -578,14 +575,14 @@ def test_a_command_past_its_disk_quota_is_ended_and_a_neighbours_writes_never_co
     mine, neighbour = tmp_path / "mine", tmp_path / "neighbour"
     mine.mkdir()
     neighbour.mkdir()
-    quota = {"paths": [str(mine)], "limit_bytes": 8 * 2**20}
+    quota = Quota((str(mine),), 8 * 2**20)
     write = "python3 -c \"import os,time\nfor i in range(32): open(f'{}/f{{i}}', 'wb').write(os.urandom(2**20)); time.sleep(0.01)\""
-    elsewhere = run_limited(write.format(neighbour), str(tmp_path), {}, 60, 10_000, storage=quota)
+    elsewhere = run_limited(RunRequest(write.format(neighbour), str(tmp_path), {}, 60, 10_000, storage=quota))
     assert elsewhere["exit_code"] == 0 and not elsewhere["storage_exceeded"]
-    filled = run_limited(write.format(mine), str(tmp_path), {}, 60, 10_000, storage=quota)
+    filled = run_limited(RunRequest(write.format(mine), str(tmp_path), {}, 60, 10_000, storage=quota))
     assert filled["storage_exceeded"] and filled["exit_code"] == -9
     assert allocated_bytes([str(mine)]) < 16 * 2**20, "stopped within a few samples of its quota"
-    again = run_limited("true", str(tmp_path), {}, 60, 10_000, storage=quota)
+    again = run_limited(RunRequest("true", str(tmp_path), {}, 60, 10_000, storage=quota))
     assert again["storage_exceeded"], "a quota already spent ends the next command too"
 
 
@@ -594,11 +591,11 @@ def test_the_room_a_command_leaves_carries_to_the_next_and_never_past_the_quota(
     still stopped in its second command."""
     mine = tmp_path / "mine"
     mine.mkdir()
-    quota = {"paths": [str(mine)], "limit_bytes": 8 * 2**20, "state": str(tmp_path / "quota.json")}
+    quota = Quota((str(mine),), 8 * 2**20, str(tmp_path / "quota.json"))
     write = "python3 -c \"import os\nfor i in range(6): open(f'{}-{{i}}', 'wb').write(os.urandom(2**20))\""
-    first = run_limited(write.format(mine / "a"), str(tmp_path), {}, 60, 10_000, storage=quota)
+    first = run_limited(RunRequest(write.format(mine / "a"), str(tmp_path), {}, 60, 10_000, storage=quota))
     assert first["exit_code"] == 0 and not first["storage_exceeded"]
-    second = run_limited(write.format(mine / "b"), str(tmp_path), {}, 60, 10_000, storage=quota)
+    second = run_limited(RunRequest(write.format(mine / "b"), str(tmp_path), {}, 60, 10_000, storage=quota))
     assert second["storage_exceeded"], "judged when it ended, had it ended before a sample"
 
 
@@ -609,11 +606,13 @@ def test_space_a_neighbour_frees_meanwhile_does_not_hide_what_a_command_writes(t
     mine, neighbour = tmp_path / "mine", tmp_path / "neighbour.bin"
     mine.mkdir()
     neighbour.write_bytes(os.urandom(64 * 2**20))
-    quota = {"paths": [str(mine)], "limit_bytes": 8 * 2**20, "state": str(tmp_path / "quota.json")}
+    quota = Quota((str(mine),), 8 * 2**20, str(tmp_path / "quota.json"))
     write = "python3 -c \"import os\nfor i in range(6): open(f'{}-{{i}}', 'wb').write(os.urandom(2**20))\""
-    first = run_limited(write.format(mine / "a"), str(tmp_path), {}, 60, 10_000, storage=quota)
+    first = run_limited(RunRequest(write.format(mine / "a"), str(tmp_path), {}, 60, 10_000, storage=quota))
     assert first["exit_code"] == 0 and not first["storage_exceeded"]
-    second = run_limited(f"rm {neighbour} && " + write.format(mine / "b"), str(tmp_path), {}, 60, 10_000, storage=quota)
+    second = run_limited(
+        RunRequest(f"rm {neighbour} && " + write.format(mine / "b"), str(tmp_path), {}, 60, 10_000, storage=quota)
+    )
     assert second["storage_exceeded"], second
 
 
@@ -621,14 +620,16 @@ def test_millions_of_empty_files_count_against_the_quota(tmp_path):
     """Empty files take no block but an inode each, which a disk has a fixed number of: each is charged."""
     mine = tmp_path / "mine"
     mine.mkdir()
-    quota = {"paths": [str(mine)], "limit_bytes": 1000 * INODE_CHARGE}
+    quota = Quota((str(mine),), 1000 * INODE_CHARGE)
     touched = run_limited(
-        "python3 -c \"import os\nfor i in range(5000): open(f'e{i}', 'w').close()\"",
-        str(mine),
-        {},
-        60,
-        10_000,
-        storage=quota,
+        RunRequest(
+            "python3 -c \"import os\nfor i in range(5000): open(f'e{i}', 'w').close()\"",
+            str(mine),
+            {},
+            60,
+            10_000,
+            storage=quota,
+        )
     )
     assert touched["storage_exceeded"], touched
 
@@ -726,23 +727,25 @@ def test_a_file_read_back_with_a_commands_answer_is_a_regular_file_at_its_own_pa
     (tmp_path / "big").write_bytes(b"12345")
     assert read_back(str(tmp_path / "big"), 4) is False and read_back(str(tmp_path / "big"), 5) == "MTIzNDU="
     answer = run_limited(
-        f"echo 0 > {tmp_path}/real/reward.txt",
-        str(tmp_path),
-        {},
-        30,
-        1000,
-        read_after=[str(tmp_path / "real" / "reward.txt"), str(tmp_path / "link")],
-        read_cap=4,
+        RunRequest(
+            f"echo 0 > {tmp_path}/real/reward.txt",
+            str(tmp_path),
+            {},
+            30,
+            1000,
+            read_after=(str(tmp_path / "real" / "reward.txt"), str(tmp_path / "link")),
+            read_cap=4,
+        )
     )
     assert answer["files"] == {str(tmp_path / "real" / "reward.txt"): "MAo=", str(tmp_path / "link"): None}
 
 
 def test_a_session_runner_answers_each_request_by_its_id_and_a_child_killed_or_stopped_as_ended(tmp_path):
-    """`limited_exec.py --session` (a container workspace's one runner): each request answered in turn, numbered;
+    """The runner's `--session` (a container workspace's one runner): each request answered in turn, numbered;
     a command that kills or stops the child answering it (as a terminal agent, root, may) is answered for as
     `runner_ended`, never half an answer or a session held for ever; the next request is served."""
     session = subprocess.Popen(
-        [sys.executable, limited_exec.__file__, "--session"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, RUNNER, "--session"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     base = {"cwd": str(tmp_path), "env": {}, "timeout_s": 30, "output_bytes": 10_000_000}
 

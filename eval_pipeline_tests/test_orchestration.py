@@ -20,7 +20,7 @@ from eval_pipeline.defs.progress import REQUEST_TAG, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, STAGE_TAG
 from eval_pipeline.orchestration import campaign_run
 from eval_pipeline.orchestration.campaign_run import create_pools, run_campaign
-from eval_pipeline.orchestration.driver import CycleFeed, _launchable, new_cycle, run_one, stage_limits
+from eval_pipeline.orchestration.driver import MaterializationPoller, _launchable, new_cycle, run_one, stage_limits
 from eval_pipeline.orchestration.errors import CampaignRunError
 from eval_pipeline.orchestration.launchers import WorkerPoolLauncher
 from eval_pipeline.orchestration.run_workers import environment_lanes, start_run_workers, stop_run_workers
@@ -162,7 +162,7 @@ def test_a_trial_that_fails_in_a_batch_fails_alone_and_only_it_runs_again(tmp_pa
         assert (again.tags[RANGE_START_TAG], again.tags[RANGE_END_TAG]) == ("half|oracle-s0", "half|oracle-s1")
 
 
-def test_the_feed_gives_each_materialization_of_the_cycles_trials_once_and_none_of_another_cycles(
+def test_the_poller_gives_each_materialization_of_the_cycles_trials_once_and_none_of_another_cycles(
     campaign, tmp_path, monkeypatch
 ):
     """What lets the CLI tell a trial when it ends, not when its batch does."""
@@ -173,15 +173,15 @@ def test_the_feed_gives_each_materialization_of_the_cycles_trials_once_and_none_
         cycle, other = new_cycle(campaign), new_cycle(campaign)
         run_one(instance, launcher, cycle.request("prepare"))
         run_one(instance, launcher, cycle.request("environments", KEPT[0]))
-        feed = CycleFeed(instance, cycle)
+        poller = MaterializationPoller(instance, cycle)
         run_one(instance, launcher, other.request_trials(PartitionBatch(KEPT[0], ("oracle-s0",))))
-        assert feed.new() == {}, "another cycle's trials are not this one's to tell"
+        assert poller.poll() == {}, "another cycle's trials are not this one's to tell"
         run_one(instance, launcher, cycle.request_trials(PartitionBatch(KEPT[0], ("oracle-s0", "null-s0"))))
-        told = feed.new()
+        told = poller.poll()
         assert {partition for _, partition in told} == {f"{KEPT[0]}|oracle-s0", f"{KEPT[0]}|null-s0"}
         assert told[("evaluation", f"{KEPT[0]}|null-s0")]["outcome"] == "unresolved"
         assert told[("generation", f"{KEPT[0]}|oracle-s0")]["reused"] is True, "the other cycle made the patch"
-        assert feed.new() == {}
+        assert poller.poll() == {}
 
 
 @pytest.mark.slow
@@ -315,7 +315,7 @@ for _ in range(2):  # as calibrate does, a session per multiplier
     pool = run_workers.embedded_run_workers(campaign, paths, 2)
     print(pool._mp_context.get_start_method())
     run_workers.stop_run_workers(pool)
-    run_workers.open_instance()
+    run_workers.open_dagster_instance()
 """
 
 

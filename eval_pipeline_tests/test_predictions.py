@@ -10,7 +10,7 @@ from eval_pipeline.agents import make_agent
 from eval_pipeline.agents.builtin import CommandAgent
 from eval_pipeline.agents.predictions import PredictionsAgent, read_predictions
 from eval_pipeline.config.campaign import CampaignError, parse_campaign
-from eval_pipeline.config.grading import dataset_source, grading_campaign
+from eval_pipeline.config.grade_campaign import dataset_source, grading_campaign
 from eval_pipeline_tests.conftest import eval_pipeline_cli, resolve_trial
 
 

@@ -68,7 +68,7 @@ def test_a_terminals_line_is_redrawn_at_each_tick_and_lines_said_go_above_it():
     live.tick()
     clock.now += 1
     live.tick()
-    live.say("calc-1 oracle-s0: agent_error")
+    live.print_line("calc-1 oracle-s0: agent_error")
     live.close()
     frames = stream.getvalue().split("\r\x1b[K")[1:]
     assert [re.search(r"(\d+)s elapsed", frame)[1] for frame in frames] == ["0", "1", "2", "2"]
@@ -80,7 +80,7 @@ def test_a_log_gets_the_status_after_a_quiet_minute_and_no_line_a_second():
     clock, stream = Clock(), io.StringIO()
     status = LiveStatus(clock)
     heartbeat = Heartbeat(status, stream, quiet=60)
-    heartbeat.say("demo: 1 instance x 1 trial")
+    heartbeat.print_line("demo: 1 instance x 1 trial")
     status.launched(TRIAL_BATCH)
     for _ in range(59):
         clock.now += 1

@@ -29,7 +29,7 @@ from dagster._core.storage.runs import SqliteRunStorage
 from eval_pipeline.common.settings import Deployment
 from eval_pipeline.orchestration import run_workers
 from eval_pipeline.orchestration.instance_config import ensure_instance_config
-from eval_pipeline.orchestration.run_workers import open_instance
+from eval_pipeline.orchestration.run_workers import open_dagster_instance
 from eval_pipeline.orchestration.sqlite_storage import (
     HELD_RUN_DATABASES,
     HeldSqliteEventLogStorage,
@@ -85,14 +85,14 @@ def test_a_home_that_dagsters_own_storage_wrote_reads_the_same_with_held_connect
 
 def _open_in_a_process(home: str) -> None:
     os.environ["DAGSTER_HOME"] = home
-    with open_instance() as instance:
+    with open_dagster_instance() as instance:
         store_materializations(instance, f"run-{os.getpid()}", [f"p{os.getpid()}|s0"])
 
 
 def test_the_command_and_its_workers_opening_a_fresh_home_at_once_all_come_up(tmp_path):
     """The command starts its run workers before it opens the instance itself, so on a fresh home five processes
     may create its databases at once. Dagster's own storage races there (alembic's stamp: "more than one head
-    present"; 11 of 25 such processes died here); `open_instance` lets one create them at a time."""
+    present"; 11 of 25 such processes died here); `open_dagster_instance` lets one create them at a time."""
     ensure_instance_config(tmp_path, Deployment())
     openers = [
         multiprocessing.get_context("spawn").Process(target=_open_in_a_process, args=(str(tmp_path),)) for _ in range(5)
@@ -113,7 +113,7 @@ def test_a_process_stuck_opening_the_instance_is_reported_not_waited_on_forever(
     with open(lock, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # another process of the command, stuck opening it
         with pytest.raises(TimeoutError, match=f"holds {lock}"):
-            open_instance()
+            open_dagster_instance()
 
 
 def test_a_home_opened_once_is_opened_side_by_side_and_a_changed_one_in_turns_again(tmp_path, monkeypatch):
@@ -123,19 +123,19 @@ def test_a_home_opened_once_is_opened_side_by_side_and_a_changed_one_in_turns_ag
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     monkeypatch.setattr(run_workers, "INSTANCE_LOCK_TIMEOUT_S", 0.3)
     ensure_instance_config(tmp_path, Deployment())
-    open_instance().dispose()
+    open_dagster_instance().dispose()
     with open(tmp_path / ".eval-pipeline-instance.lock", "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        with open_instance() as instance:
+        with open_dagster_instance() as instance:
             store_materializations(instance, "run-side-by-side", ["a|s0"])
         settings = (tmp_path / "dagster.yaml").read_text()
         (tmp_path / "dagster.yaml").write_text(settings + "# changed\n")
         with pytest.raises(TimeoutError):
-            open_instance()
+            open_dagster_instance()
         (tmp_path / "dagster.yaml").write_text(settings)
         shutil.move(tmp_path / "schedules" / "schedules.db", tmp_path / "schedules.db.moved")
         with pytest.raises(TimeoutError):
-            open_instance()
+            open_dagster_instance()
 
 
 def test_processes_writing_one_home_at_once_lose_no_event(tmp_path):

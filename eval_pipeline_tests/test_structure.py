@@ -1,8 +1,9 @@
 """The package's shape: packages by concept in layers that only point down, no import circle anywhere, a plain
-core that never loads Dagster, and only Dagster's public API in the layer that uses it (with one named exception).
+core that never loads Dagster, and only Dagster's public API in the layer that uses it, but in the one module
+that documents each private name it takes (defs/dagster_internals.py).
 
-Imports are read from the source, including those inside functions (which is where a circle hides), but not
-those under `if TYPE_CHECKING:` (never executed).
+Imports are read from the source, including those inside functions (which is where a circle hides) and those
+under `if TYPE_CHECKING:`: a type a module names is one it depends on, executed or not.
 """
 
 import ast
@@ -15,8 +16,8 @@ import eval_pipeline
 
 PACKAGE = Path(eval_pipeline.__file__).parent
 # Bottom to top: a module may import its own layer and the layers below it, never one above. A module's layer
-# is that of the longest prefix naming it, so the task kinds (tasks.swebench, ...) sit above the sandboxes that
-# the `tasks` protocol is below.
+# is that of the longest prefix naming it: a task's data (tasks.data) is below the sandboxes and grading, and the
+# Task protocol (a task's data and what it does: tasks.task), datasets of tasks and the task kinds above them.
 LAYERS = (
     ("eval_pipeline", "eval_pipeline.common"),
     ("eval_pipeline.store",),
@@ -24,6 +25,8 @@ LAYERS = (
     ("eval_pipeline.sandbox",),
     ("eval_pipeline.grading",),
     (
+        "eval_pipeline.tasks.task",
+        "eval_pipeline.tasks.dataset",
         "eval_pipeline.tasks.swebench",
         "eval_pipeline.tasks.terminal",
         "eval_pipeline.tasks.demo",
@@ -46,10 +49,6 @@ def _module_name(path: Path) -> str:
     return name.removesuffix(".__init__")
 
 
-def _is_type_checking_block(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and ast.unparse(node.test) in {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
-
-
 def _named_modules(node: ast.AST) -> list[str]:
     """Modules a node loads by name: `importlib.import_module("a.b")`, and `"a.b:attr"` (an entry point, as
     the sandbox backends are loaded)."""
@@ -63,13 +62,10 @@ def _named_modules(node: ast.AST) -> list[str]:
 
 
 def _imports(tree: ast.AST) -> list[str]:
-    """Every module imported at run time: `from a.b import c` gives a.b and a.b.c (c may be a module); a
-    relative import gives `relative:` and the module, which the tests refuse."""
+    """Every module imported, at run time or for type checkers: `from a.b import c` gives a.b and a.b.c (c may
+    be a module); a relative import gives `relative:` and the module, which the tests refuse."""
     found = []
     for node in ast.iter_child_nodes(tree):
-        if _is_type_checking_block(node):  # only its body is for type checkers; an `else:` runs
-            found += [imported for child in node.orelse for imported in _imports(ast.Module([child], []))]
-            continue
         if isinstance(node, ast.ImportFrom) and node.level:
             found.append(f"relative:{node.module}")
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -145,7 +141,7 @@ def test_imports_only_point_down_the_layers_even_inside_functions():
     assert _upward_imports(GRAPH) == []
 
 
-def test_there_is_no_import_circle_anywhere_even_through_imports_inside_functions():
+def test_there_is_no_import_circle_anywhere_even_through_imports_inside_functions_or_for_types():
     assert _cycle(GRAPH) is None
 
 
@@ -164,13 +160,42 @@ def f():
     importlib.import_module("by.name")
     return {"a": "eval_pipeline.entry:Point", "label": "eval_pipeline.layer"}
 """
-    assert sorted(_imports(ast.parse(source))) == ["by.name", "eval_pipeline.entry", "relative:sibling", "shown"]
+    found = ["by.name", "eval_pipeline.entry", "hidden", "relative:sibling", "shown"]
+    assert sorted(_imports(ast.parse(source))) == found
+    type_only = {"p.low": "if TYPE_CHECKING:\n    from p.high import Verdict\n", "p.high": "from p.low import Task\n"}
+    graph = {name: set(_imports(ast.parse(text))) & type_only.keys() for name, text in type_only.items()}
+    assert _cycle(graph) == ["p.high", "p.low", "p.high"]
 
 
 def test_no_module_imports_relatively():
     assert {name: [m for m in imports if m.startswith("relative:")] for name, imports in MODULES.items()} == {
         name: [] for name in MODULES
     }
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module `start` imports, directly or through others."""
+    seen: set[str] = set()
+    waiting = [start]
+    while waiting:
+        for imported in graph[waiting.pop()] - seen:
+            seen.add(imported)
+            waiting.append(imported)
+    return seen
+
+
+def test_the_kubernetes_backend_imports_nothing_of_the_container_backend():
+    """What the two backends share (the exec transport, the workspace in a pod, the images and the engine's
+    client) lives in sandbox/pods/, below both: no module of the Kubernetes backend reaches one of the container
+    backend's, directly or through another module."""
+    kubernetes = sorted(name for name in GRAPH if name.startswith("eval_pipeline.sandbox.kubernetes."))
+    assert "eval_pipeline.sandbox.kubernetes.sandbox" in kubernetes
+    assert _reachable({"a": {"b"}, "b": {"c", "a"}, "c": set()}, "a") == {"a", "b", "c"}
+    container = {
+        name: sorted(m for m in _reachable(GRAPH, name) if m.startswith("eval_pipeline.sandbox.container"))
+        for name in kubernetes
+    }
+    assert container == {name: [] for name in kubernetes}
 
 
 def test_the_code_location_loads_no_backend_it_does_not_use():
@@ -187,53 +212,17 @@ def test_the_code_location_loads_no_backend_it_does_not_use():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
 
 
-# The exceptions, by module. Dagster 1.13 exports no way to name the materialization a check evaluation is
-# about, which a step over a range of partitions must do for each partition's verdict (defs/verdicts.py); the
-# record is what the event log stores, so Dagster cannot change it without a migration. Nor does it export its
-# storages, which the embedded default's held SQLite storage extends (orchestration/sqlite_storage.py;
-# pyproject pins Dagster to 1.13, and test_sqlite_storage.py reads a home Dagster's own storage wrote), nor its
-# local compute log manager, whose capture orchestration/compute_logs.py does without the copy to the terminal.
-PRIVATE_DAGSTER_MODULE = "dagster._core.definitions.asset_checks.asset_check_evaluation"
-DAGSTER_STORAGES = "dagster._core.storage"
-PRIVATE_DAGSTER_ALLOWED = {
-    "eval_pipeline.orchestration.compute_logs": [
-        "dagster._core.execution.compute_logs",
-        "dagster._core.execution.compute_logs.redirect_to_file",
-        f"{DAGSTER_STORAGES}.compute_log_manager",
-        f"{DAGSTER_STORAGES}.compute_log_manager.CapturedLogContext",
-        f"{DAGSTER_STORAGES}.compute_log_manager.ComputeIOType",
-        f"{DAGSTER_STORAGES}.local_compute_log_manager",
-        f"{DAGSTER_STORAGES}.local_compute_log_manager.IO_TYPE_EXTENSION",
-        f"{DAGSTER_STORAGES}.local_compute_log_manager.LocalComputeLogManager",
-    ],
-    "eval_pipeline.defs.verdicts": [
-        PRIVATE_DAGSTER_MODULE,
-        f"{PRIVATE_DAGSTER_MODULE}.AssetCheckEvaluationTargetMaterializationData",
-    ],
-    "eval_pipeline.orchestration.sqlite_storage": [
-        f"{DAGSTER_STORAGES}.event_log.sqlite.sqlite_event_log",
-        f"{DAGSTER_STORAGES}.event_log.sqlite.sqlite_event_log.INDEX_SHARD_NAME",
-        f"{DAGSTER_STORAGES}.event_log.sqlite.sqlite_event_log.SQLITE_BUSY_TIMEOUT_SECONDS",
-        f"{DAGSTER_STORAGES}.event_log.sqlite.sqlite_event_log.SqliteEventLogStorage",
-        f"{DAGSTER_STORAGES}.runs.sqlite.sqlite_run_storage",
-        f"{DAGSTER_STORAGES}.runs.sqlite.sqlite_run_storage.SqliteRunStorage",
-        f"{DAGSTER_STORAGES}.schedules.sqlite.sqlite_schedule_storage",
-        f"{DAGSTER_STORAGES}.schedules.sqlite.sqlite_schedule_storage.SqliteScheduleStorage",
-        f"{DAGSTER_STORAGES}.sqlite_storage",
-        f"{DAGSTER_STORAGES}.sqlite_storage.DagsterSqliteStorage",
-        f"{DAGSTER_STORAGES}.sqlite_storage._event_logs_directory",
-        f"{DAGSTER_STORAGES}.sqlite_storage._runs_directory",
-        f"{DAGSTER_STORAGES}.sqlite_storage._schedule_directory",
-    ],
-}
+# The one module that takes names from Dagster's private modules; its docstring says, for each, the behaviour
+# relied on and the public API that would replace it, and test_dagster_internals.py pins that behaviour.
+PRIVATE_DAGSTER_ALLOWED = "eval_pipeline.defs.dagster_internals"
 
 
-def test_no_module_imports_a_private_dagster_module():
+def test_only_one_module_imports_a_private_dagster_module():
     private = {
         name: [m for m in imports if m.split(".")[0].startswith("dagster") and "._" in m]
         for name, imports in MODULES.items()
     }
-    assert {name: found for name, found in private.items() if found} == PRIVATE_DAGSTER_ALLOWED
+    assert {name for name, found in private.items() if found} == {PRIVATE_DAGSTER_ALLOWED}
 
 
 def test_only_the_dagster_layer_imports_dagster():
@@ -268,9 +257,9 @@ def test_every_package_says_what_it_holds_and_exports_its_public_face():
 
 
 def test_importing_the_tool_server_leaves_the_kubernetes_client_findable():
-    """The tool server runs as a script beside limited_exec.py; imported as a module (the tests do), it must not
-    put its own directory on sys.path, where the sandbox's kubernetes/ package would then shadow the Kubernetes
-    client in every process spawned from this one (a campaign's run workers were: BrokenProcessPool)."""
+    """The tool server runs as a script beside the runner's directory; imported as a module (the tests do), it
+    must not put its own directory on sys.path, where the sandbox's kubernetes/ package would then shadow the
+    Kubernetes client in every process spawned from this one (a campaign's run workers were: BrokenProcessPool)."""
     code = (
         "import sys, eval_pipeline.sandbox.tool_server, kubernetes.client\n"
         "print(any(path.endswith('sandbox') for path in sys.path), 'eval_pipeline' in kubernetes.__file__)"

@@ -1,5 +1,6 @@
 """The `Task` protocol: both kinds implement it, and callers work from what a task states, for any kind."""
 
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
@@ -8,7 +9,7 @@ import pytest
 from eval_pipeline.agents.base import agent_task
 from eval_pipeline.common.outcomes import ImageBuildFailed, Outcome
 from eval_pipeline.config.campaign import parse_campaign
-from eval_pipeline.grading.verdict import Verdict, grade_task
+from eval_pipeline.grading.verdict import Verdict
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.kubernetes.sandbox import KubernetesSandbox
 from eval_pipeline.sandbox.local import LocalSandbox
@@ -16,9 +17,10 @@ from eval_pipeline.tasks.environment import EnvironmentSpec
 from eval_pipeline.tasks.swebench.instance import Instance
 from eval_pipeline.tasks.task import Task
 from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR, load_terminal_tasks
+from eval_pipeline.trial.reference import grade_in_fresh_workspace
 from eval_pipeline_tests.test_benchmark import row
 
-MEMBERS = sorted(name for name in vars(Task) if not name.startswith("_"))
+MEMBERS = sorted(name for name in dir(Task) if not name.startswith("_"))  # its data's (TaskData) too
 
 
 @pytest.fixture(scope="module")
@@ -100,11 +102,21 @@ def _fields(task: Instance) -> dict:
     return {field.name: getattr(task, field.name) for field in fields(Instance)}
 
 
+class NoWorkspaces:
+    """A sandbox whose workspaces are None: enough for a kind that grades without one."""
+
+    @contextmanager
+    def workspace(self, environment, label):
+        yield None
+
+
 def test_grading_is_the_kind_s_own(code_task):
     task = ScoredByLength(**_fields(code_task))
-    verdict = grade_task(task, EnvironmentSpec(), "long patch", workspace=None, test_timeout_s=1)
+    verdict = grade_in_fresh_workspace(task, EnvironmentSpec(), "long patch", None, NoWorkspaces(), 1, "eval")
     assert (verdict.outcome, verdict.detail) == (Outcome.RESOLVED, "by length")
-    assert grade_task(task, EnvironmentSpec(), "", workspace=None, test_timeout_s=1).outcome == Outcome.UNRESOLVED
+    assert grade_in_fresh_workspace(task, EnvironmentSpec(), "", None, NoWorkspaces(), 1, "eval").outcome == (
+        Outcome.UNRESOLVED
+    )
 
 
 def test_backends_refuse_what_a_task_states_they_cannot_run(tmp_path, code_task, terminal_task):

@@ -14,10 +14,10 @@ from eval_pipeline.common.git import git
 from eval_pipeline.common.outcomes import ImageBuildFailed, Outcome
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.base import RunnerEnded
-from eval_pipeline.sandbox.container import workspace as workspace_module
-from eval_pipeline.sandbox.container.images import TASK_GIT_DIR
-from eval_pipeline.sandbox.container.sandbox import engine_is_podman
 from eval_pipeline.sandbox.local import LocalSandbox
+from eval_pipeline.sandbox.pods import workspace as workspace_module
+from eval_pipeline.sandbox.pods.engine import engine_is_podman
+from eval_pipeline.sandbox.pods.images import TASK_GIT_DIR
 from eval_pipeline.tasks.dataset import InvalidDatasetError
 from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR, load_terminal_tasks
 from eval_pipeline.trial.evaluation import evaluate
@@ -450,7 +450,7 @@ def test_a_task_container_s_set_up_and_commands_share_one_exec(stateful, monkeyp
 
 @pytest.mark.slow  # containers
 def test_a_container_s_commands_share_one_runner_and_an_agent_that_kills_it_loses_its_command(stateful, monkeypatch):
-    """One exec serves a workspace's commands (limited_exec.serve_session), each answered by a child of its
+    """One exec serves a workspace's commands (runner/serve.py: serve_session), each answered by a child of its
     own. A command that kills that runner (root, as a task's agent is) ends with it, the agent's doing
     (RunnerEnded, which a trial scores), and the next command gets another runner; a runner killed between
     two commands loses the next one the same way, never as the engine's failure (which is retried, unscored)."""
@@ -506,7 +506,7 @@ def test_validation_judges_a_stateful_task_s_reference_in_its_container(stateful
 @pytest.mark.slow  # containers
 def test_a_process_the_agent_leaves_cannot_write_the_reward_of_the_verifier_in_its_container(stateful, store):
     """The agent's commands see /tests and /logs/verifier covered by mounts of their own, which nothing they
-    start can remove or look beneath, and hold no capability where the verifier runs (limited_exec.py)."""
+    start can remove or look beneath, and hold no capability where the verifier runs (runner/namespaces.py)."""
     task, sandbox, environment = stateful
     agent = make_agent("command", {"command": REWARD_WRITER})
     generation = generate(task, agent, 0, environment, sandbox, store, network=True, test_timeout_s=60)

@@ -4,7 +4,7 @@ import threading
 from dataclasses import dataclass, field
 
 from eval_pipeline.common.outcomes import Outcome
-from eval_pipeline.config.campaign import RetrySettings, parse_campaign
+from eval_pipeline.config.campaign import RetrySettings
 from eval_pipeline.defs.partitions import (
     RANGE_END_TAG,
     RANGE_START_TAG,
@@ -12,9 +12,12 @@ from eval_pipeline.defs.partitions import (
     PartitionBatch,
     trial_batches,
 )
-from eval_pipeline.trial.batch import BatchItem, BatchItemResult, backoff_s, run_batch, run_with_retries
+from eval_pipeline.trial.generation import Generation
+from eval_pipeline.trial.run import Trial, TrialResult, backoff_s, run_trials
+from eval_pipeline.trial.spec import TrialSpec
 
 ORDER = ("a-s0", "a-s1", "a-s2", "b-s0", "b-s1")
+RETRIES = RetrySettings(max_retries=2, delay_s=1.0)
 
 
 def test_pending_partitions_become_batches_of_one_instance_consecutive_in_dagsters_order():
@@ -53,57 +56,61 @@ def test_a_batch_is_a_dagster_partition_range_and_reads_back_from_its_run_tags()
     assert PartitionBatch.from_tags({}, ORDER) is None
 
 
-@dataclass
-class ScriptedSetup:
-    """Stands in for BatchSetup: each trial ends on the outcomes scripted for it, one per attempt."""
+class ScriptedTrial(Trial):
+    """A trial whose every attempt ends on the next outcome scripted for its partition: what `Trial.run` and
+    `run_trials` make of the attempts is what is tested."""
 
-    script: dict[str, list[Outcome]]
-    retries: RetrySettings = RetrySettings(max_retries=2, delay_s=1.0)
+    def __init__(self, partition: str, script: "Script") -> None:
+        spec = TrialSpec("c", "s", *partition.split("|", 1), "v", "null", 0, "h", "g", "e", 1.0, {})
+        fields = {name: None for name in Trial.__dataclass_fields__} | {"spec": spec, "retries": RETRIES}
+        super().__init__(**fields)
+        object.__setattr__(self, "script", script)
+
+    def attempt(self, tries: int, generation: Generation | None = None) -> TrialResult:
+        outcome = self.script.next(self.spec)
+        return TrialResult(self.spec, outcome, outcome.value, None, None, tries)
+
+
+@dataclass
+class Script:
+    """Each partition's outcomes, one per attempt, and the attempts made."""
+
+    outcomes: dict[str, list[Outcome]]
     calls: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     together: threading.Barrier | None = None  # trials that must be running at the same time to get through
 
-    @property
-    def campaign(self):
-        return self
-
-    def run_once(self, work: BatchItem, generation=None) -> BatchItemResult:
+    def next(self, spec: TrialSpec) -> Outcome:
         if self.together:
             self.together.wait()
+        partition = f"{spec.instance_id}|{spec.trial}"
         with self.lock:
-            self.calls.append(work.partition)
-            outcome = self.script[work.partition].pop(0)
-        return BatchItemResult(work, outcome, outcome.value, None, None, 1)
-
-
-def work(partition: str) -> BatchItem:
-    campaign = parse_campaign(
-        {"name": "c", "benchmark": {"kind": "demo"}, "variants": [{"name": "v", "agent": "null"}]}, "t"
-    )
-    return BatchItem(partition, None, campaign.trials[0])  # type: ignore[arg-type]
+            self.calls.append(partition)
+            return self.outcomes[partition].pop(0)
 
 
 def test_infrastructure_is_retried_with_growing_backoff_and_an_agent_outcome_is_final():
-    setup = ScriptedSetup(
+    script = Script(
         {"i|lost": [Outcome.SANDBOX_LOST, Outcome.OOM_KILLED, Outcome.RESOLVED], "i|bad": [Outcome.UNRESOLVED]}
     )
-    waits = []
-    result = run_with_retries(setup, work("i|lost"), sleep=waits.append)
+    waits: list[float] = []
+    result = ScriptedTrial("i|lost", script).run(sleep=waits.append)
     assert (result.outcome, result.tries) == (Outcome.RESOLVED, 3)
     assert len(waits) == 2 and 0.75 <= waits[0] <= 1.25 and 1.5 <= waits[1] <= 2.5
-    assert run_with_retries(setup, work("i|bad"), sleep=waits.append).tries == 1 and len(waits) == 2
+    assert ScriptedTrial("i|bad", script).run(sleep=waits.append).tries == 1 and len(waits) == 2
 
-    exhausted = ScriptedSetup({"i|down": [Outcome.ENGINE_ERROR] * 3})
-    result = run_with_retries(exhausted, work("i|down"), sleep=lambda _: None)
+    exhausted = Script({"i|down": [Outcome.ENGINE_ERROR] * 3})
+    result = ScriptedTrial("i|down", exhausted).run(sleep=lambda _: None)
     assert (result.outcome, result.tries) == (Outcome.ENGINE_ERROR, 3), "max_retries 2: three attempts in all"
     assert backoff_s(RetrySettings(delay_s=0.0), 3) == 0.0
 
 
 def test_a_batch_runs_every_trial_once_concurrently_and_ends_each_on_its_own():
     script = {f"i|t{n}": [Outcome.RESOLVED if n % 2 else Outcome.GRADING_ERROR] for n in range(9)}
-    setup = ScriptedSetup(script, together=threading.Barrier(3, timeout=30))  # only 3 at once pass it
-    results = list(run_batch(setup, [work(key) for key in script], concurrency=3, sleep=lambda _: None))
-    assert sorted(r.work.partition for r in results) == sorted(script)
-    assert sorted(setup.calls) == sorted(script), "a harness outcome is not retried"
-    assert {r.work.partition: r.outcome for r in results}["i|t1"] == Outcome.RESOLVED
+    scripted = Script(script, together=threading.Barrier(3, timeout=30))  # only 3 at once pass it
+    trials = [ScriptedTrial(key, scripted) for key in script]
+    results = list(run_trials(trials, concurrency=3, sleep=lambda _: None))
+    assert sorted(f"i|{r.spec.trial}" for r in results) == sorted(script)
+    assert sorted(scripted.calls) == sorted(script), "a harness outcome is not retried"
+    assert {f"i|{r.spec.trial}": r.outcome for r in results}["i|t1"] == Outcome.RESOLVED
     assert sum(r.outcome is Outcome.GRADING_ERROR for r in results) == 5

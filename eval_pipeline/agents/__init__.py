@@ -7,6 +7,7 @@ yields patches the same way. The mini-swe-agent adapter imports mini-swe-agent (
 is made: making it without the extra fails with how to install it.
 """
 
+from collections.abc import Mapping
 from typing import Any
 
 from eval_pipeline.agents.base import (
@@ -45,6 +46,7 @@ __all__ = [
     "OracleAgent",
     "PredictionsAgent",
     "agent_task",
+    "applies_reference",
     "finished",
     "make_agent",
     "mcp_endpoint",
@@ -62,3 +64,9 @@ def make_agent(name: str, params: dict[str, Any] | None = None) -> Agent:
     except KeyError:
         raise ValueError(f"unknown agent {name!r} (known: {', '.join(sorted(AGENTS))})") from None
     return agent_class(**(params or {}))
+
+
+def applies_reference(agent_config: Mapping[str, Any]) -> bool:
+    """Whether the agent a generation recorded (its `Agent.config`) applies the task's reference solution."""
+    agent_class = AGENTS.get(agent_config.get("agent", ""))
+    return agent_class is not None and agent_class.applies_reference

@@ -118,6 +118,9 @@ class Agent(ABC):
 
     name: ClassVar[str]
     trusted: ClassVar[bool] = False
+    # Whether the agent's product is the task's reference solution: its resolved evaluation is then evidence
+    # that the instance passes within its limits, and its grading is never judged by grading the reference.
+    applies_reference: ClassVar[bool] = False
     # Parameters that name files: a campaign file's relative path is read from its own directory.
     path_params: ClassVar[tuple[str, ...]] = ()
 

@@ -15,6 +15,7 @@ class OracleAgent(Agent):
 
     name = "oracle"
     trusted = True
+    applies_reference = True
 
     def solve(self, task: AgentTask, workspace: Workspace) -> AgentOutput:
         result = finished(task.apply_reference(workspace))

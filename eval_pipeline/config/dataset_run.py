@@ -2,11 +2,11 @@
 with no campaign file to write first (Harbor's `harbor run -d DATASET -a AGENT -m MODEL`).
 
 It is an ordinary campaign of one variant (the agent, with `model` as its parameter when given) and N seeds,
-written out under the data directory (`campaigns/<name>.yaml`, as `grade` writes its own: config/grading.py) and
-run, resumed, viewed, exported and reported as any other by its name. Its name is `run_` and the run id
-(`--run-id`); the default run id is the agent's and model's names and a hash of the whole campaign, so the same
-command again resumes its campaign and another command never shares it. A campaign file is only ever rewritten
-by the same campaign (`run_conflict`).
+written out under the data directory (`campaigns/<name>.yaml`, as `grade` writes its own:
+config/grade_campaign.py) and run, resumed, viewed, exported and reported as any other by its name. Its name is
+`run_` and the run id (`--run-id`); the default run id is the agent's and model's names and a hash of the whole
+campaign, so the same command again resumes its campaign and another command never shares it. A campaign file is
+only ever rewritten by the same campaign (`run_conflict`).
 """
 
 import inspect
@@ -19,7 +19,7 @@ import yaml
 
 from eval_pipeline.agents import AGENTS
 from eval_pipeline.common.hashing import stable_hash
-from eval_pipeline.config.grading import dataset_source
+from eval_pipeline.config.grade_campaign import dataset_source
 from eval_pipeline.tasks.dataset import id_problem
 
 __all__ = ["DatasetRun", "benchmark_source", "dataset_run", "run_conflict"]

@@ -44,9 +44,8 @@ from eval_pipeline.defs.failures import failure_outcomes
 from eval_pipeline.defs.progress import Cycle, next_step
 from eval_pipeline.defs.stages import CYCLE_TAG, TRIGGER_TAG
 
-if TYPE_CHECKING:  # what DagsterInstance.get_backfills and define_asset_job return; Dagster exports neither type
-    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
-    from dagster._core.execution.backfill import PartitionBackfill
+if TYPE_CHECKING:  # what define_asset_job returns, a type Dagster does not export
+    from eval_pipeline.defs.dagster_internals import UnresolvedAssetJobDefinition
 
 REREQUEST_TAG = "eval_pipeline/rerequest"
 BACKFILL_TAG = "dagster/backfill"  # the backfill a run belongs to
@@ -104,28 +103,24 @@ def campaign_sensor(campaign: Campaign, jobs: dict[str, "UnresolvedAssetJobDefin
     return advance_nightly_cycle
 
 
-def _backfill_partitions(backfill: "PartitionBackfill", asset_keys: Set[AssetKey], job_name: str) -> set[str]:
-    """The partitions of `asset_keys` (an asset backfill) or of the job `job_name` (a job backfill) that a
-    backfill targets."""
-    if backfill.asset_backfill_data is not None:
-        subsets = backfill.asset_backfill_data.target_subset.partitions_subsets_by_asset_key
-        return {
-            str(key) for asset_key in asset_keys & subsets.keys() for key in subsets[asset_key].get_partition_keys()
-        }
-    return set(backfill.partition_names or ()) if backfill.job_name == job_name else set()
-
-
 def backfilled_partitions(
     instance: DagsterInstance, asset_keys: Set[AssetKey], job_name: str, but: str | None = None
 ) -> set[str]:
-    """The partitions of `asset_keys` or `job_name` that backfills in progress target, but those of the
-    backfill `but` (a failed run's own, which does not try a partition twice)."""
-    return {
-        partition
-        for backfill in instance.get_backfills()
-        if backfill.status.value == BACKFILL_IN_PROGRESS and backfill.backfill_id != but
-        for partition in _backfill_partitions(backfill, asset_keys, job_name)
-    }
+    """The partitions of `asset_keys` (an asset backfill) or of the job `job_name` (a job backfill) that
+    backfills in progress target, but those of the backfill `but` (a failed run's own, which does not try a
+    partition twice)."""
+    targeted: set[str] = set()
+    for backfill in instance.get_backfills():
+        if backfill.status.value != BACKFILL_IN_PROGRESS or backfill.backfill_id == but:
+            continue
+        if backfill.asset_backfill_data is not None:
+            subsets = backfill.asset_backfill_data.target_subset.partitions_subsets_by_asset_key
+            targeted |= {
+                str(key) for asset_key in asset_keys & subsets.keys() for key in subsets[asset_key].get_partition_keys()
+            }
+        elif backfill.job_name == job_name:
+            targeted |= set(backfill.partition_names or ())
+    return targeted
 
 
 def infrastructure_retry_sensor(campaign: Campaign, trials_job: "UnresolvedAssetJobDefinition") -> SensorDefinition:

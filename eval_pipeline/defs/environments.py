@@ -23,39 +23,39 @@ EnvironmentWork = Literal["build", "prepare"]
 
 @overload
 def prepare_environment(
-    sandbox: SandboxBackend, portfolio: Portfolio, store: ArtifactStore, instance: Task, work: Literal["build"]
+    sandbox: SandboxBackend, portfolio: Portfolio, store: ArtifactStore, task: Task, work: Literal["build"]
 ) -> dict[str, Any]: ...
 
 
 @overload
 def prepare_environment(
-    sandbox: SandboxBackend, portfolio: Portfolio, store: ArtifactStore, instance: Task, work: Literal["prepare"]
+    sandbox: SandboxBackend, portfolio: Portfolio, store: ArtifactStore, task: Task, work: Literal["prepare"]
 ) -> EnvironmentHandle: ...
 
 
 def prepare_environment(
-    sandbox: SandboxBackend, portfolio: Portfolio, store: ArtifactStore, instance: Task, work: EnvironmentWork
+    sandbox: SandboxBackend, portfolio: Portfolio, store: ArtifactStore, task: Task, work: EnvironmentWork
 ) -> dict[str, Any] | EnvironmentHandle:
     """Build the instance's environment's image (`build`) or start the environment (`prepare`), keeping an
     infrastructure failure as an attempt at the environment before it is raised."""
-    spec = portfolio.environment_for(instance)
-    key = sandbox.environment_key(instance, spec)
+    spec = portfolio.environment_for(task)
+    key = sandbox.environment_key(task, spec)
     step = sandbox.build if work == "build" else sandbox.prepare
-    with environment_attempt(store, instance.instance_id, key):
-        return step(instance, spec, portfolio.source_for(instance))
+    with environment_attempt(store, task.instance_id, key):
+        return step(task, spec, portfolio.source_for(task))
 
 
 def _environment_step(
-    campaign: Campaign, portfolio: Portfolio, eval_pipeline: EvalPipelineResource, instance: Task, work: EnvironmentWork
+    campaign: Campaign, portfolio: Portfolio, eval_pipeline: EvalPipelineResource, task: Task, work: EnvironmentWork
 ) -> tuple[SandboxBackend, Any]:
     """`prepare_environment` with its infrastructure failures typed as the step's."""
-    sandbox = eval_pipeline.harness.sandbox(campaign, instance)
+    sandbox = eval_pipeline.harness.sandbox(campaign, task)
     try:
-        return sandbox, prepare_environment(sandbox, portfolio, eval_pipeline.harness.store, instance, work)
+        return sandbox, prepare_environment(sandbox, portfolio, eval_pipeline.harness.store, task, work)
     except InfrastructureError as error:
         raise outcome_failure(
             describe_outcome(error.outcome, str(error)),
-            {instance.instance_id: error.outcome},
+            {task.instance_id: error.outcome},
             lineage_metadata(portfolio, sandbox),
         ) from error
 
@@ -78,8 +78,8 @@ def environment_image_asset(group: CampaignGroup) -> AssetsDefinition:
         context: AssetExecutionContext, portfolio: Portfolio, eval_pipeline: EvalPipelineResource
     ) -> Output[dict]:
         """What the instance's environment starts from (an image, a directory), built once, before any trial."""
-        instance = portfolio.instance(context.partition_key)
-        sandbox, record = _environment_step(group.campaign, portfolio, eval_pipeline, instance, "build")
+        task = portfolio.instance(context.partition_key)
+        sandbox, record = _environment_step(group.campaign, portfolio, eval_pipeline, task, "build")
         return Output(
             record,
             data_version=DataVersion(record.get("image_id") or record["environment_key"]),
@@ -95,8 +95,8 @@ def environment_asset(group: CampaignGroup) -> AssetsDefinition:
         context: AssetExecutionContext, portfolio: Portfolio, eval_pipeline: EvalPipelineResource
     ) -> Output[EnvironmentHandle]:
         """The instance's long-lived environment (a pod, a directory), started from its image."""
-        instance = portfolio.instance(context.partition_key)
-        sandbox, handle = _environment_step(group.campaign, portfolio, eval_pipeline, instance, "prepare")
+        task = portfolio.instance(context.partition_key)
+        sandbox, handle = _environment_step(group.campaign, portfolio, eval_pipeline, task, "prepare")
         return Output(
             handle,
             data_version=DataVersion(handle.key),

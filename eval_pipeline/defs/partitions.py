@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from dagster import AssetExecutionContext, DynamicPartitionsDefinition, MultiPartitionKey, MultiPartitionsDefinition
 
 from eval_pipeline.config.campaign import Campaign
+from eval_pipeline.trial.spec import TrialSpec
 
 INSTANCE, TRIAL = "instance", "trial"
 
@@ -43,6 +44,11 @@ def _named(partitions: DynamicPartitionsDefinition) -> str:
 
 def trial_run_key(instance_id: str, trial_key: str) -> MultiPartitionKey:
     return MultiPartitionKey({INSTANCE: instance_id, TRIAL: trial_key})
+
+
+def trial_partition(spec: TrialSpec) -> str:
+    """The trial's partition of the generation and evaluation assets: `<instance>|<variant>-s<seed>`."""
+    return str(trial_run_key(spec.instance_id, spec.trial))
 
 
 # How Dagster names the partition range a run targets (as its backfills do for a BackfillPolicy.multi_run asset).

@@ -46,12 +46,12 @@ class HarnessView:
     unstored: Set[str] = frozenset()
     environment_keys: Mapping[str, str] | None = None
 
-    def environments_ready(self, instance: DagsterInstance, campaign: Campaign) -> frozenset[str]:
+    def environments_ready(self, dagster_instance: DagsterInstance, campaign: Campaign) -> frozenset[str]:
         """The instances whose environment was materialized, under the key the harness expects where it says."""
         key = AssetKey([campaign.name, "environment"])
         if self.environment_keys is None:
-            return frozenset(instance.get_materialized_partitions(key))
-        latest = instance.event_log_storage.get_latest_tags_by_partition(
+            return frozenset(dagster_instance.get_materialized_partitions(key))
+        latest = dagster_instance.event_log_storage.get_latest_tags_by_partition(
             key, DagsterEventType.ASSET_MATERIALIZATION, [DATA_VERSION_TAG]
         )
         expected = self.environment_keys
@@ -74,7 +74,7 @@ class CampaignProgress:
     @classmethod
     def read(
         cls,
-        instance: DagsterInstance,
+        dagster_instance: DagsterInstance,
         campaign: Campaign,
         harness: HarnessView = AS_RECORDED,
         only: frozenset[str] | None = None,
@@ -86,15 +86,15 @@ class CampaignProgress:
         (a base image pulled by the first build changes the next ones'), or elsewhere (a Dagster server's run
         workers), and their trials run where they ran."""
         partitions = CampaignPartitions.for_campaign(campaign)
-        evaluated = instance.get_materialized_partitions(AssetKey([campaign.name, "evaluation"]))
-        instances = tuple(instance.get_dynamic_partitions(partitions.instances_name))
+        evaluated = dagster_instance.get_materialized_partitions(AssetKey([campaign.name, "evaluation"]))
+        instances = tuple(dagster_instance.get_dynamic_partitions(partitions.instances_name))
         if only is not None:
             selected = {key.split("|", 1)[0] for key in only}
             instances = tuple(i for i in instances if i in selected)
         return cls(
             instances,
-            tuple(instance.get_dynamic_partitions(partitions.trials_name)),
-            harness.environments_ready(instance, campaign) | prepared,
+            tuple(dagster_instance.get_dynamic_partitions(partitions.trials_name)),
+            harness.environments_ready(dagster_instance, campaign) | prepared,
             frozenset(evaluated - harness.unstored),
             only,
         )
@@ -160,8 +160,8 @@ class Cycle:
             },
         )
 
-    def runs(self, instance: DagsterInstance) -> list[DagsterRun]:
-        return list(instance.get_runs(RunsFilter(tags={CYCLE_TAG: self.id})))
+    def runs(self, dagster_instance: DagsterInstance) -> list[DagsterRun]:
+        return list(dagster_instance.get_runs(RunsFilter(tags={CYCLE_TAG: self.id})))
 
 
 def requested_trials(tags: Iterable[Mapping[str, str]], trial_order: tuple[str, ...]) -> set[str]:
@@ -171,13 +171,13 @@ def requested_trials(tags: Iterable[Mapping[str, str]], trial_order: tuple[str, 
 
 
 def next_step(
-    instance: DagsterInstance,
+    dagster_instance: DagsterInstance,
     cycle: Cycle,
     launched: Iterable[RunRequest] = (),
     harness: HarnessView = AS_RECORDED,
     runs_at_once: int = 1,
 ) -> Step:
-    """The runs the cycle needs that it has not requested yet (in the instance, or `launched` by the caller
+    """The runs the cycle needs that it has not requested yet (in the Dagster instance, or `launched` by the caller
     and not yet there); `harness` as for `CampaignProgress.read`; `runs_at_once` (the caller's capacity)
     shrinks the last batches so that those runs end together.
 
@@ -185,7 +185,7 @@ def next_step(
     start as soon as their own environment is ready, while the others are prepared.
     Assumes the cycle's prepare run succeeded (it registers the partitions).
     """
-    runs, campaign = cycle.runs(instance), cycle.campaign
+    runs, campaign = cycle.runs(dagster_instance), cycle.campaign
     launched = list(launched)
     tags = [run.tags for run in runs] + [request.tags for request in launched]
     requested = {run_tags.get(REQUEST_TAG) for run_tags in tags}
@@ -196,7 +196,7 @@ def next_step(
     )
     environments = f"{cycle.id}:{ENVIRONMENTS}:"  # the run key of an instance's environments request, less it
     prepared = {key.removeprefix(environments) for key in succeeded if key and key.startswith(environments)}
-    progress = CampaignProgress.read(instance, campaign, harness, cycle.only, prepared)
+    progress = CampaignProgress.read(dagster_instance, campaign, harness, cycle.only, prepared)
     batches = progress.runnable_batches(campaign.batches.size, requested_trials(tags, progress.trials), runs_at_once)
     new = [cycle.request_trials(batch) for batch in batches]
     new += [cycle.request(ENVIRONMENTS, key) for key in progress.missing_environments()]

@@ -32,7 +32,7 @@ from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.datasets.portfolio import Portfolio
 from eval_pipeline.defs.failures import describe_trial_outcome, outcome_failure
 from eval_pipeline.defs.group import DATA_VERSION_TAG, MODEL_API_POOL, CampaignGroup, lineage_metadata
-from eval_pipeline.defs.partitions import INSTANCE
+from eval_pipeline.defs.partitions import INSTANCE, trial_partition
 from eval_pipeline.defs.resources import EvalPipelineResource
 from eval_pipeline.defs.verdicts import (
     RESOLVED_CHECK,
@@ -44,9 +44,9 @@ from eval_pipeline.defs.verdicts import (
 from eval_pipeline.grading.verdict import GRADING_VERSION
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.sandbox.kubernetes.manifest import pod_resources
-from eval_pipeline.trial.batch import BatchItem, BatchItemResult, BatchSetup, run_batch
 from eval_pipeline.trial.generation import Generation
-from eval_pipeline.trial.spec import GENERATION_VERSION, trial_specs
+from eval_pipeline.trial.run import TrialResult, TrialSetup, run_trials
+from eval_pipeline.trial.spec import GENERATION_VERSION, TrialSpec, trial_specs
 
 __all__ = ["kubernetes_step_tags", "trials_asset"]
 
@@ -63,35 +63,33 @@ def kubernetes_step_tags(campaign: Campaign) -> dict[str, Any]:
 def _trial_lineage(
     portfolio: Portfolio,
     sandbox: SandboxBackend,
-    result: BatchItemResult,
+    spec: TrialSpec,
     generation: Generation,
-    environments: dict[str, EnvironmentHandle],
+    environment: EnvironmentHandle,
 ) -> dict[str, Any]:
-    instance_id, trial = result.work.instance.instance_id, result.work.trial
-    environment = environments[instance_id]
     return {
         **lineage_metadata(portfolio, sandbox),
-        "slice": portfolio.slice_of(instance_id),
+        "slice": spec.slice,
         "environment": MetadataValue.json({"key": environment.key, **environment.details}),
-        "variant": trial.variant.name,
-        "agent": trial.variant.agent,
+        "variant": spec.variant,
+        "agent": spec.agent,
         "agent_config_hash": generation.agent_config_hash,
-        "seed": trial.seed,
-        "network": trial.variant.network,  # its agent's workspace had network (the variant opted in); grading never
+        "seed": spec.seed,
+        "network": spec.network,  # its agent's workspace had network (the variant opted in); grading never
     }
 
 
 def _trial_materializations(
     generation_key: AssetKey,
     evaluation_key: AssetKey,
-    result: BatchItemResult,
+    result: TrialResult,
     generation: Generation,
     lineage: dict[str, Any],
     generation_uri: str,
 ) -> Iterator[AssetMaterialization]:
     """A trial's stored generation (with a link to its record, which holds the agent's trajectory, and what the
     agent spent), and its evaluation once it is scored, each with its lineage."""
-    partition, evaluation = result.work.partition, result.evaluation
+    partition, evaluation = trial_partition(result.spec), result.evaluation
     yield AssetMaterialization(
         generation_key,
         partition=partition,
@@ -132,14 +130,15 @@ def _trial_materializations(
     )
 
 
-def _ungenerated(setup: BatchSetup, works: list[BatchItem]) -> list[str]:
-    """The partitions of `works` whose generation the store does not hold."""
-    generation_keys = {
-        f"{spec.instance_id}|{spec.trial}": spec.generation_key
-        for instance_id in dict.fromkeys(work.instance.instance_id for work in works)
+def _partition_specs(setup: TrialSetup, partition_keys: list[str]) -> list[TrialSpec]:
+    """The specification of each trial partition, in the order given."""
+    instance_ids = dict.fromkeys(key.split("|", 1)[0] for key in partition_keys)
+    specs = {
+        trial_partition(spec): spec
+        for instance_id in instance_ids
         for spec in trial_specs(setup.campaign, setup.portfolio, setup.sandbox_for, instance_id)
     }
-    return [work.partition for work in works if setup.store.get(generation_keys[work.partition]) is None]
+    return [specs[key] for key in partition_keys]
 
 
 def _environment_dep(group: CampaignGroup) -> AssetDep:
@@ -199,7 +198,7 @@ def trials_asset(group: CampaignGroup) -> AssetsDefinition:
         """A batch of trial partitions (a partition range), `batches.concurrency` at a time: each partition's
         generation and evaluation are materialized as its trial ends, and its verdict checked (defs/verdicts.py).
 
-        A trial whose infrastructure failed is retried with backoff within the run (trial/batch.py); an
+        A trial whose infrastructure failed is retried with backoff within the run (trial/run.py); an
         agent's own failure is stored like any patch and scored. A trial that still ends unscored leaves its
         evaluation unmaterialized, its outcome observed on the partition once it was graded, and fails the step
         once the batch is done, so exactly those partitions are failed.
@@ -211,44 +210,44 @@ def trials_asset(group: CampaignGroup) -> AssetsDefinition:
                 f" {evaluation_key.to_user_string()} with it (or alone, to grade stored generations)."
             )
         verdicts = AssetCheckKey(evaluation_key, RESOLVED_CHECK) in context.selected_asset_check_keys
-        works = [
-            BatchItem(key, portfolio.instance(instance_id), campaign.trial(trial))
-            for key in context.partition_keys
-            for instance_id, trial in [key.split("|", 1)]
-        ]
+        partition_keys = list(context.partition_keys)
         if isinstance(environment, EnvironmentHandle):  # a range of one instance is loaded as its one handle
-            environment = {works[0].instance.instance_id: environment}
-        setup = BatchSetup(
+            environment = {partition_keys[0].split("|", 1)[0]: environment}
+        setup = TrialSetup(
             campaign,
             portfolio,
             eval_pipeline.harness.store,
             eval_pipeline.harness.sandbox_for(campaign),
             environment,
         )
+        specs = _partition_specs(setup, partition_keys)
         # Without the generation selected, only stored generations are graded (none is made).
-        ungenerated = [] if generation_key in selected else _ungenerated(setup, works)
-        unscored = {}
-        runnable = [work for work in works if work.partition not in ungenerated]
-        for result in run_batch(setup, runnable, campaign.batches.concurrency):
+        ungenerated = (
+            [] if generation_key in selected else [s for s in specs if setup.store.get(s.generation_key) is None]
+        )
+        unscored: dict[str, TrialResult] = {}
+        trials = {spec: setup.trial(spec) for spec in specs if spec not in ungenerated}
+        for result in run_trials(trials.values(), campaign.batches.concurrency):
+            partition = trial_partition(result.spec)
             if generation := result.generation:  # else generating failed on infrastructure: nothing is stored
-                sandbox = setup.sandbox_for(result.work.instance)
-                lineage = _trial_lineage(portfolio, sandbox, result, generation, environment)
+                trial = trials[result.spec]
+                lineage = _trial_lineage(portfolio, trial.sandbox, result.spec, generation, trial.environment)
                 materializations = _trial_materializations(
                     generation_key, evaluation_key, result, generation, lineage, setup.store.uri(generation.key)
                 )
                 yield from (m for m in materializations if m.asset_key in selected)
             if result.outcome.is_scored:
                 if verdicts:
-                    yield trial_verdict(context.instance, evaluation_key, result)
+                    yield trial_verdict(context.instance, evaluation_key, partition, result)
             else:
-                unscored[result.work.partition] = result
+                unscored[partition] = result
                 if result.evaluation is not None:  # graded, with no verdict
-                    yield unscored_observation(evaluation_key, result)
+                    yield unscored_observation(evaluation_key, partition, result)
         described = [describe_trial_outcome(key, r.outcome, r.detail) for key, r in unscored.items()]
         described += [
             f"{key}: no stored generation to grade: select {generation_key.to_user_string()} with"
             f" {evaluation_key.to_user_string()}."
-            for key in ungenerated
+            for key in map(trial_partition, ungenerated)
         ]
         if described:
             raise outcome_failure("\n\n".join(described), {key: r.outcome for key, r in unscored.items()}, {})

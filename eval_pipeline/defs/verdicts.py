@@ -16,7 +16,8 @@ each with a status of its own to count and filter by:
 The trials step evaluates the check for each partition of its batch as that
 trial ends. Dagster's `AssetCheckResult` would take the step's one partition
 key, which a step over a range of partitions has not, so the step yields the
-`AssetCheckEvaluation` itself, partition and target materialization named.
+`AssetCheckEvaluation` itself, partition and target materialization named
+(`_about_latest`).
 A partition left unevaluated in a failed run is what Dagster resolves to
 Execution Failed.
 
@@ -27,6 +28,7 @@ trial with its outcome, a trial never run as `missing` (`verdicts`, the first
 VERDICT_ROWS by instance, variant and seed; `verdicts_omitted` counts the rest).
 """
 
+import json
 import warnings
 
 from dagster import (
@@ -46,19 +48,15 @@ from dagster import (
     TableMetadataValue,
     TableRecord,
     TableSchema,
-)
-
-# Not exported by Dagster 1.13, but what AssetCheckEvaluation requires to count as the check of a given
-# materialization (without it the UI treats the result as stale and shows the partition as not evaluated).
-from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-    AssetCheckEvaluationTargetMaterializationData,
+    deserialize_value,
+    serialize_value,
 )
 
 from eval_pipeline.common.text import truncate
 from eval_pipeline.defs.failures import DETAIL_CHARS, describe_outcome
 from eval_pipeline.defs.group import CampaignGroup
-from eval_pipeline.trial.batch import BatchItemResult
 from eval_pipeline.trial.records import MISSING, ResultRow
+from eval_pipeline.trial.run import TrialResult
 
 __all__ = [
     "RESOLVED_CHECK",
@@ -70,6 +68,8 @@ __all__ = [
 ]
 
 RESOLVED_CHECK = "resolved"
+# The record, as Dagster's event log stores it, that names the materialization a check evaluation is about.
+TARGET_MATERIALIZATION = "AssetCheckEvaluationTargetMaterializationData"
 
 
 def resolved_check_spec(group: CampaignGroup) -> AssetCheckSpec:
@@ -88,28 +88,40 @@ def resolved_check_spec(group: CampaignGroup) -> AssetCheckSpec:
         )
 
 
-def _target(instance: DagsterInstance, key: AssetKey, partition: str) -> AssetCheckEvaluationTargetMaterializationData:
-    """The partition's latest materialization, which the verdict is about (the step has just recorded it)."""
+def _about_latest(evaluation: AssetCheckEvaluation, instance: DagsterInstance, partition: str) -> AssetCheckEvaluation:
+    """`evaluation`, about the partition's latest materialization (the step has just recorded it): without it,
+    the UI takes the result for stale and shows the partition as not evaluated. Dagster 1.13 exports no
+    constructor for that pointer, so it is written into the evaluation in the form the event log stores it
+    (`serialize_value`), which Dagster reads back from every existing event log and so cannot change without a
+    migration (eval_pipeline_tests/test_dagster_internals.py pins it)."""
+    key = evaluation.asset_key
     [record] = instance.fetch_materializations(AssetRecordsFilter(key, asset_partitions=[partition]), limit=1).records
-    return AssetCheckEvaluationTargetMaterializationData(
-        storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp
-    )
+    stored = json.loads(serialize_value(evaluation))
+    stored["target_materialization_data"] = {
+        "__class__": TARGET_MATERIALIZATION,
+        "storage_id": record.storage_id,
+        "run_id": record.run_id,
+        "timestamp": record.timestamp,
+    }
+    return deserialize_value(json.dumps(stored), AssetCheckEvaluation)
 
 
-def trial_verdict(instance: DagsterInstance, evaluation_key: AssetKey, result: BatchItemResult) -> AssetCheckEvaluation:
+def trial_verdict(
+    instance: DagsterInstance, evaluation_key: AssetKey, partition: str, result: TrialResult
+) -> AssetCheckEvaluation:
     """The check `resolved` on a scored trial's evaluation partition, just materialized: passed when it
     resolved, else failed with its outcome and detail, as a warning."""
-    partition, outcome = result.work.partition, result.outcome
-    return AssetCheckEvaluation(
+    outcome = result.outcome
+    evaluation = AssetCheckEvaluation(
         asset_key=evaluation_key,
         check_name=RESOLVED_CHECK,
         passed=outcome.is_resolved,
         severity=AssetCheckSeverity.WARN,  # what a failure is: the pipeline worked, the agent did not
         description=describe_outcome(outcome, truncate(result.detail, DETAIL_CHARS)),
         metadata={"outcome": outcome.value},
-        target_materialization_data=_target(instance, evaluation_key, partition),
         partition=partition,
     )
+    return _about_latest(evaluation, instance, partition)
 
 
 def verdicts_output(context: AssetExecutionContext, evaluation_key: AssetKey) -> Output[None]:
@@ -119,14 +131,14 @@ def verdicts_output(context: AssetExecutionContext, evaluation_key: AssetKey) ->
     return Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(check_key))
 
 
-def unscored_observation(evaluation_key: AssetKey, result: BatchItemResult) -> AssetObservation:
+def unscored_observation(evaluation_key: AssetKey, partition: str, result: TrialResult) -> AssetObservation:
     """What the evaluation partition of a trial that ended unscored records: its outcome, observed, not
     materialized (a materialized evaluation is a scored one, which resumption, backfills of failed partitions
     and the nightly cycle rely on). The partition's page lists it under its observations."""
     outcome = result.outcome
     return AssetObservation(
         evaluation_key,
-        partition=result.work.partition,
+        partition=partition,
         description=describe_outcome(outcome, truncate(result.detail, DETAIL_CHARS)),
         metadata={"outcome": outcome.value, "scored": False, "outcome_kind": outcome.kind.value},
     )

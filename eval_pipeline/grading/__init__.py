@@ -7,7 +7,6 @@ from eval_pipeline.grading.verdict import (
     Verdict,
     VerifierRun,
     apply_model_patch,
-    grade_task,
     stopped_by_a_limit,
 )
 
@@ -18,6 +17,5 @@ __all__ = [
     "VerifierRun",
     "apply_model_patch",
     "audit_patch",
-    "grade_task",
     "stopped_by_a_limit",
 ]

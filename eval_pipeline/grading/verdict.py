@@ -3,7 +3,8 @@ every kind of grading shares (applying the model's patch, telling a run a limit 
 choke point every grading of an agent's product goes through (`graded`).
 
 Each kind of task owns its grading (`Task.grade`, tasks/task.py): a code task's is
-tasks/swebench/grading.py, a terminal task's tasks/terminal/verifier.py.
+tasks/swebench/grading.py, a terminal task's `TerminalTask.grade` (tasks/terminal/task.py) and its verifier
+(tasks/terminal/verifier.py).
 
 `graded` turns whatever a grading raises (any exception type: applying the patch,
 reading names, parsing a report in any encoding, reading files back, the
@@ -28,8 +29,6 @@ from eval_pipeline.common.outcomes import (
 from eval_pipeline.grading.patch_audit import AuditFlag, audit_patch
 from eval_pipeline.sandbox import Workspace
 from eval_pipeline.sandbox.patches import apply_patch, patch_problem
-from eval_pipeline.tasks.environment import EnvironmentSpec
-from eval_pipeline.tasks.task import Task
 
 __all__ = [
     "ERROR",
@@ -46,7 +45,6 @@ __all__ = [
     "VerifierRun",
     "GRADING_INTERRUPTED",
     "apply_model_patch",
-    "grade_task",
     "graded",
     "interrupted",
     "stopped_by_a_limit",
@@ -151,10 +149,3 @@ class VerifierRun:
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> "VerifierRun":
         return cls(**record)
-
-
-def grade_task(
-    task: Task, spec: EnvironmentSpec, model_patch: str, workspace: Workspace, test_timeout_s: float
-) -> Verdict:
-    """Grade a task of any kind, as its kind grades (`Task.grade`: `grade` or `grade_terminal` here)."""
-    return task.grade(spec, model_patch, workspace, test_timeout_s)

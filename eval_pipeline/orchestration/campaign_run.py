@@ -1,4 +1,4 @@
-"""`eval-pipeline run`: one cycle over a campaign, told one line per finished run, summed up at the end.
+"""`eval-pipeline run`: one cycle over a campaign, a line printed per finished run, summed up at the end.
 
 Resuming is the default: a cycle requests only environments not materialized
 and trials not yet evaluated, and a re-run of a finished step costs a lookup in
@@ -121,7 +121,7 @@ def _one_line(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else f"{flat[: limit // 2]} … {flat[-(limit // 2) :]}"
 
 
-def create_pools(instance: DagsterInstance) -> None:
+def create_pools(dagster_instance: DagsterInstance) -> None:
     """Create the pools' default limits once, before parallel runs race to, and free the slots of runs that
     no longer run.
 
@@ -129,27 +129,28 @@ def create_pools(instance: DagsterInstance) -> None:
     retries a failed insert as an update inside the transaction the failure aborted.
     A pool that exists (with its default or a limit an operator set) is left as it is.
     """
-    existing = instance.event_log_storage.get_concurrency_keys()
+    existing = dagster_instance.event_log_storage.get_concurrency_keys()
     for pool in (ENVIRONMENT_POOL, MODEL_API_POOL):
         if pool not in existing:
-            instance.event_log_storage.initialize_concurrency_limit_to_default(pool)
-    free_abandoned_slots(instance)
+            dagster_instance.event_log_storage.initialize_concurrency_limit_to_default(pool)
+    free_abandoned_slots(dagster_instance)
 
 
 Show = Callable[[Callable[[], str]], None]  # hands a live line the tally's line, to render when it redraws
 
 
-class _Teller:
-    """Counts what each trial and run did and tells it: a trial as soon as its evaluation is materialized, one
-    that ended unscored (or whose run ended before telling) when its run has finished. With `show` (a terminal's
-    live line) the tally is handed to it at once, to render whenever it redraws, and again as each trial ends,
-    and only unscored trials are told; without, every trial's line ends with the tally."""
+class _ProgressReporter:
+    """Counts what each trial and run did and prints a line for it: a trial as soon as its evaluation is
+    materialized, one that ended unscored (or whose run ended before its evaluation was seen) when its run has
+    finished. With `show` (a terminal's live line) the tally is handed to it at once, to render whenever it
+    redraws, and again as each trial ends, and only unscored trials get a line; without, every trial's line
+    ends with the tally."""
 
-    def __init__(self, run: CampaignRun, tally: Tally, say: Callable[[str], None], show: Show | None) -> None:
-        self.run, self.tally, self.say, self.show = run, tally, say, show
+    def __init__(self, run: CampaignRun, tally: Tally, print_line: Callable[[str], None], show: Show | None) -> None:
+        self.run, self.tally, self.print_line, self.show = run, tally, print_line, show
         if show is not None:
             show(tally.line)
-        self.told: set[str] = set()
+        self.reported: set[str] = set()
         self.generations: dict[str, Mapping[str, Any]] = {}  # partition -> its materialized generation's metadata
 
     def materialized(self, metadata: Materialized) -> None:
@@ -159,20 +160,20 @@ class _Teller:
         for (asset, partition), values in metadata.items():
             if asset == "evaluation":
                 generation = self.generations.get(partition, {})
-                self._tell_trial(partition, values["outcome"], generation.get("reused"), values["reused"])
+                self._report_trial(partition, values["outcome"], generation.get("reused"), values["reused"])
 
     def __call__(self, finished: FinishedRun) -> None:
         if finished.stage == "environments":
             if finished.success:
                 self.run.environments_prepared += 1
-                self.say(f"environment ready: {finished.partition}")
+                self.print_line(f"environment ready: {finished.partition}")
             else:
                 self.run.environments_failed[finished.partition] = finished.reasons or finished.failure
-                self.say(f"environment failed: {finished.partition}: {finished.failure}; its trials are skipped")
+                self.print_line(f"environment failed: {finished.partition}: {finished.failure}; its trials are skipped")
         elif finished.stage == "trials":
             partitions = finished.trial_partitions()
             if not partitions:  # the run ended before any of its trials did (a crash, a cancel)
-                self.say(f"trials {finished.partition}: {finished.failure}")
+                self.print_line(f"trials {finished.partition}: {finished.failure}")
             for partition in partitions:
                 if generation := finished.metadata.get(("generation", partition)):
                     self.generations.setdefault(partition, generation)
@@ -181,23 +182,23 @@ class _Teller:
                 else:
                     outcome = finished.metadata[("evaluation", partition)]["outcome"]
                 reused = (finished.reused(name, partition) for name in ("generation", "evaluation"))
-                self._tell_trial(partition, outcome, *reused)
+                self._report_trial(partition, outcome, *reused)
 
-    def _tell_trial(self, partition: str, outcome: str, generation: bool | None, evaluation: bool | None) -> None:
-        if partition in self.told:
+    def _report_trial(self, partition: str, outcome: str, generation: bool | None, evaluation: bool | None) -> None:
+        if partition in self.reported:
             return
-        self.told.add(partition)
+        self.reported.add(partition)
         self.run.generation.add(generation)
         self.run.evaluation.add(evaluation)
         self.tally.add(outcome, self.generations.get(partition))
         instance_id, trial = partition.split("|", 1)
         steps = f"generation {_status(generation)}, evaluation {_status(evaluation)}"
-        line = f"[{len(self.told)}/{self.tally.total}] {instance_id} {trial}: {outcome} ({steps})"
+        line = f"[{len(self.reported)}/{self.tally.total}] {instance_id} {trial}: {outcome} ({steps})"
         if self.show is None:
-            self.say(f"{line} · {self.tally.line()}")
+            self.print_line(f"{line} · {self.tally.line()}")
             return
         if not Outcome(outcome.split(" ", 1)[0]).is_scored:
-            self.say(line)
+            self.print_line(line)
         self.show(self.tally.line)
 
 
@@ -232,36 +233,37 @@ def harness_view(specs: list[TrialSpec], harness: Harness) -> HarnessView:
 
 def run_campaign(
     campaign: Campaign,
-    instance: DagsterInstance,
+    dagster_instance: DagsterInstance,
     launcher: Launcher,
     cycle: Cycle,
     paths: Paths,
-    say: Callable[[str], None] = lambda _: None,
+    print_line: Callable[[str], None] = lambda _: None,
     selection: TrialSelection = EVERY_TRIAL,
     show: Show | None = None,
 ) -> CampaignRun:
     """Prepare the dataset, then carry the cycle through (over the trials `selection` picks; the results and
-    the report are the whole campaign's), telling each step with `say` and the tally with `show` when given (a
-    terminal's live line: see _Teller); raises CampaignRunError when a stage every trial needs (preparing,
-    results) fails, and SelectionError when the selection names what the campaign does not have."""
-    create_pools(instance)
+    the report are the whole campaign's), printing a line for each step with `print_line` and handing the
+    tally to `show` when given (a terminal's live line: see _ProgressReporter); raises CampaignRunError when a
+    stage every trial needs (preparing, results) fails, and SelectionError when the selection names what the
+    campaign does not have."""
+    create_pools(dagster_instance)
     harness = Harness.from_env(paths)
     # The engine is asked (a quarter second) while the dataset is prepared; a failed preparation does not wait.
-    shared_disks = _beside(harness.sandbox(campaign).disks_shared_with, harness_storage(paths))
-    prepared = run_one(instance, launcher, cycle.request("prepare"))
+    shared_disks = _on_daemon_thread(harness.sandbox(campaign).disks_shared_with, harness_storage(paths))
+    prepared = run_one(dagster_instance, launcher, cycle.request("prepare"))
     if prepared.status != DagsterRunStatus.SUCCESS:
-        raise failure_message(instance, prepared, f"campaign {campaign.name}: preparing the dataset")
+        raise failure_message(dagster_instance, prepared, f"campaign {campaign.name}: preparing the dataset")
     for shared in shared_disks.result():
-        say(f"{campaign.name}: warning: {shared}")
+        print_line(f"{campaign.name}: warning: {shared}")
     portfolio = load_portfolio(campaign.slices, harness.paths).excluding(campaign.exclude)
     specs = trial_specs(campaign, portfolio, harness.sandbox_for(campaign))
     if not selection.everything:
         cycle = replace(cycle, only=frozenset(map(_partition, selection.pick(specs))))
     view = harness_view(specs, harness)
-    progress = CampaignProgress.read(instance, campaign, view, cycle.only)
+    progress = CampaignProgress.read(dagster_instance, campaign, view, cycle.only)
     pending = progress.pending_trials()
     planned = len(progress.instances) * len(progress.trials) if cycle.only is None else len(cycle.only)
-    say(
+    print_line(
         f"{campaign.name}: {counted(len(progress.instances), 'instance')} x {counted(len(progress.trials), 'trial')}"
         f"{'' if cycle.only is None else f' (selected: {len(cycle.only)})'};"
         f" {planned - len(pending)} of {planned} trials already done; running {len(pending)},"
@@ -269,23 +271,23 @@ def run_campaign(
     )
     run = CampaignRun()
     try:
-        teller = _Teller(run, Tally(len(pending)), say, show)
-        drive(instance, cycle, launcher, teller, view, teller.materialized)
+        reporter = _ProgressReporter(run, Tally(len(pending)), print_line, show)
+        drive(dagster_instance, cycle, launcher, reporter, view, reporter.materialized)
     finally:  # pods are restarted on demand by the next run
         harness.sandbox(campaign).release()
-    results = _latest(instance, cycle, "results")
+    results = _latest(dagster_instance, cycle, "results")
     if results is None:
         raise CampaignRunError(f"campaign {campaign.name}: no results were built (see the runs of cycle {cycle.id})")
     if results.status != DagsterRunStatus.SUCCESS:
-        raise failure_message(instance, results, f"campaign {campaign.name}: building results")
+        raise failure_message(dagster_instance, results, f"campaign {campaign.name}: building results")
     run.report = load_report(harness.fetch(paths.reports / campaign.name / "report.json"))
-    _read_trials(run, harness.fetch(paths.results / f"{campaign.name}.duckdb"), cycle.only, teller.told)
+    _read_trials(run, harness.fetch(paths.results / f"{campaign.name}.duckdb"), cycle.only, reporter.reported)
     return run
 
 
-def _read_trials(run: CampaignRun, results: Path, only: frozenset[str] | None, told: set[str]) -> None:
+def _read_trials(run: CampaignRun, results: Path, only: frozenset[str] | None, ended: set[str]) -> None:
     """The run's trials from the results (those of `only`, or the campaign's), and the agent's error of each trial
-    `told` (ended by this run) whose final evaluation is agent_error."""
+    `ended` by this run whose final evaluation is agent_error."""
 
     def partition(record: ResultRow | AttemptRecord) -> str:
         return str(trial_run_key(record.instance_id, record.trial))
@@ -296,11 +298,11 @@ def _read_trials(run: CampaignRun, results: Path, only: frozenset[str] | None, t
         f"{attempt.instance_id} {attempt.trial}": _one_line(attempt.detail)
         for attempt in read_attempts_table(results)
         if (attempt.stage, attempt.final, attempt.outcome) == ("evaluation", True, Outcome.AGENT_ERROR)
-        and partition(attempt) in told
+        and partition(attempt) in ended
     }
 
 
-def _beside(call: Callable[..., Any], *args: Any) -> Future:
+def _on_daemon_thread(call: Callable[..., Any], *args: Any) -> Future:
     """`call(*args)` on a daemon thread: an engine that does not answer never holds the command at its exit."""
     future: Future = Future()
 
@@ -310,7 +312,7 @@ def _beside(call: Callable[..., Any], *args: Any) -> Future:
         except BaseException as error:  # noqa: BLE001 - handed to whoever asks for the result
             future.set_exception(error)
 
-    threading.Thread(target=run, name="beside", daemon=True).start()
+    threading.Thread(target=run, name="on-daemon-thread", daemon=True).start()
     return future
 
 
@@ -319,7 +321,7 @@ def harness_storage(paths: Paths) -> dict[str, Path]:
     return {"the data directory": paths.data_dir, "DAGSTER_HOME": dagster_home()}
 
 
-def _latest(instance: DagsterInstance, cycle: Cycle, stage: str) -> DagsterRun | None:
-    """The cycle's latest run of a stage (the first of the instance's newest-first list)."""
+def _latest(dagster_instance: DagsterInstance, cycle: Cycle, stage: str) -> DagsterRun | None:
+    """The cycle's latest run of a stage (the first of the Dagster instance's newest-first list)."""
     key = cycle.request(stage).tags[REQUEST_TAG]
-    return next((run for run in cycle.runs(instance) if run.tags.get(REQUEST_TAG) == key), None)
+    return next((run for run in cycle.runs(dagster_instance) if run.tags.get(REQUEST_TAG) == key), None)

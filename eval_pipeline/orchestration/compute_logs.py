@@ -5,10 +5,10 @@ own output: a `tail -F` and a Python watcher process per stream, four processes
 per run, about a quarter of a second of CPU each time (most of it the watchers'
 interpreter start). 18 runs of the demo's terminal tasks spent about 4 s of CPU
 on it, on a 2-core machine. So a run's output (what its steps print, the
-harness's logged warnings) is now in the UI and in Dagster's files, in the same
-place as before, and no longer copied, a second late, to the terminal of the
-process that executed it: the command's (whose own lines say how each trial
-ended) or `dagster dev`'s.
+harness's logged warnings) is in the UI and in Dagster's files, where Dagster's
+manager puts it, and is not copied to the terminal of the process that executed
+it: the command's (whose own lines say how each trial ended) or `dagster dev`'s.
+The Dagster names it extends are private (defs/dagster_internals.py).
 """
 
 import sys
@@ -17,9 +17,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dagster._core.execution.compute_logs import redirect_to_file
-from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
-from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
+from eval_pipeline.defs.dagster_internals import (
+    IO_TYPE_EXTENSION,
+    CapturedLogContext,
+    ComputeIOType,
+    LocalComputeLogManager,
+    redirect_to_file,
+)
 
 __all__ = ["FileComputeLogManager"]
 

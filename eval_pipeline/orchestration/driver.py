@@ -1,8 +1,9 @@
 """The CLI's driver: one cycle over a campaign, its runs requested by `progress.next_step` and launched by a
-`Launcher`, each finished run read from the instance and told, and each trial told as soon as the instance
-records its evaluation (a run is a batch of trials, which may take long).
+`Launcher`, each finished run read from the Dagster instance and handed to `on_finished`, and each trial's
+materializations handed to `on_materialized` as soon as the Dagster instance records its evaluation (a run is a
+batch of trials, which may take long).
 
-The nightly sensor asks the same `next_step`; this module only adds launching, waiting and telling.
+The nightly sensor asks the same `next_step`; this module only adds launching, waiting and handing results on.
 """
 
 import time
@@ -36,17 +37,17 @@ CLI_TRIGGER = "cli"
 # The pool each stage's steps claim a slot of (defs/environments.py, defs/trials.py).
 STAGE_POOLS = {ENVIRONMENTS: ENVIRONMENT_POOL, TRIALS: MODEL_API_POOL}
 # How often the driver looks for trials that ended: each look queries the event log that the runs are writing.
-FEED_INTERVAL_S = 2.0
+MATERIALIZATION_POLL_S = 2.0
 
 
 def new_cycle(campaign: Campaign) -> Cycle:
     return Cycle(campaign, f"{CLI_TRIGGER}-{uuid.uuid4().hex[:12]}", CLI_TRIGGER)
 
 
-def failure_message(instance: DagsterInstance, run: DagsterRun, what: str) -> CampaignRunError:
+def failure_message(dagster_instance: DagsterInstance, run: DagsterRun, what: str) -> CampaignRunError:
     """The error behind a failed run, unwrapped from Dagster's step error, with the run to look up."""
     messages = []
-    for entry in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE):
+    for entry in dagster_instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE):
         messages.append(innermost_error(entry.get_dagster_event()) or "unknown error")
     return CampaignRunError(f"{what} failed (Dagster run {run.run_id}): {'; '.join(messages) or run.status.value}")
 
@@ -64,7 +65,7 @@ def _materialized(materializations: Iterable[AssetMaterialization | None]) -> di
 
 @dataclass(frozen=True)
 class FinishedRun:
-    """What one run did, as the instance recorded it: per partition, what it materialized and, for a failed run,
+    """What one run did, as the Dagster instance recorded it: per partition, what it materialized and, for a failed run,
     the unscored outcomes its partitions ended on."""
 
     run: DagsterRun
@@ -91,13 +92,14 @@ class FinishedRun:
         return sorted(keys | set(self.outcomes))
 
     @classmethod
-    def read(cls, instance: DagsterInstance, run: DagsterRun) -> "FinishedRun":
-        entries = instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+    def read(cls, dagster_instance: DagsterInstance, run: DagsterRun) -> "FinishedRun":
+        entries = dagster_instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
         metadata = _materialized(entry.asset_materialization for entry in entries)
         outcomes, failure, reasons = {}, "", ""
         if run.status != DagsterRunStatus.SUCCESS:
             failures = [
-                e.get_dagster_event() for e in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE)
+                e.get_dagster_event()
+                for e in dagster_instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE)
             ]
             outcomes = failure_outcomes(failures)
             failed_on = sorted({o.value for o in outcomes.values()}) or [run.status.value.lower()]
@@ -109,11 +111,11 @@ class FinishedRun:
         return cls(run, stage, partition, metadata, outcomes, failure, reasons)
 
 
-class CycleFeed:
-    """The materializations of a cycle's trials that the instance recorded since the feed last looked."""
+class MaterializationPoller:
+    """The materializations of a cycle's trials that the Dagster instance recorded since the last `poll`."""
 
-    def __init__(self, instance: DagsterInstance, cycle: Cycle) -> None:
-        self.instance, self.cycle = instance, cycle
+    def __init__(self, dagster_instance: DagsterInstance, cycle: Cycle) -> None:
+        self.dagster_instance, self.cycle = dagster_instance, cycle
         # Evaluations first: a trial's generation is stored before its evaluation, so any evaluation one look
         # finds has its generation found by the same look (the other order could see an evaluation whose
         # generation landed between the two queries).
@@ -122,19 +124,19 @@ class CycleFeed:
         self.runs: dict[str, bool] = {}  # run id -> whether it is the cycle's
 
     def _newest(self, key: AssetKey) -> int:
-        records = self.instance.fetch_materializations(key, limit=1).records
+        records = self.dagster_instance.fetch_materializations(key, limit=1).records
         return records[0].storage_id if records else 0
 
     def _ours(self, run_id: str) -> bool:
         if run_id not in self.runs:
-            run = self.instance.get_run_by_id(run_id)
+            run = self.dagster_instance.get_run_by_id(run_id)
             self.runs[run_id] = run is not None and run.tags.get(CYCLE_TAG) == self.cycle.id
         return self.runs[run_id]
 
-    def new(self) -> Materialized:
+    def poll(self) -> Materialized:
         found = []
         for key in self.keys:
-            records = self.instance.fetch_materializations(
+            records = self.dagster_instance.fetch_materializations(
                 AssetRecordsFilter(asset_key=key, after_storage_id=self.after[key]), limit=10_000, ascending=True
             ).records
             self.after[key] = max([self.after[key], *(record.storage_id for record in records)])
@@ -143,38 +145,41 @@ class CycleFeed:
 
 
 def run_one(
-    instance: DagsterInstance, launcher: Launcher, request: RunRequest, run_config: Mapping[str, Any] | None = None
+    dagster_instance: DagsterInstance,
+    launcher: Launcher,
+    request: RunRequest,
+    run_config: Mapping[str, Any] | None = None,
 ) -> DagsterRun:
     """Launch one run and wait for it to finish."""
     launcher.launch(request, run_config)
     while not (finished := launcher.wait()):
         time.sleep(POLL_S)
-    return launched_run(instance, finished[0])
+    return launched_run(dagster_instance, finished[0])
 
 
 def run_all(
-    instance: DagsterInstance,
+    dagster_instance: DagsterInstance,
     launcher: Launcher,
     requests: Iterable[RunRequest],
-    tell: Callable[[FinishedRun], None],
+    on_finished: Callable[[FinishedRun], None],
     run_config: Mapping[str, Any] | None = None,
 ) -> None:
-    """Launch every request, at most `launcher.capacity` in flight, telling each finished run."""
+    """Launch every request, at most `launcher.capacity` in flight, handing each finished run to `on_finished`."""
     waiting = list(requests)
     while waiting or launcher.in_flight():
         while waiting and launcher.in_flight() < launcher.capacity:
             launcher.launch(waiting.pop(0), run_config)
         for run_id in launcher.wait():
-            tell(FinishedRun.read(instance, launched_run(instance, run_id)))
+            on_finished(FinishedRun.read(dagster_instance, launched_run(dagster_instance, run_id)))
 
 
-def stage_limits(instance: DagsterInstance) -> dict[str, int]:
+def stage_limits(dagster_instance: DagsterInstance) -> dict[str, int]:
     """How many runs of a stage may run at once: the limit of the pool its steps claim a slot of. A run launched
     past it only waits for a slot, and Dagster's in-process executor waits without sleeping (its
     `interval_to_next_pending_claim_check` never returns more than 0): a worker, and a core, spent spinning.
     Read once a cycle, and counting only this driver's runs: slots other launchers hold still make its runs
     wait. A pool with no slot at all is an error, not a wait without end."""
-    limits = {pool.name: pool.limit for pool in instance.event_log_storage.get_pool_limits()}
+    limits = {pool.name: pool.limit for pool in dagster_instance.event_log_storage.get_pool_limits()}
     for stage, pool in STAGE_POOLS.items():
         if limits.get(pool, 1) < 1:
             raise CampaignRunError(
@@ -205,31 +210,31 @@ def _launchable(
 
 
 def drive(
-    instance: DagsterInstance,
+    dagster_instance: DagsterInstance,
     cycle: Cycle,
     launcher: Launcher,
-    tell: Callable[[FinishedRun], None],
+    on_finished: Callable[[FinishedRun], None],
     harness: HarnessView = AS_RECORDED,
-    tell_materialized: Callable[[Materialized], None] = lambda _: None,
+    on_materialized: Callable[[Materialized], None] = lambda _: None,
 ) -> None:
     """Carry a prepared cycle through environments, trials, results and release (`harness`: as for
-    `CampaignProgress.read`), telling each finished run and, while runs are in flight, the trials that
-    ended (`tell_materialized`: their materializations).
+    `CampaignProgress.read`), handing each finished run to `on_finished` and, while runs are in flight, the
+    materializations of the trials that ended to `on_materialized`.
 
-    `next_step` reads the cycle's partitions and runs from the instance, so it is asked again only when the
+    `next_step` reads the cycle's partitions and runs from the Dagster instance, so it is asked again only when the
     requests it gave last have all been launched or an environment has become ready (its trials can start),
     not after every finished run.
     """
     launched: list[RunRequest] = []
     running: Counter[str] = Counter()  # runs launched and not yet finished, by stage
     queue: deque[RunRequest] = deque()
-    feed = CycleFeed(instance, cycle)
-    limits = stage_limits(instance)
+    poller = MaterializationPoller(dagster_instance, cycle)
+    limits = stage_limits(dagster_instance)
     looked = time.monotonic()
     ask = True
     while True:
         if ask or not queue:
-            step = next_step(instance, cycle, launched, harness, launcher.capacity)
+            step = next_step(dagster_instance, cycle, launched, harness, launcher.capacity)
             if step.done:
                 return
             queue, ask = deque(step.requests), False
@@ -238,14 +243,17 @@ def drive(
             launcher.launch(request)
             launched.append(request)
             running[request.tags[STAGE_TAG]] += 1
-        finished = [FinishedRun.read(instance, launched_run(instance, run_id)) for run_id in launcher.wait(POLL_S)]
+        finished = [
+            FinishedRun.read(dagster_instance, launched_run(dagster_instance, run_id))
+            for run_id in launcher.wait(POLL_S)
+        ]
         running.subtract(run.stage for run in finished)
-        if time.monotonic() - looked >= FEED_INTERVAL_S or finished:
+        if time.monotonic() - looked >= MATERIALIZATION_POLL_S or finished:
             looked = time.monotonic()
-            if materialized := feed.new():
-                tell_materialized(materialized)
+            if materialized := poller.poll():
+                on_materialized(materialized)
         for run in finished:
-            tell(run)
+            on_finished(run)
             ask = ask or (run.stage == ENVIRONMENTS and run.success)
         if not queue and not finished and not launcher.in_flight():
             time.sleep(POLL_S)  # runs of the cycle in flight that another process launched (a run retry, say)

@@ -31,7 +31,7 @@ GENERATED_HEADER = f"{GENERATED_MARK} (eval_pipeline/orchestration/instance_conf
 # DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS: a run of a range of trial partitions records one "planned"
 # event per asset and the range, not one per asset and partition. Without it, a 64-trial run writes 128 events
 # (on SQLite a connection and a commit each) before it starts, and Dagster's daemon queues a 16k-trial backfill
-# at about 45 partitions a second (docs/SCALE.md). The cost: the asset's Partitions tab no longer marks a
+# at about 45 partitions a second (docs/SCALE.md). The cost: the asset's Partitions tab does not mark a
 # failed run's partitions failed, only missing; the `resolved` check's partitions show why, by trial.
 PROCESS_ENVIRONMENT = {"DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS": "1"}
 

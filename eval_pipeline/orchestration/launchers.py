@@ -2,7 +2,7 @@
 
 Both create ordinary runs of the code location's jobs in the same instance, tagged
 with their request, and report the ids of runs that finished; what a run did is
-then read from the instance, the same way for both.
+then read from the Dagster instance, the same way for both.
 
 - `ServerLauncher` launches through the GraphQL API of a running `dagster dev`
   or webserver (EVAL_PIPELINE_DAGSTER_URL), exactly as the UI's Materialize
@@ -41,9 +41,9 @@ LOCATION, REPOSITORY = "eval_pipeline", "__repository__"
 POLL_S = 0.5
 
 
-def launched_run(instance: DagsterInstance, run_id: str) -> DagsterRun:
-    """A run this command launched: the instance holds it from its launch on."""
-    run = instance.get_run_by_id(run_id)
+def launched_run(dagster_instance: DagsterInstance, run_id: str) -> DagsterRun:
+    """A run this command launched: the Dagster instance holds it from its launch on."""
+    run = dagster_instance.get_run_by_id(run_id)
     if run is None:
         raise LaunchError(f"Dagster's instance has no run {run_id}, launched by this command")
     return run
@@ -67,25 +67,27 @@ class Launcher(Protocol):
         ...
 
 
-def free_abandoned_slots(instance: DagsterInstance) -> None:
+def free_abandoned_slots(dagster_instance: DagsterInstance) -> None:
     """Free the pool slots held by runs that are over or gone. Dagster frees a run's slots when the run ends
     itself; a run whose worker was killed (an interrupted or killed command) keeps them, and every later run of
     its pool would wait for them forever, silently."""
-    storage = instance.event_log_storage
+    storage = dagster_instance.event_log_storage
     for run_id in storage.get_concurrency_run_ids():
-        run = instance.get_run_by_id(run_id)
+        run = dagster_instance.get_run_by_id(run_id)
         if run is None or run.is_finished:
             storage.free_concurrency_slots_for_run(run_id)
 
 
-def abandon(instance: DagsterInstance, requests: list[RunRequest]) -> None:
+def abandon(dagster_instance: DagsterInstance, requests: list[RunRequest]) -> None:
     """The runs of `requests`, cut off by an abort: marked canceled where they had not ended, and their pool
     slots freed; the next cycle runs their partitions again."""
     for request in requests:
-        for run in instance.get_runs(RunsFilter(tags={REQUEST_TAG: request.tags[REQUEST_TAG]})):
+        for run in dagster_instance.get_runs(RunsFilter(tags={REQUEST_TAG: request.tags[REQUEST_TAG]})):
             if not run.is_finished:
-                instance.report_run_canceled(run, message="the eval-pipeline command running it was interrupted")
-            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+                dagster_instance.report_run_canceled(
+                    run, message="the eval-pipeline command running it was interrupted"
+                )
+            dagster_instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
 
 
 class WorkerPoolLauncher:
@@ -97,26 +99,26 @@ class WorkerPoolLauncher:
         self,
         campaign: Campaign,
         paths: Paths,
-        instance: DagsterInstance,
+        dagster_instance: DagsterInstance,
         capacity: int,
         workers: ProcessPoolExecutor | None = None,
     ) -> None:
         """`workers`: the pool `run_workers.embedded_run_workers` started for `capacity` (the command starts it
-        before it opens its instance); without, the launcher starts its own, on `instance`."""
+        before it opens its instance); without, the launcher starts its own, on `dagster_instance`."""
         self.capacity = max(1, capacity)
         self.environment_lanes = environment_lanes(campaign)
         self._finished: list[str] = []
         self._running: dict[Future, RunRequest] = {}
-        self._instance = instance
+        self._dagster_instance = dagster_instance
         self._pool = workers
         if self.capacity + self.environment_lanes == 1:
             self._definitions = build_definitions([campaign], paths)
         elif workers is None:
-            self._pool = start_run_workers(campaign, paths, self.capacity, instance.get_ref())
+            self._pool = start_run_workers(campaign, paths, self.capacity, dagster_instance.get_ref())
 
     def launch(self, request: RunRequest, run_config: Mapping[str, Any] | None = None) -> None:
         if self._pool is None:
-            self._finished.append(execute_request(self._definitions, self._instance, request, run_config))
+            self._finished.append(execute_request(self._definitions, self._dagster_instance, request, run_config))
         else:
             self._running[self._pool.submit(execute_in_worker, request, run_config)] = request  # workers started
 
@@ -144,7 +146,7 @@ class WorkerPoolLauncher:
         if abort or not self._running:
             cut_off = list(self._running.values())
             stop_run_workers(self._pool)
-            abandon(self._instance, cut_off)
+            abandon(self._dagster_instance, cut_off)
         else:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
@@ -168,11 +170,11 @@ def partition_tags(partition_key: str | None) -> dict[str, str]:
 
 
 class ServerLauncher:
-    """Runs launched through a Dagster webserver's GraphQL API; finished when the instance says so."""
+    """Runs launched through a Dagster webserver's GraphQL API; finished when the Dagster instance says so."""
 
-    def __init__(self, url: str, instance: DagsterInstance, capacity: int) -> None:
+    def __init__(self, url: str, dagster_instance: DagsterInstance, capacity: int) -> None:
         self.url = url.rstrip("/")
-        self.instance = instance
+        self.dagster_instance = dagster_instance
         self.capacity = max(1, capacity)
         self.environment_lanes = 0  # the server's run queue and its `environments` tag limit decide
         self._running: set[str] = set()
@@ -199,7 +201,7 @@ class ServerLauncher:
         if launched["__typename"] != "LaunchRunSuccess":
             raise LaunchError(f"the Dagster server at {self.url} did not launch {request.job_name}: {launched}")
         run_id = launched["run"]["runId"]
-        if self.instance.get_run_by_id(run_id) is None:
+        if self.dagster_instance.get_run_by_id(run_id) is None:
             raise LaunchError(
                 f"the Dagster server at {self.url} uses another instance than this command's DAGSTER_HOME;"
                 " start both with the same DAGSTER_HOME"
@@ -212,7 +214,9 @@ class ServerLauncher:
     def wait(self, timeout_s: float | None = None) -> list[str]:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while self._running:
-            finished = [run_id for run_id in self._running if launched_run(self.instance, run_id).status in FINISHED]
+            finished = [
+                run_id for run_id in self._running if launched_run(self.dagster_instance, run_id).status in FINISHED
+            ]
             if finished:
                 self._running.difference_update(finished)
                 return finished
@@ -232,7 +236,7 @@ class ServerLauncher:
 def open_launcher(
     campaign: Campaign,
     paths: Paths,
-    instance: DagsterInstance,
+    dagster_instance: DagsterInstance,
     capacity: int,
     workers: ProcessPoolExecutor | None = None,
 ) -> Iterator[Launcher]:
@@ -243,9 +247,9 @@ def open_launcher(
     if url and workers is not None:  # started by a caller that decided otherwise: not to be left running
         stop_run_workers(workers)
     launcher: Launcher = (
-        ServerLauncher(url, instance, capacity)
+        ServerLauncher(url, dagster_instance, capacity)
         if url
-        else WorkerPoolLauncher(campaign, paths, instance, capacity, workers)
+        else WorkerPoolLauncher(campaign, paths, dagster_instance, capacity, workers)
     )
     try:
         yield launcher

@@ -98,8 +98,8 @@ class WatchedLauncher:
     takes it: the one-process launcher runs it to its end within `launch`), each run as it is reported
     finished (its request read from its tags in `instance`)."""
 
-    def __init__(self, launcher: Launcher, instance: DagsterInstance, status: LiveStatus) -> None:
-        self.launcher, self.instance, self.status = launcher, instance, status
+    def __init__(self, launcher: Launcher, dagster_instance: DagsterInstance, status: LiveStatus) -> None:
+        self.launcher, self.dagster_instance, self.status = launcher, dagster_instance, status
         self.capacity, self.environment_lanes = launcher.capacity, launcher.environment_lanes
 
     def launch(self, request: RunRequest, run_config: Mapping[str, Any] | None = None) -> None:
@@ -112,7 +112,7 @@ class WatchedLauncher:
     def wait(self, timeout_s: float | None = None) -> list[str]:
         finished = self.launcher.wait(timeout_s)
         for run_id in finished:
-            run = self.instance.get_run_by_id(run_id)
+            run = self.dagster_instance.get_run_by_id(run_id)
             self.status.finished(run.tags.get(REQUEST_TAG, "") if run else "")
         return finished
 
@@ -175,7 +175,7 @@ class LiveLine(_Ticking):
         self.width = width
         self.drawn = ""
 
-    def say(self, line: str) -> None:
+    def print_line(self, line: str) -> None:
         with self._lock:
             self.drawn = self.status.line(self.width())
             self.stream.write(f"\r\x1b[K{line}\n{self.drawn}")
@@ -205,7 +205,7 @@ class Heartbeat(_Ticking):
         self.quiet = quiet
         self.last = status.clock()
 
-    def say(self, line: str) -> None:
+    def print_line(self, line: str) -> None:
         self.last = self.status.clock()
         self._write(f"{line}\n")
 
@@ -214,4 +214,4 @@ class Heartbeat(_Ticking):
 
     def tick(self) -> None:
         if self.status.running and self.status.clock() - self.last >= self.quiet:
-            self.say(f"… still running: {self.status.line()}")
+            self.print_line(f"… still running: {self.status.line()}")

@@ -20,8 +20,12 @@ table is known to exist, so that it does not. The webserver replaces the engines
 from collections.abc import Mapping
 from typing import Any
 
-from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage
-from dagster_postgres.storage import DagsterPostgresStorage
+from dagster_postgres import (
+    DagsterPostgresStorage,
+    PostgresEventLogStorage,
+    PostgresRunStorage,
+    PostgresScheduleStorage,
+)
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
 from sqlalchemy.engine import Engine
 

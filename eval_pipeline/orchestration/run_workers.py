@@ -1,4 +1,4 @@
-"""The embedded default's run workers: processes that each open the instance and build the definitions once,
+"""The embedded default's run workers: processes that each open the Dagster instance and build the definitions once,
 then execute run after run (`launchers.WorkerPoolLauncher` hands them the runs).
 
 The command's workers are forked from it once it has imported what a run needs (`embedded_run_workers`):
@@ -42,24 +42,26 @@ __all__ = [
     "execute_in_worker",
     "execute_request",
     "hold_connections",
-    "open_instance",
+    "open_dagster_instance",
     "start_run_workers",
     "stop_run_workers",
 ]
 
 # Set, the command's runs are launched through this Dagster server, and it starts no workers (launchers.py).
 DAGSTER_URL_VARIABLE = "EVAL_PIPELINE_DAGSTER_URL"
-# In-process runs log to the instance (the UI shows everything); the console shows only what breaks Dagster itself.
+# In-process runs log to the Dagster instance (the UI shows everything); the console shows only what breaks
+# Dagster itself.
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 PR_SET_PDEATHSIG = 1  # prctl(2)
-# Longer than a database connection's own timeouts: a process opening the instance is then stuck, not slow.
+# Longer than a database connection's own timeouts: a process opening the Dagster instance is then stuck, not slow.
 INSTANCE_LOCK_TIMEOUT_S = 300.0
 # Left in DAGSTER_HOME by the first process that opened its instance: the digest of the dagster.yaml it used.
 OPENED_MARK = ".eval-pipeline-opened"
 
 _definitions: "Definitions | None" = None
-_instance: "DagsterInstance | None" = None
-_opened_an_instance = False  # whether this process has opened one (`open_instance`): it then forks no workers
+_dagster_instance: "DagsterInstance | None" = None
+# Whether this process has opened a Dagster instance (`open_dagster_instance`): it then forks no workers.
+_opened_a_dagster_instance = False
 
 
 def environment_lanes(campaign: Campaign) -> int:
@@ -73,10 +75,10 @@ def environment_lanes(campaign: Campaign) -> int:
 def embedded_run_workers(campaign: Campaign, paths: Paths, capacity: int) -> ProcessPoolExecutor | None:
     """The command's run workers, forked now from the command, with what a run needs imported (module
     docstring): none when its runs go to a Dagster server or run in the command itself, one at a time. Called
-    before the command opens its instance or starts a thread."""
+    before the command opens its Dagster instance or starts a thread."""
     if os.environ.get(DAGSTER_URL_VARIABLE) or capacity + environment_lanes(campaign) <= 1:
         return None
-    if _opened_an_instance or threading.active_count() > 1:  # nothing may be open or held when forking
+    if _opened_a_dagster_instance or threading.active_count() > 1:  # nothing may be open or held when forking
         return start_run_workers(campaign, paths, capacity)
     _import_what_a_run_needs(campaign)
     gc.freeze()  # the workers' collections then leave the imported objects' pages alone (still shared)
@@ -107,13 +109,13 @@ def stop_run_workers(pool: ProcessPoolExecutor) -> None:
     """Kill every worker (SIGKILL, which Dagster's handlers cannot turn into a traceback) and wait for the pool
     to wind down. All of them or none: an idle worker waits on the pool's call queue holding its read lock, so
     killing only some would leave the others waiting forever. A worker still starting (importing Dagster,
-    opening the instance) is killed too, rather than waited on for seconds."""
+    opening the Dagster instance) is killed too, rather than waited on for seconds."""
     for process in list((getattr(pool, "_processes", None) or {}).values()):
         process.kill()
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-def open_instance(instance_ref: Any = None) -> "DagsterInstance":
+def open_dagster_instance(instance_ref: Any = None) -> "DagsterInstance":
     """The instance of `instance_ref`, or DAGSTER_HOME's, opened by one process of the command at a time until
     it has been opened once. The command and its workers open it at once, and on a fresh home each would create
     its databases, racing on alembic's version stamp inside Dagster's own storage ("more than one head
@@ -122,8 +124,8 @@ def open_instance(instance_ref: Any = None) -> "DagsterInstance":
     waiting on every start. `_opened_before` says when they exist."""
     from dagster import DagsterInstance
 
-    global _opened_an_instance
-    _opened_an_instance = True
+    global _opened_a_dagster_instance
+    _opened_a_dagster_instance = True
     if instance_ref is not None:  # an instance that whoever made the ref has opened: its databases exist
         return DagsterInstance.from_ref(instance_ref)
     home = dagster_home()
@@ -143,13 +145,13 @@ def open_instance(instance_ref: Any = None) -> "DagsterInstance":
                         f" (it holds {path}): its database may not answer"
                     ) from None
                 time.sleep(0.05)
-        instance = DagsterInstance.get()
+        dagster_instance = DagsterInstance.get()
         if all(database.exists() for database in _sqlite_databases(home)):
             mark = home / OPENED_MARK
             partial = mark.with_name(f"{mark.name}.{os.getpid()}.tmp")
             partial.write_text(_settings_digest(home))
             os.replace(partial, mark)
-        return instance
+        return dagster_instance
 
 
 def _opened_before(home: Path) -> bool:
@@ -174,7 +176,7 @@ def _settings_digest(home: Path) -> str:
     return hashlib.sha256(settings.read_bytes() if settings.exists() else b"").hexdigest()
 
 
-def hold_connections(instance: "DagsterInstance") -> None:
+def hold_connections(dagster_instance: "DagsterInstance") -> None:
     """Keep a database connection open across this process's many queries, as Dagster's webserver does.
     Dagster's PostgreSQL storage otherwise connects anew for every query (the server forks a backend for each):
     replaying a campaign's runs on PostgreSQL, a writer connecting per query managed 8.8 trials a second and
@@ -183,14 +185,14 @@ def hold_connections(instance: "DagsterInstance") -> None:
     orchestration/postgres_storage.py: one for the process) is left as it is."""
     from sqlalchemy.pool import NullPool
 
-    engine = getattr(instance.run_storage, "_engine", None)
+    engine = getattr(dagster_instance.run_storage, "_engine", None)
     if engine is None or isinstance(engine.pool, NullPool):
-        instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
+        dagster_instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
 
 
 def execute_request(
     definitions: "Definitions",
-    instance: "DagsterInstance",
+    dagster_instance: "DagsterInstance",
     request: "RunRequest",
     run_config: Mapping[str, Any] | None,
 ) -> str:
@@ -199,7 +201,7 @@ def execute_request(
         raise ValueError(f"a run request without its job's name (partition {request.partition_key})")
     job = definitions.resolve_job_def(request.job_name)
     result = job.execute_in_process(
-        instance=instance,
+        instance=dagster_instance,
         partition_key=request.partition_key,
         tags=dict(request.tags),
         run_config={**QUIET_RUN_CONFIG, **(run_config or {})},
@@ -210,8 +212,8 @@ def execute_request(
 
 def execute_in_worker(request: "RunRequest", run_config: Mapping[str, Any] | None) -> str:
     """What a launcher submits to a worker: the run, on the worker's definitions and instance."""
-    assert _definitions is not None and _instance is not None
-    return execute_request(_definitions, _instance, request, run_config)
+    assert _definitions is not None and _dagster_instance is not None
+    return execute_request(_definitions, _dagster_instance, request, run_config)
 
 
 @contextmanager
@@ -231,8 +233,8 @@ def _started_deaf_to_ctrl_c() -> Iterator[None]:
 
 
 def _start_worker(campaign: Campaign, data_dir: str, instance_ref: Any) -> None:
-    """Each worker builds the definitions once and opens the instance, holding its connections."""
-    global _definitions, _instance
+    """Each worker builds the definitions once and opens the Dagster instance, holding its connections."""
+    global _definitions, _dagster_instance
     _leave_the_terminal_to_the_parent()
     from dagster import BetaWarning
 
@@ -240,8 +242,8 @@ def _start_worker(campaign: Campaign, data_dir: str, instance_ref: Any) -> None:
 
     warnings.filterwarnings("ignore", category=BetaWarning)
     _definitions = build_definitions([campaign], Paths(Path(data_dir)))
-    _instance = open_instance(instance_ref)
-    hold_connections(_instance)
+    _dagster_instance = open_dagster_instance(instance_ref)
+    hold_connections(_dagster_instance)
 
 
 def _import_what_a_run_needs(campaign: Campaign) -> None:

@@ -3,7 +3,7 @@
 Dagster's `SqliteEventLogStorage` creates an engine, connects, writes and disposes of the engine for every
 event, and twice for an asset event (the run's database, then the index). A trial writes three asset events
 (its generation, its evaluation, its `resolved` check) and a run about twenty more, so on the embedded default
-this opening and closing was most of what Dagster cost a trial: 14 ms an event, against 4 ms with the
+this opening and closing is most of what Dagster costs a trial: 14 ms an event, against 4 ms with the
 engine kept (a micro-benchmark of 150 materializations, docs/SCALE.md).
 
 `HeldSqliteStorage` is Dagster's `DagsterSqliteStorage` with the same files in the same places (an existing
@@ -12,10 +12,10 @@ recent runs'. A held SQLite connection holds no lock between transactions, so ot
 the daemon, the webserver) read and write the same files as before. PostgreSQL deployments do not use it:
 their connections are the database server's to limit (docs/SCALE.md).
 
-Two more costs of Dagster's per run and per event are cut here. A run's database was made by Dagster's
+Two more costs of Dagster's per run and per event are cut here. Dagster makes a run's database with
 `_initdb`, which loads alembic's revision scripts to learn the schema's revision, in the process creating the
 run and again in the worker executing it (a fifth of a run worker's Dagster time in a profile of 72 trials);
-it is now a copy of a template `_initdb` made once per home. And the held connections commit with SQLite's
+here it is a copy of a template `_initdb` made once per home. And the held connections commit with SQLite's
 `synchronous=NORMAL`, the setting SQLite recommends with the write-ahead log Dagster's event log uses.
 
 Dagster also asks the schema before its queries: whether the index has a table (before every dynamic partition
@@ -26,6 +26,9 @@ about 1.1 s of the 14 s of Python a py-spy profile of the Harbor comparison's 8 
 databases that exist at a revision are opened as they are (`_stamped`), where Dagster's `from_local` and
 `_initdb` load alembic's revision scripts to learn a head they then leave alone: three databases in each of the
 command's processes, all starting at once.
+
+Dagster exports none of the storages extended here: the names come from defs/dagster_internals.py, which says
+what is relied on of each.
 """
 
 import os
@@ -38,23 +41,22 @@ from pathlib import Path
 from typing import Any
 
 import dagster
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
-    INDEX_SHARD_NAME,
-    SQLITE_BUSY_TIMEOUT_SECONDS,
-    SqliteEventLogStorage,
-)
-from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
-from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
-from dagster._core.storage.sqlite_storage import (
-    DagsterSqliteStorage,
-    _event_logs_directory,
-    _runs_directory,
-    _schedule_directory,
-)
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
+
+from eval_pipeline.defs.dagster_internals import (
+    INDEX_SHARD_NAME,
+    SQLITE_BUSY_TIMEOUT_SECONDS,
+    DagsterSqliteStorage,
+    SqliteEventLogStorage,
+    SqliteRunStorage,
+    SqliteScheduleStorage,
+    event_logs_directory,
+    runs_directory,
+    schedule_directory,
+)
 
 __all__ = ["HeldSqliteEventLogStorage", "HeldSqliteRunStorage", "HeldSqliteStorage"]
 
@@ -282,9 +284,9 @@ class HeldSqliteStorage(DagsterSqliteStorage):
 
     def __init__(self, base_dir: str, inst_data: Any = None) -> None:
         self.base_dir = base_dir
-        self._run_storage = HeldSqliteRunStorage.from_local(_runs_directory(base_dir))
-        self._event_log_storage = HeldSqliteEventLogStorage(_event_logs_directory(base_dir))
-        self._schedule_storage = _schedule_storage(_schedule_directory(base_dir))
+        self._run_storage = HeldSqliteRunStorage.from_local(runs_directory(base_dir))
+        self._event_log_storage = HeldSqliteEventLogStorage(event_logs_directory(base_dir))
+        self._schedule_storage = _schedule_storage(schedule_directory(base_dir))
         self._inst_data = inst_data
         super(DagsterSqliteStorage, self).__init__()  # DagsterStorage's: the storages are set above
 

@@ -25,47 +25,47 @@ class DatasetNotLoaded(CampaignRunError):
 
 def run_validation(
     campaign: Campaign,
-    instance: DagsterInstance,
+    dagster_instance: DagsterInstance,
     launcher: Launcher,
     cycle: Cycle,
     paths: Paths,
     repeats: int,
-    say: Callable[[str], None] = lambda _: None,
+    print_line: Callable[[str], None] = lambda _: None,
     selection: TrialSelection = EVERY_TRIAL,
 ) -> dict[str, Any]:
     """Validate every instance of the campaign (or the `selection`'s) and return the validation report; for a
     selection, only the selected instances' results (`{"campaign", "selected"}`): the report, and the quarantine
     it decides, are made only from every instance's validation. Raises DatasetNotLoaded when the dataset cannot
     be loaded, CampaignRunError when the report cannot be made."""
-    prepared = run_one(instance, launcher, cycle.request("prepare"))
+    prepared = run_one(dagster_instance, launcher, cycle.request("prepare"))
     if prepared.status != DagsterRunStatus.SUCCESS:
         raise DatasetNotLoaded(
-            str(failure_message(instance, prepared, f"campaign {campaign.name}: preparing the dataset"))
+            str(failure_message(dagster_instance, prepared, f"campaign {campaign.name}: preparing the dataset"))
         )
-    instances = _selected(CampaignProgress.read(instance, campaign).instances, campaign, paths, selection)
+    instances = _selected(CampaignProgress.read(dagster_instance, campaign).instances, campaign, paths, selection)
     run_config = {"ops": {f"{campaign.name}__validation": {"config": {"repeats": repeats}}}}
-    told, selected = 0, {}
+    finished_count, selected = 0, {}
 
-    def tell(finished: FinishedRun) -> None:
-        nonlocal told
-        told += 1
+    def print_finished(finished: FinishedRun) -> None:
+        nonlocal finished_count
+        finished_count += 1
         if finished.success:
             result = selected[finished.partition] = finished.metadata[("validation", finished.partition)]
-            said = f"{result['status']} (gold {result['gold_resolved']}, empty {result['empty_resolved']})"
+            ended = f"{result['status']} (gold {result['gold_resolved']}, empty {result['empty_resolved']})"
         else:
-            said = f"failed: {finished.failure}"
-        say(f"[{told}/{len(instances)}] {finished.partition}: {said}")
+            ended = f"failed: {finished.failure}"
+        print_line(f"[{finished_count}/{len(instances)}] {finished.partition}: {ended}")
 
     try:
         requests = [cycle.request(VALIDATION_STAGE, instance_id) for instance_id in instances]
-        run_all(instance, launcher, requests, tell, run_config)
+        run_all(dagster_instance, launcher, requests, print_finished, run_config)
     finally:  # pods are restarted on demand by the next run
         Harness.from_env(paths).sandbox(campaign).release()
     if not selection.everything:
         return {"campaign": campaign.name, "selected": {i: _result(selected.get(i)) for i in instances}}
-    reported = run_one(instance, launcher, cycle.request(VALIDATION_REPORT_STAGE))
+    reported = run_one(dagster_instance, launcher, cycle.request(VALIDATION_REPORT_STAGE))
     if reported.status != DagsterRunStatus.SUCCESS:
-        raise failure_message(instance, reported, f"campaign {campaign.name}: the validation report")
+        raise failure_message(dagster_instance, reported, f"campaign {campaign.name}: the validation report")
     return read_validation(paths.reports / campaign.name / VALIDATION_FILE)
 
 

@@ -20,8 +20,8 @@ from pydantic import BeforeValidator, ConfigDict, StrictBool, StrictStr, TypeAda
 from eval_pipeline.common.fields import Count, Number, PositiveCount
 from eval_pipeline.common.git import HARNESS_GIT_ENV
 from eval_pipeline.common.outcomes import InfrastructureError
+from eval_pipeline.tasks.data import TaskData
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
-from eval_pipeline.tasks.task import Task
 
 
 def parse_multiplier(value: Any) -> float | None:
@@ -382,8 +382,8 @@ class Workspace(ABC):
 
     @abstractmethod
     def command_placement(self) -> dict[str, Any]:
-        """Where, as whom and under which limits this workspace's commands run: the arguments of
-        `limited_exec.run_limited` but the command and its timeout. `run` runs with it, and so does the
+        """Where, as whom and under which limits this workspace's commands run: the fields of the runner's
+        `RunRequest` (runner/request.py) but the command and its timeout. `run` runs with it, and so does the
         trial's tool server (tool_server.py), so a tool call is held to exactly what a command is."""
 
     @abstractmethod
@@ -441,11 +441,11 @@ class SandboxBackend(ABC):
             raise ValueError(f"campaign {self.campaign}: a workspace asked for network, but no variant opted in")
 
     @abstractmethod
-    def environment_key(self, instance: Task, spec: EnvironmentSpec) -> str:
+    def environment_key(self, instance: TaskData, spec: EnvironmentSpec) -> str:
         """The content hash of the environment `prepare` makes, computable without making it."""
 
     @abstractmethod
-    def prepare(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
+    def prepare(self, instance: TaskData, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
         """Make the instance's environment ready, once; later calls return the same one."""
 
     @abstractmethod
@@ -460,7 +460,7 @@ class SandboxBackend(ABC):
         """Which of the limits this backend actually enforces, by field name."""
 
     @abstractmethod
-    def build(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
+    def build(self, instance: TaskData, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
         """Build what `prepare` starts from (an image, a directory), once.
 
         Returns a JSON-ready record with at least `environment_key` and `built`

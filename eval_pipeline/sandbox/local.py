@@ -6,7 +6,7 @@ built once under a lock); each workspace is a copy-on-write copy
 (`cp --reflink=auto`, a plain copy where the file system cannot share blocks)
 of that repository. Every command of a trial runs in its own mount namespace
 where its workspace is mounted at the environment's repository path (see
-limited_exec.py), so editable installs and absolute paths resolve to the
+runner/), so editable installs and absolute paths resolve to the
 trial's files while the shared environment stays untouched, and with no
 network but its own loopback unless the trial's variant opted in. Commands run in
 their own process group with a timeout, a memory ceiling (watched on the
@@ -77,16 +77,19 @@ from eval_pipeline.sandbox.interpreters import (
     find_interpreter,
     installs_with_pip,
 )
-from eval_pipeline.sandbox.limited_exec import ViewUnavailable, allocated_bytes, read_back
+from eval_pipeline.sandbox.runner.namespaces import ViewUnavailable
+from eval_pipeline.sandbox.runner.quota import allocated_bytes
+from eval_pipeline.sandbox.runner.read_back import read_back
+from eval_pipeline.sandbox.runner.request import RunRequest, View
+from eval_pipeline.tasks.data import TaskData
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
-from eval_pipeline.tasks.task import Task
 
 # Bump when the layout of a prepared environment changes, so old ones are not reused.
 ENVIRONMENT_LAYOUT_VERSION = "5"
 INSTALL_TIMEOUT_S = 1800.0
 TOOL_SERVER = Path(__file__).with_name("tool_server.py")
 _INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "PIP_INDEX_URL")
-# What an untrusted agent's command gets besides its read-only view (limited_exec._View): a pid namespace of its
+# What an untrusted agent's command gets besides its read-only view (runner/namespaces.py): a pid namespace of its
 # own, and every unix socket of the host covered.
 WALLS = {"own_pids": True, "hide_sockets": True}
 # The shared temporary directories where a walled trial finds its own `tmp` (LocalWorkspace.command_placement).
@@ -94,7 +97,7 @@ PRIVATE_TMP = ("/tmp", "/var/tmp")
 
 
 def walled_view(root: Path, interpreter: Path) -> dict[str, Any]:
-    """An untrusted agent's command's view beyond its workspace's (limited_exec._View): it writes only under
+    """An untrusted agent's command's view beyond its workspace's (runner/namespaces.py): it writes only under
     `root`, finds `root/tmp` at every PRIVATE_TMP directory, and its environment's `interpreter` directory where
     it is, even under /tmp; with a pid namespace of its own and the host's unix sockets covered (WALLS)."""
     private = {shared: str(root / "tmp") for shared in PRIVATE_TMP}
@@ -131,14 +134,7 @@ def views_unavailable() -> str:
     """Why this system cannot give a command its own mount namespace ('' when it can), probed once."""
     with tempfile.TemporaryDirectory() as scratch:
         try:
-            run_command(
-                command="true",
-                cwd=scratch,
-                env={},
-                timeout_s=10,
-                output_bytes=100,
-                view={"source": scratch, "target": scratch},
-            )
+            run_command(RunRequest("true", scratch, {}, 10, 100, view=View(source=scratch, target=scratch)))
         except (ViewUnavailable, OSError) as error:
             return str(error)
     return ""
@@ -152,7 +148,8 @@ def walls_unavailable() -> str:
         (Path(scratch) / "tmp").mkdir()
         view = {"source": scratch, "target": scratch, **walled_view(Path(scratch), Path(scratch))}
         try:
-            probed = run_command(command="true", cwd=scratch, env={}, timeout_s=30, output_bytes=1000, view=view)
+            fields = {"command": "true", "cwd": scratch, "env": {}, "timeout_s": 30, "output_bytes": 1000, "view": view}
+            probed = run_command(RunRequest.from_fields(fields))
         except (ViewUnavailable, OSError) as error:
             return str(error)
     return "" if probed["exit_code"] == 0 else f"a walled `true` exited {probed['exit_code']}: {probed['stderr']!r}"
@@ -278,8 +275,9 @@ class LocalWorkspace(Workspace):
     def run(self, command: str, *, timeout_s: float, env: Mapping[str, str] | None = None) -> ExecResult:
         placement = self.command_placement()
         try:
+            environment = {**placement["env"], **(env or {})}
             result = run_command(
-                command=command, timeout_s=timeout_s, **{**placement, "env": {**placement["env"], **(env or {})}}
+                RunRequest.from_fields({**placement, "command": command, "timeout_s": timeout_s, "env": environment})
             )
         except ViewUnavailable as error:
             raise SandboxError(str(error)) from error
@@ -303,7 +301,7 @@ class LocalWorkspace(Workspace):
         return str(path)
 
     def read_harness_file(self, name: str) -> bytes | None:
-        """Read as the pod's runner reads a file back (limited_exec.read_back), never following a link."""
+        """Read as the pod's runner reads a file back (runner/read_back.py), never following a link."""
         data = read_back(os.path.join(os.path.realpath(self.harness), name), HARNESS_FILE_CAP_BYTES)
         if data is False:
             raise HarnessFileTooLarge(f"the harness file {name} holds more than {HARNESS_FILE_CAP_BYTES} bytes")
@@ -389,7 +387,7 @@ class LocalSandbox(SandboxBackend):
             "output_bytes": True,
         }
 
-    def environment_key(self, instance: Task, spec: EnvironmentSpec) -> str:
+    def environment_key(self, instance: TaskData, spec: EnvironmentSpec) -> str:
         interpreter = find_interpreter(spec.python)
         return stable_hash(
             {
@@ -407,7 +405,7 @@ class LocalSandbox(SandboxBackend):
             }
         )
 
-    def build(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
+    def build(self, instance: TaskData, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
         key = self.environment_key(instance, spec)
         directory = self.root / "environments" / key[:24]
         directory.parent.mkdir(parents=True, exist_ok=True)
@@ -429,7 +427,7 @@ class LocalSandbox(SandboxBackend):
             "skipped_image_steps": list(spec.image_install),
         }
 
-    def prepare(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
+    def prepare(self, instance: TaskData, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
         record = self.build(instance, spec, source)
         return EnvironmentHandle(
             backend=self.name,
@@ -445,7 +443,7 @@ class LocalSandbox(SandboxBackend):
             },
         )
 
-    def _build(self, directory: Path, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> None:
+    def _build(self, directory: Path, instance: TaskData, spec: EnvironmentSpec, source: RepoSource) -> None:
         if problem := instance.local_problem:
             raise ImageBuildFailed(
                 f"{instance.instance_id}: the local backend cannot run this task as its author wrote it: {problem}; "
@@ -501,7 +499,7 @@ class LocalSandbox(SandboxBackend):
             raise ImageBuildFailed(f"making the environment's Python: {shlex.join(command)}: {created.stderr[-1500:]}")
 
     @staticmethod
-    def _install_commands(instance: Task, spec: EnvironmentSpec, directory: Path) -> list[str]:
+    def _install_commands(instance: TaskData, spec: EnvironmentSpec, directory: Path) -> list[str]:
         """The spec's steps as shell commands, run in the repository; package names are single arguments."""
         commands = list(spec.pre_install)
         if installs_with_pip(spec):

@@ -2,14 +2,14 @@
 
 An environment's own Python may be 3.6, or absent (a terminal task's image),
 and its packages are the task's, so no harness process (the command runner
-limited_exec.py, the pod's PID 1, the uid and slot claims, the tool server
+runner/, the pod's PID 1, the uid and slot claims, the tool server
 tool_server.py) can run on them. They bring their own instead: this machine's
 interpreter (its binary, shared library and standard library) and the
-installed distributions `mcp` needs, with tool_server.py and limited_exec.py
-beside them, laid out under TOOLS_ROOT, and started by absolute path
+installed distributions `mcp` needs, with tool_server.py and the runner's
+directory beside them, laid out under TOOLS_ROOT, and started by absolute path
 (`ToolRuntime.python`), never as `python3` from PATH, where the environment's
 venv comes first. The container backend puts that in a volume once per engine
-and mounts it read-only into every pod and container (container/sandbox.py); the
+and mounts it read-only into every pod and container (container/tool_volume.py); the
 Kubernetes backend builds it as an image of its own (`tools_layer`, FROM
 scratch) that pods mount read-only as an image volume. Either way no
 environment image changes and no trial can alter it. It needs a glibc image of
@@ -17,11 +17,14 @@ this machine's architecture, as every environment image built here is.
 """
 
 import hashlib
+import importlib.util
 import io
 import os
+import py_compile
 import sys
 import sysconfig
 import tarfile
+import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -33,13 +36,14 @@ from typing import cast
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-import eval_pipeline.sandbox.limited_exec as limited_exec
 from eval_pipeline.common.hashing import stable_hash
-from eval_pipeline.sandbox.container.images import ImageLayer
+from eval_pipeline.sandbox.pods.images import ImageLayer
+from eval_pipeline.sandbox.runner.entry import DIRECTORY
 
 TOOLS_ROOT = "/opt/eval/tools"
 SERVER_DISTRIBUTION = "mcp"
 TOOL_SERVER = Path(__file__).with_name("tool_server.py")
+RUNNER = Path(DIRECTORY)  # the runner's directory, shipped whole beside the tool server and run by path
 # Parts of the standard library the server never imports (tests alone are half of it).
 _STDLIB_LEFT_OUT = (
     "site-packages",
@@ -74,8 +78,8 @@ class ToolRuntime:
         ]
 
     def runner(self, *args: str) -> list[str]:
-        """The command runner (limited_exec.py) on the runtime's interpreter."""
-        return self.python(f"{self.root}/limited_exec.py", *args)
+        """The command runner (its directory, run by path: runner/__main__.py) on the runtime's interpreter."""
+        return self.python(f"{self.root}/{RUNNER.name}", *args)
 
     @property
     def argv(self) -> list[str]:
@@ -144,10 +148,30 @@ def _site_files() -> Iterator[tuple[Path, str]]:
                 yield Path(str(file.locate())), f"site/{file}"
 
 
+def _harness_files() -> list[tuple[Path, str]]:
+    """(file here, path in the runtime) for the tool server and the runner's directory beside it."""
+    runner = sorted(RUNNER.glob("*.py"))
+    return [(TOOL_SERVER, TOOL_SERVER.name), *((path, f"{RUNNER.name}/{path.name}") for path in runner)]
+
+
+def _runner_bytecode(directory: Path) -> list[tuple[Path, str]]:
+    """(file in `directory`, path in the runtime) for the runner's modules compiled by this interpreter, the
+    runtime's: the runtime is mounted read-only, where a runner without them compiles every module at every start
+    (a pod's runner starts for every command). Checked against no source (unchecked-hash): the runtime is made
+    whole, its sources and their bytecode together."""
+    compiled = []
+    for source in sorted(RUNNER.glob("*.py")):
+        name = importlib.util.cache_from_source(f"{RUNNER.name}/{source.name}")
+        mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+        py_compile.compile(str(source), cfile=str(directory / name), doraise=True, invalidation_mode=mode)
+        compiled.append((directory / name, name))
+    return compiled
+
+
 @cache
 def runtime_identity() -> str:
-    """What the runtime is made of, cheaply: the interpreter, the distributions' versions, the two scripts."""
-    scripts = [hashlib.sha256(path.read_bytes()).hexdigest() for path in (TOOL_SERVER, Path(limited_exec.__file__))]
+    """What the runtime is made of, cheaply: the interpreter, the distributions' versions, the harness's files."""
+    scripts = [hashlib.sha256(source.read_bytes()).hexdigest() for source, _ in _harness_files()]
     distributions = [f"{dist.metadata['Name']}=={dist.version}" for dist in server_distributions()]
     return stable_hash([os.path.realpath(sys.executable), sys.version, distributions, scripts])[:16]
 
@@ -155,9 +179,9 @@ def runtime_identity() -> str:
 def runtime_archive() -> bytes:
     """The runtime as a tar archive to extract at TOOLS_ROOT, every entry readable by every uid."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
+    with tempfile.TemporaryDirectory() as scratch, tarfile.open(fileobj=buffer, mode="w") as archive:
         files = [*_interpreter_files(), *_site_files()]
-        files += [(TOOL_SERVER, "tool_server.py"), (Path(limited_exec.__file__), "limited_exec.py")]
+        files += [*_harness_files(), *_runner_bytecode(Path(scratch))]
         for source, name in files:
             if not source.is_file():
                 continue

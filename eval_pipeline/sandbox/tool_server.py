@@ -7,13 +7,13 @@ server process, started over the environment's own channel (an exec's stdin and
 stdout, or a local pipe) and bound at start to that trial's workspace: it gets
 the workspace's command placement (`Workspace.command_placement`: its view, uid,
 environment and limits) on stdin's first line, never on a command line, and runs
-every tool call through `limited_exec.run_limited` with it. A tool call is thus
+every tool call through the runner's `run_limited` with it (runner/run.py). A tool call is thus
 held to exactly what a command of the trial is (its uid and mount view, its
 timeout, output cap, memory ceiling, the end of every process it left), so
 sessions of concurrent trials in one pod see only their own files, whatever
 paths an agent passes: the kernel refuses the rest, not this server.
 
-Standard library and `mcp` only, importing `limited_exec` from beside it: it
+Standard library and `mcp` only, with the runner's directory beside it: it
 runs in environments that have neither the harness nor its dependencies.
 """
 
@@ -29,11 +29,15 @@ import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-try:  # run as a script beside limited_exec.py (in a pod, a container, locally): its directory is on sys.path
-    import limited_exec
-except ImportError:  # imported as eval_pipeline's module (by the tests), whose directory must stay off sys.path:
-    # there its kubernetes/ package would shadow the Kubernetes client for the rest of the process
-    from eval_pipeline.sandbox import limited_exec
+if __name__ == "__main__":  # a script beside the runner's directory (in a pod, a container, locally), which it
+    # enters as the runner's command line does (runner/entry.py). Imported as eval_pipeline's module (by the tests),
+    # no directory of the sandbox goes on sys.path: its kubernetes/ package would shadow the Kubernetes client
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner"))
+    from entry import enter_package
+
+    enter_package(sys.path.pop(0))
+
+from eval_pipeline.sandbox.runner import RunRequest, run_limited
 
 # A command line's argument may hold 128 KiB (MAX_ARG_STRLEN): files are written in base64 chunks well under it.
 WRITE_CHUNK_BYTES = 48 * 1024
@@ -56,15 +60,14 @@ class WorkspaceTools:
         self._lock = threading.Lock()
 
     def run(self, command: str, timeout_s: float | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
-        """The runner's result for `command`, as `limited_exec` reports it for every command of a trial."""
+        """The runner's result for `command`, as the runner reports it for every command of a trial."""
         timeout = float(timeout_s or self.max_timeout_s)
         if not 0 < timeout <= self.max_timeout_s:  # NaN too: a call is never without its ceiling
             timeout = self.max_timeout_s
         environment = {**self.placement["env"], **(env or {})}
         with self._lock:
-            result = limited_exec.run_limited(
-                command=command, timeout_s=timeout, **{**self.placement, "env": environment}
-            )
+            fields = {**self.placement, "command": command, "timeout_s": timeout, "env": environment}
+            result: dict[str, Any] = dict(run_limited(RunRequest.from_fields(fields)))
         result.pop("command", None)
         # The command was forked from this server, so its ru_maxrss counts the server's own resident set
         # (the MCP SDK's tens of MB): a figure about the server, not the command, is left out.

@@ -58,7 +58,7 @@ def environment_artifact_key(environment_key: str) -> str:
     return f"{Stage.ENVIRONMENT}/{stable_hash(environment_key)[:32]}"
 
 
-def keep(store: ArtifactStore, artifact_key: str, attempt: Attempt) -> str:
+def keep_attempt(store: ArtifactStore, artifact_key: str, attempt: Attempt) -> str:
     """Add `attempt` at `artifact_key` to the log (raising StorageError if it cannot be kept); its key."""
     key = f"{attempts_prefix(artifact_key)}/{attempt.keys.get('attempt_id') or uuid.uuid4().hex}.json"
     store.put(key, attempt.payload())
@@ -85,7 +85,7 @@ def failures_kept(store: ArtifactStore, stage: Stage, artifact_key: str, keys: d
             keys=keys,
         )
         with suppress(InfrastructureError):
-            keep(store, artifact_key, attempt)
+            keep_attempt(store, artifact_key, attempt)
         raise
 
 

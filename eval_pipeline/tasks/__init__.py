@@ -1,18 +1,9 @@
-"""What a task is to the harness (the Task protocol), what its environment is made of, and a dataset of
-tasks. The kinds of task are subpackages: swebench/, terminal/, and the demo (demo.py); they build on the
-sandboxes and grading, which build on this package's own modules."""
+"""What a task is as data (the TaskData and TaskImage protocols, data.py) and what its environment is made of
+(environment.py): what the sandboxes and grading build on. Above them sit the Task protocol (task.py, a task's data
+and what it does), a dataset of tasks (dataset.py) and the kinds of task: swebench/, terminal/, and the demo
+(demo.py); import those from their modules."""
 
-from eval_pipeline.tasks.dataset import Benchmark, InvalidDatasetError, InvalidInstanceError, RowProblem
+from eval_pipeline.tasks.data import TaskData, TaskImage
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
-from eval_pipeline.tasks.task import Task, TaskImage
 
-__all__ = [
-    "Benchmark",
-    "EnvironmentSpec",
-    "InvalidDatasetError",
-    "InvalidInstanceError",
-    "RepoSource",
-    "RowProblem",
-    "Task",
-    "TaskImage",
-]
+__all__ = ["EnvironmentSpec", "RepoSource", "TaskData", "TaskImage"]

@@ -48,7 +48,7 @@ from functools import partial
 from typing import Any
 
 from eval_pipeline import HARNESS_VERSION
-from eval_pipeline.agents.builtin import OracleAgent
+from eval_pipeline.agents import applies_reference
 from eval_pipeline.common.outcomes import InfrastructureError, Outcome
 from eval_pipeline.common.text import counted
 from eval_pipeline.grading.verdict import (
@@ -56,14 +56,13 @@ from eval_pipeline.grading.verdict import (
     REFERENCE_REPEATS,
     Verdict,
     VerifierRun,
-    grade_task,
     graded,
     interrupted,
 )
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.sandbox.base import SnapshotUnusable
 from eval_pipeline.store.artifacts import ArtifactStore, StoredRecord
-from eval_pipeline.store.attempts import Attempt, Stage, keep, now
+from eval_pipeline.store.attempts import Attempt, Stage, keep_attempt, now
 from eval_pipeline.tasks.environment import EnvironmentSpec
 from eval_pipeline.tasks.task import Task
 from eval_pipeline.tasks.terminal.verifier import score_verifier, with_in_place_findings
@@ -134,7 +133,7 @@ def grading_mode(generation: Generation, test_timeout_s: float, resources: dict[
 
 
 def _judge(
-    instance: Task,
+    task: Task,
     spec: EnvironmentSpec,
     generation: Generation,
     environment: EnvironmentHandle,
@@ -158,7 +157,7 @@ def _judge(
             environment = sandbox.snapshot_environment(environment, generation.snapshot or {})
         patch = "" if mode == SNAPSHOT else generation.patch
         with sandbox.workspace(environment, label=f"eval-{generation.seed}") as workspace:
-            verdict = graded(partial(grade_task, instance, spec, patch, workspace, test_timeout_s))
+            verdict = graded(partial(task.grade, spec, patch, workspace, test_timeout_s))
         return with_in_place_findings(verdict, generation.verification) if mode == SNAPSHOT else verdict
     except Exception as error:  # noqa: BLE001 - every failure is an outcome, not a crash
         if verdict is not None:  # reached: what came after it (removing its workspace) failed
@@ -179,8 +178,8 @@ def _by_intention_to_treat(
     scored), judged by `reference` (the instance's reference graded at once in the same environment under the
     same limits, up to as often as `reference_gradings` says: `resolving_run`): resolved once, the patch broke
     the run and the trial is scored; never resolved, the fault is the harness's, left unscored."""
-    is_reference = generation.agent_config.get("agent") == OracleAgent.name  # a re-run would be a retry
-    if verdict.outcome.is_scored or not verdict.steps or is_reference:
+    # The reference's own grading is never judged by grading the reference again: that would be a retry.
+    if verdict.outcome.is_scored or not verdict.steps or applies_reference(generation.agent_config):
         return verdict, None
     gradings = reference_gradings(repeats, reference_pass(store, under))
     resolved, outcomes = resolving_run(reference, gradings)
@@ -202,13 +201,13 @@ def _kept_as_evidence(
 ) -> Evaluation:
     """The evaluation, kept first as evidence that the instance passes within its limits if it is the oracle's
     and resolved (the oracle's patch is the reference solution)."""
-    if evaluation.outcome_type.is_resolved and generation.agent_config.get("agent") == OracleAgent.name:
+    if evaluation.outcome_type.is_resolved and applies_reference(generation.agent_config):
         record_reference_pass(store, under, CAMPAIGN, evaluation.key)
     return evaluation
 
 
 def evaluate(
-    instance: Task,
+    task: Task,
     spec: EnvironmentSpec,
     generation: Generation,
     environment: EnvironmentHandle,
@@ -223,23 +222,23 @@ def evaluate(
     the harness's (module docstring)."""
     resources = sandbox.resources_record()
     key = evaluation_key(generation.key, generation.patch_sha256, environment.key, resources, test_timeout_s)
-    under = GradingConditions.of(instance, environment.key, sandbox, test_timeout_s)
+    under = GradingConditions.of(task, environment.key, sandbox, test_timeout_s)
     if (stored := store.get(key)) is not None:
         return _kept_as_evidence(Evaluation.from_payload(stored, key=key, reused=True), generation, store, under)
 
     started_at = now()
     clock = time.monotonic()
     verdict, evidence = scored_at_limits(
-        _judge(instance, spec, generation, environment, sandbox, test_timeout_s), store, under
+        _judge(task, spec, generation, environment, sandbox, test_timeout_s), store, under
     )
     if evidence is None:
-        reference = partial(reference_verdict, instance, spec, environment, sandbox, test_timeout_s)
+        reference = partial(reference_verdict, task, spec, environment, sandbox, test_timeout_s)
         verdict, evidence = _by_intention_to_treat(verdict, generation, reference, store, under, reference_repeats)
     evaluation = Evaluation(
         key=key,
         attempt_id=uuid.uuid4().hex,
         generation_key=generation.key,
-        instance_id=instance.instance_id,
+        instance_id=task.instance_id,
         seed=generation.seed,
         agent_config_hash=generation.agent_config_hash,
         patch_sha256=generation.patch_sha256,
@@ -269,7 +268,7 @@ def evaluate(
         record=evaluation.payload(),
     )
     try:
-        keep(store, key, attempt)
+        keep_attempt(store, key, attempt)
     except InfrastructureError as error:  # the verdict is lost with the store: an infrastructure outcome
         detail = f"{error}\nthe verdict was {verdict.outcome}"
         return evaluation.model_copy(update={"outcome": error.outcome.value, "detail": detail})

@@ -39,7 +39,7 @@ from eval_pipeline.sandbox.patches import WorkspaceDiffError, workspace_diff
 from eval_pipeline.store.artifacts import ArtifactStore, StoredRecord
 from eval_pipeline.store.attempts import Stage, failures_kept, now
 from eval_pipeline.tasks.task import Task
-from eval_pipeline.trial.spec import GENERATION_VERSION, agent_timeout_s, generation_key
+from eval_pipeline.trial.spec import GENERATION_VERSION, task_generation_key
 
 COMPLETED = "completed"
 
@@ -76,10 +76,10 @@ class Generation(StoredRecord):
     generation_version: str
 
 
-def _solve(agent: Agent, task: AgentTask, workspace: Workspace) -> tuple[AgentOutput | None, str, str]:
+def _solve(agent: Agent, assignment: AgentTask, workspace: Workspace) -> tuple[AgentOutput | None, str, str]:
     """Run the agent: its output, status (completed, agent_error, agent_timeout, agent_limit) and error text."""
     try:
-        return agent.solve(task, workspace), COMPLETED, ""
+        return agent.solve(assignment, workspace), COMPLETED, ""
     except InfrastructureError:
         raise  # the infrastructure failed under the agent: retry, never blame the agent
     except AgentTimeout as error:
@@ -95,7 +95,7 @@ def _solve(agent: Agent, task: AgentTask, workspace: Workspace) -> tuple[AgentOu
 
 
 def _verified_in_place(
-    instance: Task, workspace: Workspace, name: str, status: str, test_timeout_s: float | None
+    task: Task, workspace: Workspace, name: str, status: str, test_timeout_s: float | None
 ) -> tuple[dict[str, str] | None, dict[str, Any] | None]:
     """(snapshot, verifier run) of a workspace judged in place whose agent completed: the snapshot (named
     `name`) first, so that it holds the agent's state and none of the verifier's; (None, None) where the product
@@ -105,7 +105,7 @@ def _verified_in_place(
         return None, None
     snapshot = workspace.snapshot(name)
     try:
-        run = instance.verify_in_place(workspace, test_timeout_s)
+        run = task.verify_in_place(workspace, test_timeout_s)
     except InfrastructureError:
         raise  # the machinery's: retried
     except Exception:  # noqa: BLE001 - judged at evaluation, by the re-grade and intention to treat
@@ -124,7 +124,7 @@ def _environment_serves(sandbox: SandboxBackend, environment: EnvironmentHandle)
 
 
 def generate(
-    instance: Task,
+    task: Task,
     agent: Agent,
     seed: int,
     environment: EnvironmentHandle,
@@ -149,25 +149,24 @@ def generate(
     The agent's workspace has network only when `network` (its variant opted in). A task judged in its
     container is verified there under `test_timeout_s` right after the agent (no verification without it).
     """
-    timeout_s = agent_timeout_s(instance, timeout_multiplier)
-    key = generation_key(instance.content_hash, agent.config, seed, timeout_s, network, sandbox.isolation)
+    key = task_generation_key(task, agent.config, seed, timeout_multiplier, network, sandbox.isolation)
     if (stored := store.get(key)) is not None:
         return Generation.from_payload(stored, key=key, reused=True)
 
-    task = agent_task(instance, seed, timeout_multiplier)
+    assignment = agent_task(task, seed, timeout_multiplier)
     started_at = now()
     clock = time.monotonic()
     snapshot = verification = None
     with failures_kept(store, Stage.GENERATION, key, {"artifact": key}):
         try:
-            with sandbox.workspace(environment, label=f"gen-{task.seed}", network=network) as workspace:
-                output, status, error = _solve(agent, task, workspace)
+            with sandbox.workspace(environment, label=f"gen-{assignment.seed}", network=network) as workspace:
+                output, status, error = _solve(agent, assignment, workspace)
                 try:
-                    patch = workspace_diff(workspace, instance.base_commit)
+                    patch = workspace_diff(workspace, task.base_commit)
                 except WorkspaceDiffError as failure:  # the agent left a workspace that makes no patch
                     patch, status, error = "", Outcome.AGENT_ERROR.value, f"{error}\n{failure}".strip()
                 name = key.removeprefix("generation/").removesuffix(".json")  # the snapshot is named by its key
-                snapshot, verification = _verified_in_place(instance, workspace, name, status, test_timeout_s)
+                snapshot, verification = _verified_in_place(task, workspace, name, status, test_timeout_s)
         except RunnerEnded as failure:
             if not _environment_serves(sandbox, environment):
                 raise  # the machine's fault: retried
@@ -175,10 +174,10 @@ def generate(
             error = f"the command runner ended under the agent while its environment still serves others: {failure}"
     generation = Generation(
         key=key,
-        instance_id=instance.instance_id,
+        instance_id=task.instance_id,
         agent_config=agent.config,
         agent_config_hash=agent.config_hash,
-        seed=task.seed,
+        seed=assignment.seed,
         status=status,
         error=error,
         patch=patch,

@@ -23,10 +23,9 @@ the estimated (1 - p)^n to 2^-R, the rate R gradings give a reference that passe
 import math
 from collections.abc import Callable
 
-from eval_pipeline.agents.base import AgentTimeout, agent_task
-from eval_pipeline.agents.builtin import OracleAgent
+from eval_pipeline.agents.base import AgentTimeout, agent_task, finished
 from eval_pipeline.common.outcomes import Outcome
-from eval_pipeline.grading.verdict import Verdict, grade_task, graded
+from eval_pipeline.grading.verdict import Verdict, graded
 from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.sandbox.patches import WorkspaceDiffError, workspace_diff
 from eval_pipeline.tasks.environment import EnvironmentSpec
@@ -72,7 +71,7 @@ def grade_in_fresh_workspace(
     label: str,
 ) -> Verdict:
     with sandbox.workspace(environment, label=label) as workspace:
-        return grade_task(task, spec, patch, workspace, test_timeout_s)
+        return task.grade(spec, patch, workspace, test_timeout_s)
 
 
 def reference_verdict(
@@ -93,7 +92,7 @@ def reference_verdict(
         )
     try:
         with sandbox.workspace(environment, label="reference-oracle") as workspace:
-            OracleAgent().solve(agent_task(task, seed=0, timeout_multiplier=timeout_multiplier), workspace)
+            finished(agent_task(task, seed=0, timeout_multiplier=timeout_multiplier).apply_reference(workspace))
             patch = workspace_diff(workspace, task.base_commit)
             if workspace.judged_in_place and (run := task.verify_in_place(workspace, test_timeout_s)):
                 return score_verifier(run)

@@ -36,6 +36,7 @@ __all__ = [
     "generation_key",
     "scored_id",
     "scored_marker_key",
+    "task_generation_key",
     "trial_spec",
     "trial_specs",
 ]
@@ -69,6 +70,20 @@ def generation_key(
 def agent_timeout_s(task: Task, timeout_multiplier: float = 1.0) -> float | None:
     """The task's own limit on the agent, scaled by the campaign's multiplier: the same for every seed."""
     return agent_task(task, 0, timeout_multiplier).timeout_s
+
+
+def task_generation_key(
+    task: Task,
+    agent_config: dict[str, Any],
+    seed: int,
+    timeout_multiplier: float,
+    network: bool,
+    isolation: str,
+    content_hash: str | None = None,
+) -> str:
+    """The generation key of `task`'s trial of an agent and seed (`content_hash`: the task's, when known)."""
+    timeout_s = agent_timeout_s(task, timeout_multiplier)
+    return generation_key(content_hash or task.content_hash, agent_config, seed, timeout_s, network, isolation)
 
 
 SCORED = "scored"
@@ -173,7 +188,6 @@ def trial_specs(
         environment_key = sandbox.environment_key(task, portfolio.environment_for(task))
         resources = sandbox.resources_record()
         content_hash = task.content_hash  # hashes the whole row: once per task, not per trial
-        agent_timeout = agent_timeout_s(task, campaign.timeout_multiplier)
         for trial in campaign.trials:
             agent_config, agent_config_hash = configs[trial.variant.name]
             identities.append(
@@ -186,13 +200,14 @@ def trial_specs(
                     agent=trial.variant.agent,
                     seed=trial.seed,
                     agent_config_hash=agent_config_hash,
-                    generation_key=generation_key(
-                        content_hash,
+                    generation_key=task_generation_key(
+                        task,
                         agent_config,
                         trial.seed,
-                        agent_timeout,
+                        campaign.timeout_multiplier,
                         trial.variant.network,
                         sandbox.isolation,
+                        content_hash,
                     ),
                     environment_key=environment_key,
                     test_timeout_s=campaign.test_timeout_for(task),

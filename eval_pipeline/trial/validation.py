@@ -2,7 +2,7 @@
 
 An instance measures an agent only if its reference solution resolves it and
 the unchanged repository does not, every time. Validation grades both with the
-campaign's own grading (`grade_task`), each K times in fresh workspaces, and
+campaign's own grading (`Task.grade`), each K times in fresh workspaces, and
 classifies the instance as exactly one of:
 
 - `valid`: the reference resolved every time, the empty patch never;

@@ -13,7 +13,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from eval_pipeline.sandbox.container.images import MANAGED_LABEL
+from eval_pipeline.sandbox.pods.images import MANAGED_LABEL
 
 
 def _filters(campaign: str | None) -> dict[str, list[str]]:

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from eval_pipeline.sandbox.base import ResourceLimits
-from eval_pipeline.sandbox.container.images import TESTBED
+from eval_pipeline.sandbox.pods.images import TESTBED
 from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, ToolRuntime
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "eval-pipeline"}

@@ -1,7 +1,7 @@
 """The Kubernetes backend: one environment pod per instance, through the official `kubernetes` client.
 
-Images are the container backend's three layers (same tags, so the same
-environment keys and artifacts), built on a Docker Engine API and pushed to
+Images are the container backend's three layers (sandbox/pods/: same tags, so the
+same environment keys and artifacts), built on a Docker Engine API and pushed to
 `image_registry` (EVAL_PIPELINE_IMAGE_REGISTRY) for the cluster to pull; with
 no registry, pods name the local tag (a node that has the image, or `podman
 kube play`). Each instance gets one long-lived pod in the environments
@@ -14,169 +14,46 @@ command line); the pod gets no service account token, and
 k8s/networkpolicy.yaml denies it egress. A campaign with a variant that opted
 into network labels its pods (NETWORK_LABEL) for a policy of the operator's
 that allows what it needs; trials that did not opt in still get no network,
-each command in a network namespace of its own (limited_exec.py).
+each command in a network namespace of its own (runner/namespaces.py).
+
+The backend's parts: the exec transport (pod_exec.py), the pod's manifest (manifest.py) and the trial slots
+claimed in the pod (slots.py); the workspace and the images are the container backend's too (sandbox/pods/).
 """
 
-import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from kubernetes.stream import stream
-from kubernetes.stream.ws_client import ERROR_CHANNEL
-from urllib3.exceptions import HTTPError as Urllib3Error
-from websocket import WebSocketException
 
-from eval_pipeline.common.outcomes import ImageBuildFailed, InfrastructureError, SandboxLost
-from eval_pipeline.sandbox.base import EnvironmentHandle, SandboxBackend, SandboxError, ToolChannel
-from eval_pipeline.sandbox.container.images import WORKSPACES, ImageBuilder
-from eval_pipeline.sandbox.container.sandbox import ContainerSandbox, engine_errors
-from eval_pipeline.sandbox.container.workspace import HARNESS_COMMAND_TIMEOUT_S, ExecWorkspace, PodExec, claimed_slot
+from eval_pipeline.common.outcomes import ImageBuildFailed, SandboxLost
+from eval_pipeline.sandbox.base import EnvironmentHandle, SandboxBackend, SandboxError
 from eval_pipeline.sandbox.kubernetes.manifest import (
     CAMPAIGN_LABEL,
-    CONTAINER,
     MANAGED_BY,
     environment_pod_manifest,
     label_value,
     pod_name,
     pod_resources,
 )
+from eval_pipeline.sandbox.kubernetes.pod_exec import API_FAILURES, API_TIMEOUT_S, KubernetesExec
+from eval_pipeline.sandbox.kubernetes.slots import claimed_slot
+from eval_pipeline.sandbox.pods.engine import engine_errors
+from eval_pipeline.sandbox.pods.environment_images import EnvironmentImages
+from eval_pipeline.sandbox.pods.exec_transport import PodExec
+from eval_pipeline.sandbox.pods.images import WORKSPACES, ImageBuilder
+from eval_pipeline.sandbox.pods.workspace import ExecWorkspace
 from eval_pipeline.sandbox.tool_runtime import extract_runtime, runtime_identity, tools_layer
+from eval_pipeline.tasks.data import TaskData
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
-from eval_pipeline.tasks.task import Task
 
 # Waiting reasons that will not resolve by waiting longer: the pod cannot start.
 STUCK_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"}
-_API_FAILURES = (ApiException, Urllib3Error, WebSocketException, OSError)
-API_TIMEOUT_S = 60  # one API request; a hung API server is an infrastructure error, not a hung trial
-
-
-def exit_code_of(status: str, failure: Callable[[str], InfrastructureError]) -> int:
-    """The exit code in an exec's final status message (its error channel); none means the exec was cut off."""
-    try:
-        message = json.loads(status)
-        if message["status"] == "Success":
-            return 0
-        return int(message["details"]["causes"][0]["message"])
-    except (ValueError, KeyError, IndexError, TypeError) as error:
-        raise failure(f"the exec ended without an exit status ({status[:200]!r})") from error
-
-
-class KubernetesChannel(ToolChannel):
-    """A tool server's stdin and stdout over a Kubernetes exec stream (a websocket)."""
-
-    def __init__(self, session: Any, pod: "KubernetesExec") -> None:
-        self.session, self.pod, self.name = session, pod, pod.name
-        self.stderr = ""  # the server's last words, for a broken session's message
-
-    def send(self, data: bytes) -> None:
-        if not self.session.is_open():
-            raise SandboxLost(f"the tool server in pod {self.name} is gone")
-        self.session.write_stdin(data.decode())
-
-    def receive(self) -> bytes:
-        try:
-            while self.session.is_open():
-                self.session.update(timeout=1)
-                # Taken here, by the stream's one reader: websocket-client's reads are not thread-safe.
-                self.stderr = (self.stderr + self.session.read_stderr(timeout=0))[-self.DIAGNOSTICS_CHARS :]
-                if self.session.peek_stdout():
-                    return self.session.read_stdout().encode()
-        except (WebSocketException, OSError):  # closed under the read: the session ended
-            return b""
-        except TypeError:
-            # `close` from the client's thread sets the socket to None between the read's poll and its
-            # unregister, which websocket-client turns into a TypeError: an ended session, not a failure.
-            if self.session.is_open():
-                raise
-            return b""
-        return self.session.read_stdout().encode() if self.session.peek_stdout() else b""
-
-    def close(self) -> None:
-        self.session.close()
-
-    def diagnostics(self) -> str:
-        return self.stderr
-
-    def failure(self, message: str) -> InfrastructureError:
-        return self.pod.failure(message)
-
-
-class KubernetesExec(PodExec):
-    """Exec into a pod's environment container through the Kubernetes API (the `exec` subresource)."""
-
-    def __init__(self, core: k8s.CoreV1Api, namespace: str, name: str) -> None:
-        self.core, self.namespace, self.name = core, namespace, name
-
-    def run(
-        self, argv: list[str], timeout_s: float = HARNESS_COMMAND_TIMEOUT_S, private: str | None = None
-    ) -> tuple[int, bytes, bytes]:
-        """An exec has no environment of its own to give: `private` goes as one line on the command's stdin."""
-        try:
-            session = stream(
-                self.core.connect_get_namespaced_pod_exec,
-                self.name,
-                self.namespace,
-                container=CONTAINER,
-                command=argv,
-                stdin=private is not None,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                _preload_content=False,
-            )
-            if private is not None:
-                session.write_stdin(private + "\n")
-            session.run_forever(timeout=timeout_s)
-            if session.is_open():
-                session.close()
-                raise self.failure(f"no answer within {timeout_s:.0f} s: the connection to the pod was lost")
-            stdout, stderr = session.read_stdout(), session.read_stderr()
-            status = session.read_channel(ERROR_CHANNEL)
-            session.close()
-        except _API_FAILURES as error:
-            raise self.failure(f"exec failed: {error}") from error
-        return exit_code_of(status, self.failure), stdout.encode(), stderr.encode()
-
-    def open_channel(self, argv: list[str], env: Mapping[str, str], first_line: str) -> ToolChannel:
-        """An exec stream; the exec subresource takes no environment, so `env` is set by `/usr/bin/env` in argv
-        (by path: the environment's venv comes first on PATH)."""
-        try:
-            session = stream(
-                self.core.connect_get_namespaced_pod_exec,
-                self.name,
-                self.namespace,
-                container=CONTAINER,
-                command=["/usr/bin/env", *(f"{key}={value}" for key, value in env.items()), *argv],
-                stdin=True,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                _preload_content=False,
-            )
-        except _API_FAILURES as error:
-            raise self.failure(f"starting the tool server failed: {error}") from error
-        channel = KubernetesChannel(session, self)
-        channel.send(first_line.encode() + b"\n")
-        return channel
-
-    def failure(self, message: str) -> InfrastructureError:
-        try:
-            pod = self.core.read_namespaced_pod(self.name, self.namespace, _request_timeout=API_TIMEOUT_S)
-        except ApiException as error:
-            if error.status == 404:
-                return SandboxLost(f"pod {self.name} is gone: {message}")
-            return SandboxError(f"pod {self.name}: {message} (and reading it failed: {error.reason})")
-        except _API_FAILURES as error:
-            return SandboxError(f"pod {self.name}: {message} (the API is unreachable: {error})")
-        if pod.status.phase != "Running" or pod.metadata.deletion_timestamp:
-            return SandboxLost(f"pod {self.name} is {pod.status.phase}: {message}")
-        return SandboxError(f"pod {self.name}: {message}")
 
 
 def _ready(pod: k8s.V1Pod) -> bool:
@@ -212,14 +89,12 @@ class KubernetesSandbox(SandboxBackend):
     def core(self, api: k8s.CoreV1Api) -> None:
         self._given_core = api
 
-    @property
-    def images(self) -> ContainerSandbox:
+    @cached_property
+    def images(self) -> EnvironmentImages:
         """Builds the environment images on a Docker Engine API, exactly as the container backend does."""
-        if not hasattr(self, "_images"):
-            self._images = ContainerSandbox(self.root, self.limits, self.settings, self.campaign)
-        return self._images
+        return EnvironmentImages(self.root, self.settings)
 
-    def environment_key(self, instance: Task, spec: EnvironmentSpec) -> str:
+    def environment_key(self, instance: TaskData, spec: EnvironmentSpec) -> str:
         return self.images.environment_key(instance, spec)
 
     def enforced_limits(self) -> dict[str, bool]:
@@ -258,7 +133,7 @@ class KubernetesSandbox(SandboxBackend):
             builder.ensure(layer, prepare_context=lambda _: extract_runtime(directory))
         return self._pushed(layer.tag, "the tool server")
 
-    def build(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
+    def build(self, instance: TaskData, spec: EnvironmentSpec, source: RepoSource) -> dict[str, Any]:
         record = self.images.build(instance, spec, source)
         return {**record, "image": self._pushed(record["tag"], instance.instance_id), "tools_image": self.tools_image()}
 
@@ -272,7 +147,7 @@ class KubernetesSandbox(SandboxBackend):
             name, self.settings.namespace, image, tools_image, self.campaign, instance_id, resources, self.network
         )
 
-    def prepare(self, instance: Task, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
+    def prepare(self, instance: TaskData, spec: EnvironmentSpec, source: RepoSource) -> EnvironmentHandle:
         if instance.own_image is not None:
             raise ImageBuildFailed(
                 f"{instance.instance_id}: terminal tasks run as their authors wrote them (as root, a container per "
@@ -309,7 +184,7 @@ class KubernetesSandbox(SandboxBackend):
             yield
         except ApiException as error:
             raise SandboxError(f"{what}: {error.status} {error.reason}: {error.body}") from error
-        except _API_FAILURES as error:
+        except API_FAILURES as error:
             raise SandboxError(f"{what}: the Kubernetes API is unreachable: {error}") from error
 
     def ensure_pod(self, manifest: dict[str, Any]) -> None:

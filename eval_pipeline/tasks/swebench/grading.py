@@ -52,7 +52,7 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import replace
 from fnmatch import fnmatch
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.grading.patch_audit import audit_patch
@@ -73,7 +73,6 @@ from eval_pipeline.sandbox import ExecResult, Workspace
 from eval_pipeline.sandbox.patches import apply_patch, compiled_extensions, patch_paths
 from eval_pipeline.tasks.environment import EnvironmentSpec
 from eval_pipeline.tasks.swebench.canaries import (
-    DEFAULT_TWINS,
     Planted,
     SourceFile,
     TwinSettings,
@@ -91,12 +90,10 @@ from eval_pipeline.tasks.swebench.pytest_run import (
     launched_command,
 )
 from eval_pipeline.tasks.swebench.report_channel import RunResults, read_channel
+from eval_pipeline.tasks.swebench.row import GradedRow
 from eval_pipeline.tasks.swebench.sealed import Sealed, judge, seal_expectations
 from eval_pipeline.tasks.swebench.specs import log_parser, test_directives
 from eval_pipeline.tasks.swebench.test_source import RestoredSource, conftests_above
-
-if TYPE_CHECKING:
-    from eval_pipeline.tasks.swebench.instance import Instance
 
 # Files that decide how tests run rather than what the code does: a model patch's changes to them are undone.
 TEST_INFRASTRUCTURE = (
@@ -196,14 +193,14 @@ def _lookup(statuses: dict[str, str], test_id: str) -> str:
 _PROGRESS_COUNTER = re.compile(r"\[\s*\d+%\]")
 
 
-def graded_tests(instance: Instance, statuses: dict[str, str]) -> dict[str, str]:
+def graded_tests(instance: GradedRow, statuses: dict[str, str]) -> dict[str, str]:
     """The status of every FAIL_TO_PASS and PASS_TO_PASS test; absent ones are MISSING. An entry that is
     pytest's progress counter names no test and grades nothing (the row itself keeps it, as published)."""
     listed = instance.FAIL_TO_PASS + instance.PASS_TO_PASS
     return {test_id: _lookup(statuses, test_id) for test_id in listed if not _PROGRESS_COUNTER.fullmatch(test_id)}
 
 
-def decide(instance: Instance, tests: dict[str, str]) -> Outcome:
+def decide(instance: GradedRow, tests: dict[str, str]) -> Outcome:
     """SWE-bench's rule: every FAIL_TO_PASS test passes (or xfails) and no PASS_TO_PASS test fails or is
     missing (a skip is no regression); an xpass, which SWE-bench's parsers do not read, is neither. An xfail or a
     skip counts only where the test's source can make it (`_unexplained`), else the run is `report_forged`. A
@@ -224,7 +221,7 @@ def _is_test_infrastructure(path: PurePosixPath) -> bool:
     )
 
 
-def protected_files(instance: Instance, model_patch: str) -> tuple[list[str], list[str]]:
+def protected_files(instance: GradedRow, model_patch: str) -> tuple[list[str], list[str]]:
     """The files restored before the tests run: the test patch's, and the model patch's test infrastructure
     and new modules named as the runner's (which a sys.path entry ahead of the environment's would import).
 
@@ -236,7 +233,7 @@ def protected_files(instance: Instance, model_patch: str) -> tuple[list[str], li
     return list(dict.fromkeys(patch_paths(instance.test_patch) + touched)), touched
 
 
-def _restore_test_files(instance: Instance, files: list[str], workspace: Workspace) -> dict[str, Any]:
+def _restore_test_files(instance: GradedRow, files: list[str], workspace: Workspace) -> dict[str, Any]:
     """Put each file back to its state in the environment (or remove it, if the environment has none), a part
     of the files per command: a container's command travels in one environment variable, which Linux caps at
     128 KiB, and a patch may touch thousands of test files. The summary is the last part's, or the first that
@@ -317,7 +314,7 @@ def _test_command(
     return f"{prepare} && {spec.test_cmd} {junit} {tests} > {shlex.quote(log)} 2>&1", False
 
 
-def _restored_source(instance: Instance, workspace: Workspace) -> RestoredSource:
+def _restored_source(instance: GradedRow, workspace: Workspace) -> RestoredSource:
     """The test side's source as the run will import it, read before code under test runs: the test patch's
     Python files (restored, then patched) and the `conftest.py` files on their path (restored). Each file goes
     out through the harness's `out/` as its path, a NUL, its size, a newline and its bytes."""
@@ -364,7 +361,7 @@ def _forged(canary: Canary | None, statuses: dict[str, str], outcome: Outcome) -
 
 
 def _plant_twins(
-    instance: Instance, workspace: Workspace, settings: TwinSettings, seal: bool
+    instance: GradedRow, workspace: Workspace, settings: TwinSettings, seal: bool
 ) -> tuple[Planted, Sealed]:
     """Seal the FAIL_TO_PASS tests' expectations where `seal` (tasks/swebench/sealed.py), then plant groups of
     twins of the other graded tests (tasks/swebench/canaries.py) in the test patch's files, once the patch is
@@ -433,7 +430,7 @@ def _unexplained(source: RestoredSource, tests: dict[str, str], reported: dict[s
 
 
 def _forgery(
-    instance: Instance,
+    instance: GradedRow,
     spec: EnvironmentSpec,
     log: str,
     statuses: dict[str, str],
@@ -461,14 +458,14 @@ def _forgery(
 
 
 def grade(
-    instance: Instance,
+    instance: GradedRow,
     spec: EnvironmentSpec,
     model_patch: str,
     workspace: Workspace,
     test_timeout_s: float,
-    twin_settings: TwinSettings = DEFAULT_TWINS,
 ) -> Verdict:
-    """Judge `model_patch` on a pristine workspace of the code task, with `twin_settings`' twins."""
+    """Judge `model_patch` on a pristine workspace of the code task, with the campaign's twins (`instance.twins`):
+    SWE-bench's grading, the test patch's tests, FAIL_TO_PASS and PASS_TO_PASS. It is `Instance.grade`."""
     verdict = Verdict(outcome=Outcome.GRADING_ERROR)
     if compiled := compiled_extensions(model_patch):
         verdict.outcome = Outcome.PATCH_APPLY_FAILED
@@ -486,7 +483,7 @@ def grade(
         verdict.detail = f"the test patch of {instance.instance_id} does not apply"
         return verdict
     source = _restored_source(instance, workspace)
-    planted, sealed = _plant_twins(instance, workspace, twin_settings, seal=launches(spec))
+    planted, sealed = _plant_twins(instance, workspace, instance.twins, seal=launches(spec))
 
     directives = test_directives(instance, spec)
     canary = _canary_for(spec, directives)

@@ -5,10 +5,12 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from eval_pipeline.common.hashing import stable_hash
+from eval_pipeline.sandbox import ExecResult, Workspace
 from eval_pipeline.sandbox.patches import apply_patch
+from eval_pipeline.tasks.data import TaskImage
 from eval_pipeline.tasks.dataset import (
     Benchmark,
     InvalidDatasetError,
@@ -20,14 +22,9 @@ from eval_pipeline.tasks.dataset import (
 )
 from eval_pipeline.tasks.environment import EnvironmentSpec
 from eval_pipeline.tasks.swebench.canaries import DEFAULT_TWINS, TwinSettings
-from eval_pipeline.tasks.swebench.grading import grade
+from eval_pipeline.tasks.swebench.grading import grade as swebench_grade
 from eval_pipeline.tasks.swebench.requirements import requirements_text
 from eval_pipeline.tasks.swebench.specs import UnsupportedSpecError, builtin_spec, specified_versions
-from eval_pipeline.tasks.task import TaskImage
-
-if TYPE_CHECKING:
-    from eval_pipeline.grading.verdict import Verdict
-    from eval_pipeline.sandbox import ExecResult, Workspace
 
 __all__ = ["Instance", "benchmark_from_rows"]
 
@@ -152,22 +149,19 @@ class Instance:
     def reference_patch(self) -> str:
         return self.patch
 
-    def apply_reference(self, workspace: "Workspace", timeout_s: float | None) -> "ExecResult":
+    def apply_reference(self, workspace: Workspace, timeout_s: float | None) -> ExecResult:
         """Apply the gold patch (no time limit of its own: applying a patch is the harness's work)."""
         return apply_patch(workspace, self.patch, "reference.patch")
 
-    def grade(
-        self, spec: "EnvironmentSpec", model_patch: str, workspace: "Workspace", test_timeout_s: float
-    ) -> "Verdict":
-        """SWE-bench's grading: the test patch's tests, FAIL_TO_PASS and PASS_TO_PASS, guarded by the campaign's
-        twins (grading.grade)."""
-        return grade(self, spec, model_patch, workspace, test_timeout_s, self.twins)
+    # SWE-bench's grading, `instance.grade(spec, model_patch, workspace, test_timeout_s)`: the test patch's tests,
+    # FAIL_TO_PASS and PASS_TO_PASS, guarded by the campaign's twins (grading.py, which reads a `GradedRow`).
+    grade = swebench_grade
 
     def requirements(self, spec: EnvironmentSpec, repo_dir: Path) -> str:
         """The requirements file SWE-bench installs for the spec, read at the environment setup commit."""
         return requirements_text(repo_dir, self.environment_setup_commit, spec.requirements, spec.packages)
 
-    def verify_in_place(self, workspace: "Workspace", test_timeout_s: float) -> None:
+    def verify_in_place(self, workspace: Workspace, test_timeout_s: float) -> None:
         """None: a SWE-bench row's product is its patch, graded on a fresh workspace (`grade`), never in place."""
         return None
 

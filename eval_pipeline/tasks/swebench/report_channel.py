@@ -2,7 +2,7 @@
 harness believes of a run, and when it believes nothing.
 
 The channel is the test command's captured output, a pipe the sandbox's
-runner reads as the command runs (sandbox/limited_exec.py: the first
+runner reads as the command runs (sandbox/runner/capture.py: the first
 `output_bytes` are kept, the rest drained and the result marked
 `output_truncated`). The launcher writes, in this order, and nothing else:
 

@@ -31,14 +31,12 @@ import re
 import shlex
 from collections.abc import Callable
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from eval_pipeline.common.outcomes import ImageBuildFailed
 from eval_pipeline.sandbox.patches import patch_paths
 from eval_pipeline.tasks.environment import EnvironmentSpec
-
-if TYPE_CHECKING:
-    from eval_pipeline.tasks.swebench.instance import Instance
+from eval_pipeline.tasks.swebench.row import GradedRow
 
 # Steps that change the system rather than the repository: only an image build runs them.
 _SYSTEM_STEP = re.compile(r"(^|[;&|(]\s*)(apt-get|apt|locale-gen|sed -i .*/etc/)\b")
@@ -140,7 +138,7 @@ def log_parser(name: str) -> Callable[[str], dict[str, str]]:
     return lambda log: parser(log, None)  # SWE-bench's Python parsers never read their test_spec
 
 
-def test_directives(instance: Instance, spec: EnvironmentSpec) -> list[str]:
+def test_directives(instance: GradedRow, spec: EnvironmentSpec) -> list[str]:
     """What the test command is given, as SWE-bench derives it: the test patch's files (not data files),
     as dotted labels for django's runner."""
     non_test = _swebench()["non_test_exts"] if spec.log_parser else (".json", ".png", ".csv", ".txt", ".md")

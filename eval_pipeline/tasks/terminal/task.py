@@ -40,20 +40,19 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import yaml
 
 from eval_pipeline.common.git import COMMIT_ENV, GitError, git
 from eval_pipeline.common.hashing import stable_hash
+from eval_pipeline.common.outcomes import Outcome
+from eval_pipeline.grading.verdict import Verdict, VerifierRun, apply_model_patch
+from eval_pipeline.sandbox import ExecResult, Workspace
+from eval_pipeline.tasks.data import TaskImage
 from eval_pipeline.tasks.dataset import Benchmark, InvalidDatasetError, RowProblem, id_problem
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
-from eval_pipeline.tasks.task import TaskImage
-from eval_pipeline.tasks.terminal.verifier import grade_terminal, run_verifier
-
-if TYPE_CHECKING:  # grading and the sandboxes build on this module; a task reaches them when it is graded
-    from eval_pipeline.grading.verdict import Verdict, VerifierRun
-    from eval_pipeline.sandbox import ExecResult, Workspace
+from eval_pipeline.tasks.terminal.verifier import run_verifier, score_verifier
 
 DEMO_TASKS_DIR = Path(__file__).parents[2] / "demo_tasks"
 TERMINAL_OWNER = "terminal"
@@ -123,23 +122,28 @@ class TerminalTask:
     def own_image(self) -> TaskImage:
         return self  # built from its Dockerfile as written, on the container backend only
 
-    def apply_reference(self, workspace: "Workspace", timeout_s: float | None) -> "ExecResult":
+    def apply_reference(self, workspace: Workspace, timeout_s: float | None) -> ExecResult:
         """Run solution/solve.sh, given only now, within the agent's time limit (`timeout_s`, scaled)."""
         solution = workspace.write_harness_tree("solution", self.solution)
         command = f"bash {shlex.quote(solution + '/solve.sh')}"
         return workspace.run(command, timeout_s=timeout_s or self.agent_timeout_s, env={"EVAL_SOLUTION_DIR": solution})
 
-    def grade(
-        self, spec: EnvironmentSpec, model_patch: str, workspace: "Workspace", test_timeout_s: float
-    ) -> "Verdict":
-        """Harbor's grading: tests/test.sh's reward decides (verifier.py); `spec` plays no part."""
-        return grade_terminal(self, model_patch, workspace, test_timeout_s)
+    def grade(self, spec: EnvironmentSpec, model_patch: str, workspace: Workspace, test_timeout_s: float) -> Verdict:
+        """Harbor's grading of `model_patch` on a pristine workspace of the task (patch replay), or of the empty
+        patch on a snapshot of the agent's container (a re-grade): apply it, run the verifier and score its run,
+        whose reward decides (verifier.py); `spec` plays no part."""
+        verdict = Verdict(outcome=Outcome.GRADING_ERROR)
+        if not apply_model_patch(verdict, model_patch, workspace):
+            return verdict
+        scored = score_verifier(run_verifier(self, workspace, test_timeout_s))
+        scored.steps[:0], scored.audit[:0] = verdict.steps, verdict.audit
+        return scored
 
     def requirements(self, spec: EnvironmentSpec, repo_dir: Path) -> str:
         """Nothing: a terminal task's environment is its own Dockerfile's, never built from requirements files."""
         raise ValueError(f"{self.instance_id}: a terminal task installs no requirements files")
 
-    def verify_in_place(self, workspace: "Workspace", test_timeout_s: float) -> "VerifierRun":
+    def verify_in_place(self, workspace: Workspace, test_timeout_s: float) -> VerifierRun:
         """Run the verifier in the agent's own workspace as the agent left it, processes still running, as
         Harbor does (verifier.run_verifier), with what the agent changed of the verifier's tools and the processes
         it left beside it, read from the engine (verifier_tools.py); its run is scored later (verifier.score_verifier)."""

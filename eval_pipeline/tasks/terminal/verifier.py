@@ -5,8 +5,8 @@ workspace keeps Harbor's paths, hidden from every agent command until then)
 and runs tests/test.sh (`run_verifier`); its reward file decides
 (`score_verifier`), and a verifier that wrote none is a grading error. On the
 container backend the verifier runs in the agent's own container right after
-it (trial/generation.py keeps that run); `grade_terminal` replays a patch, or
-re-grades a snapshot of that container with the empty patch.
+it (trial/generation.py keeps that run); a task's `grade` (task.py) replays a
+patch, or re-grades a snapshot of that container with the empty patch.
 
 There the agent was root, so the tools test.sh runs are checked against the image, by the engine, as the
 verifier starts (verifier_tools.py): a run on tools the agent changed carries each finding as an
@@ -23,23 +23,37 @@ import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from eval_pipeline.common.outcomes import Outcome
 from eval_pipeline.grading.patch_audit import AuditFlag
-from eval_pipeline.grading.verdict import FAILED, PASSED, Verdict, VerifierRun, apply_model_patch, stopped_by_a_limit
+from eval_pipeline.grading.verdict import FAILED, PASSED, Verdict, VerifierRun, stopped_by_a_limit
 from eval_pipeline.sandbox import Workspace
 from eval_pipeline.sandbox.base import ImageChange, SandboxError
 from eval_pipeline.tasks.terminal.verifier_tools import check_tools, path_dirs, processes_exposure, shell_commands
 
-if TYPE_CHECKING:
-    from eval_pipeline.tasks.terminal.task import TerminalTask
-
-__all__ = ["REWARD_FILE", "REWARD_JSON", "grade_terminal", "run_verifier", "score_verifier", "with_in_place_findings"]
+__all__ = ["REWARD_FILE", "REWARD_JSON", "VerifiedTask", "run_verifier", "score_verifier", "with_in_place_findings"]
 
 REWARD_FILE = "verifier/reward.txt"
-RUNNER_SHELL = "/bin/sh"  # what runs the verifier's command line (limited_exec.run_limited)
+RUNNER_SHELL = "/bin/sh"  # what runs the verifier's command line (sandbox/runner/run.py: run_limited)
 REWARD_JSON = "verifier/reward.json"
+
+
+class VerifiedTask(Protocol):
+    """What the verifier reads of a terminal task (task.py's `TerminalTask`): its tests (tests/), its [verifier]
+    env, whether its containers have the network, and its WORKDIR."""
+
+    @property
+    def tests(self) -> Mapping[str, str | bytes]: ...
+
+    @property
+    def verifier_env(self) -> Mapping[str, str]: ...
+
+    @property
+    def allow_internet(self) -> bool: ...
+
+    @property
+    def workdir(self) -> str: ...
 
 
 def _text(content: bytes | None) -> str | None:
@@ -47,7 +61,7 @@ def _text(content: bytes | None) -> str | None:
 
 
 def run_verifier(
-    task: TerminalTask, workspace: Workspace, test_timeout_s: float, in_place: bool = False
+    task: VerifiedTask, workspace: Workspace, test_timeout_s: float, in_place: bool = False
 ) -> VerifierRun:
     """Run tests/test.sh on the workspace as it is, as Harbor does: its tests and an empty reward directory put
     in place only now (at /tests and /logs/verifier where the workspace keeps Harbor's paths, which the agent's
@@ -82,7 +96,7 @@ def run_verifier(
 
 
 def _checked(
-    task: TerminalTask, workspace: Workspace, before: list[ImageChange], command: str, tests_dir: str, unread: str
+    task: VerifiedTask, workspace: Workspace, before: list[ImageChange], command: str, tests_dir: str, unread: str
 ) -> dict[str, Any]:
     """The run's record of the tool check (verifier_tools.py) on the changes `before` the verifier, asked where paths
     lead after it: its findings and exposures, or why the engine could not answer (`tools_unread`: a Podman asked for the changes
@@ -188,14 +202,3 @@ def with_in_place_findings(verdict: Verdict, in_place: Mapping[str, Any] | None)
     return _forged_if_resolved(
         replace(verdict, audit=[*verdict.audit, *findings, *_flags(run, "tool_exposures")]), findings
     )
-
-
-def grade_terminal(task: TerminalTask, model_patch: str, workspace: Workspace, test_timeout_s: float) -> Verdict:
-    """Judge `model_patch` on a pristine workspace of the terminal task (patch replay), or the empty patch on a
-    snapshot of the agent's container (a re-grade): apply it, run the verifier and score its run."""
-    verdict = Verdict(outcome=Outcome.GRADING_ERROR)
-    if not apply_model_patch(verdict, model_patch, workspace):
-        return verdict
-    scored = score_verifier(run_verifier(task, workspace, test_timeout_s))
-    scored.steps[:0], scored.audit[:0] = verdict.steps, verdict.audit
-    return scored

@@ -1,7 +1,7 @@
 """Whether a terminal task's verifier ran its image's tools: what the agent changed of them, as the engine records it.
 
 The verifier (tests/test.sh) runs as root in the agent's own container (verifier.py), on that container's
-programs, and the agent was root there too: it could leave a `cat` first on PATH that lies to test.sh, replace
+programs, and the agent is root there too: it could leave a `cat` first on PATH that lies to test.sh, replace
 /usr/bin/cat in place, or plant a hook that every program or interpreter runs as it starts. What the container's
 processes changed against its image is the engine's record (`Workspace.image_changes`: Docker's and Podman's
 `GET /containers/{id}/changes`), which nothing inside the container can alter, read as the verifier starts; where

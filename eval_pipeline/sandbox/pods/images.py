@@ -41,8 +41,8 @@ from eval_pipeline.common.git import COMMIT_ENV as TASK_COMMIT_ENV
 from eval_pipeline.common.hashing import stable_hash
 from eval_pipeline.common.outcomes import ImageBuildFailed
 from eval_pipeline.sandbox.interpreters import UPGRADE_PIP, find_interpreter, installation_excludes, installs_with_pip
+from eval_pipeline.tasks.data import TaskData, TaskImage
 from eval_pipeline.tasks.environment import EnvironmentSpec
-from eval_pipeline.tasks.task import Task, TaskImage
 
 HARNESS_ROOT = "/opt/eval"
 CA_BUNDLE = f"{HARNESS_ROOT}/ca-bundle.crt"
@@ -199,7 +199,7 @@ def base_layer(
 
 
 def env_layer(
-    base: ImageLayer, interpreter: str, instance: Task, spec: EnvironmentSpec, requirements: Path | None
+    base: ImageLayer, interpreter: str, instance: TaskData, spec: EnvironmentSpec, requirements: Path | None
 ) -> ImageLayer:
     """The spec's system steps and the environment's Python at ENV_VENV, with its packages; `requirements` is
     where the build finds requirements.txt.
@@ -249,7 +249,7 @@ def readable_by_all(directory: str) -> str:
     return f"find {directory} {lacking} -exec chmod a+rX {{}} +"
 
 
-def instance_layer(env: ImageLayer, instance: Task, spec: EnvironmentSpec, checkout: Path) -> ImageLayer:
+def instance_layer(env: ImageLayer, instance: TaskData, spec: EnvironmentSpec, checkout: Path) -> ImageLayer:
     steps = [*spec.pre_install, *spec.install]
     harness_pytest = (
         f"RUN {ENV_VENV}/bin/python -c 'import pytest' 2>/dev/null || {ENV_VENV}/bin/python -m pip install"
