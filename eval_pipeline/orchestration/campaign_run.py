@@ -22,7 +22,7 @@ from eval_pipeline.common.text import counted
 from eval_pipeline.config.campaign import Campaign
 from eval_pipeline.datasets.sources import load_portfolio
 from eval_pipeline.defs.group import ENVIRONMENT_POOL, MODEL_API_POOL
-from eval_pipeline.defs.partitions import trial_run_key
+from eval_pipeline.defs.partitions import trial_partition, trial_run_key
 from eval_pipeline.defs.progress import REQUEST_TAG, CampaignProgress, Cycle, HarnessView
 from eval_pipeline.orchestration.driver import (
     FinishedRun,
@@ -215,10 +215,6 @@ def _status(reused: bool | None) -> str:
     return "not stored" if reused is None else "reused" if reused else "computed"
 
 
-def _partition(spec: TrialSpec) -> str:
-    return str(trial_run_key(spec.instance_id, spec.trial))
-
-
 def harness_view(specs: list[TrialSpec], harness: Harness) -> HarnessView:
     """What the store holds and which environments the trials' keys name. Trial partitions with no intact scored
     evaluation in the artifact store (the pending scan: a listing per storage prefix and one read per finished
@@ -226,7 +222,7 @@ def harness_view(specs: list[TrialSpec], harness: Harness) -> HarnessView:
     and a trial whose evaluation was lost, truncated or forged runs again, reusing its patch. Each instance's
     environment key: one Dagster recorded under another key is prepared again."""
     return HarnessView(
-        unstored={_partition(spec) for spec in pending_trials(specs, harness.store, verify=True)},
+        unstored={trial_partition(spec) for spec in pending_trials(specs, harness.store, verify=True)},
         environment_keys={spec.instance_id: spec.environment_key for spec in specs},
     )
 
@@ -258,7 +254,7 @@ def run_campaign(
     portfolio = load_portfolio(campaign.slices, harness.paths).excluding(campaign.exclude)
     specs = trial_specs(campaign, portfolio, harness.sandbox_for(campaign))
     if not selection.everything:
-        cycle = replace(cycle, only=frozenset(map(_partition, selection.pick(specs))))
+        cycle = replace(cycle, only=frozenset(map(trial_partition, selection.pick(specs))))
     view = harness_view(specs, harness)
     progress = CampaignProgress.read(dagster_instance, campaign, view, cycle.only)
     pending = progress.pending_trials()
