@@ -1,4 +1,4 @@
-"""Every forgery of eval_pipeline_tests/forgeries.py against every demo code issue, on one backend.
+"""Every forgery of eval_pipeline_tests/support/forgeries.py against every demo code issue, on one backend.
 
     python benchmarks/forged_verdicts.py --backend local|pod|strict
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings, make_sandbox
 from eval_pipeline.tasks.demo import build_demo_benchmark
 from eval_pipeline.tasks.swebench.grading import grade
-from eval_pipeline_tests.forgeries import EVASIONS, FORGERIES, STATUS_FORGERIES, as_swebench_runs_it
+from eval_pipeline_tests.support.forgeries import EVASIONS, FORGERIES, STATUS_FORGERIES, as_swebench_runs_it
 
 
 def main() -> None:

@@ -48,7 +48,7 @@ from eval_pipeline.trial.evaluation import Evaluation, mark_scored
 from eval_pipeline.trial.generation import Generation
 from eval_pipeline.trial.pending import pending_trials
 from eval_pipeline.trial.spec import TrialSpec, trial_specs
-from eval_pipeline_tests.counting_store import CountingStore
+from eval_pipeline_tests.support.counting_store import CountingStore
 
 SEEDS = 32
 

@@ -37,7 +37,7 @@ from eval_pipeline.tasks.dataset import InvalidDatasetError
 from eval_pipeline.tasks.environment import RepoSource
 from eval_pipeline.tasks.swebench.instance import benchmark_from_rows
 from eval_pipeline.trial.validation import environment_failure, validate_task
-from eval_pipeline_tests.real_data import swebench_rows, verified_instance_ids
+from eval_pipeline_tests.support.real_data import swebench_rows, verified_instance_ids
 
 RESULTS = ROOT / "docs" / "validation" / "population.jsonl"
 TABLE = ROOT / "docs" / "POPULATION.md"

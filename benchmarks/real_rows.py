@@ -2,7 +2,7 @@
 
     python benchmarks/real_rows.py [--backend local|container] [--repeats 2]
 
-Uses the real-data fixtures the tests use (eval_pipeline_tests/fixtures.md).
+Uses the real-data fixtures the tests use (eval_pipeline_tests/support/fixtures.md).
 For each row it times preparing the environment (clone, interpreter, installs,
 history cut back; for containers the image layers and the pod) and then each
 grading of the gold and the empty patch in a fresh workspace, which is the
@@ -22,7 +22,7 @@ from eval_pipeline.sandbox import EnvironmentHandle, ResourceLimits, SandboxBack
 from eval_pipeline.tasks.environment import RepoSource
 from eval_pipeline.tasks.swebench.grading import grade
 from eval_pipeline.tasks.swebench.instance import benchmark_from_rows
-from eval_pipeline_tests.real_data import SWEBENCH_ROWS, swebench_mirror, swebench_rows
+from eval_pipeline_tests.support.real_data import SWEBENCH_ROWS, swebench_mirror, swebench_rows
 
 LIMITS = ResourceLimits(memory_ceiling_mb=2048, output_bytes=200_000)
 

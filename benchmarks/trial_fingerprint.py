@@ -11,7 +11,7 @@ it) on a fresh DAGSTER_HOME per part:
 - `demo_containers`: the built-in demo on the container backend in pod mode, seed 0 only;
 - `grade`: `eval-pipeline grade` of the gold patches and of empty patches of two real SWE-bench Verified rows
   (flask, requests) in containers, the rows and their repositories cut as the real-data tests cut them
-  (eval_pipeline_tests/real_data.py, into the work directory: nothing is committed).
+  (eval_pipeline_tests/support/real_data.py, into the work directory: nothing is committed).
 
 Both demo parts leave out shuffle-deck (the campaign's `exclude:`): its reference solution shuffles two cards
 at random and its test wants a new order, so its verdicts are a coin toss by design. The container parts need
@@ -243,7 +243,7 @@ def _cut_rows(inputs: Path) -> tuple[Path, Path, dict[str, Path]]:
     """The graded rows as a JSONL file, their repositories' mirrors, and predictions files of their gold patches
     and of empty patches, under `inputs` (cut once; the paths are part of the trials' keys)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from eval_pipeline_tests.real_data import swebench_mirror, swebench_rows, write_rows
+    from eval_pipeline_tests.support.real_data import swebench_mirror, swebench_rows, write_rows
 
     inputs.mkdir(parents=True, exist_ok=True)
     rows = swebench_rows(GRADED_ROWS)
@@ -317,7 +317,11 @@ def fingerprint(checkout: Path, parts: list[str], work: Path) -> dict[str, Any]:
             continue
         found[part], runs[part] = run_part(part, checkout, work)
     return {
-        "checkout": {"path": str(checkout), "commit": commit.stdout.strip(), "changed_files": status.stdout.split()},
+        "checkout": {
+            "path": str(checkout),
+            "commit": commit.stdout.strip(),
+            "changed_files": status.stdout.splitlines(),
+        },
         "work": str(work),
         "varying_fields": VARYING_FIELDS,
         "runs": runs,

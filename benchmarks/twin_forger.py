@@ -17,7 +17,7 @@ members apart. Seeds fix the twins' dice, so a run is reproducible. `pod` and `s
 (DIR/owner+name, or DIR/owner+name/repo) in its test patch's files at the row's base commit, as a grading
 does, and prints how many rows have a twinned failing test and the bounds they get.
 
-`classifiers` prints the accuracy of eval_pipeline_tests/test_twin_classifiers.py's classifiers over more groups
+`classifiers` prints the accuracy of eval_pipeline_tests/tasks/swebench/test_twin_classifiers.py's classifiers over more groups
 than the test plants, from the same real test files.
 """
 
@@ -37,10 +37,10 @@ from eval_pipeline.tasks.swebench.canaries import TWINS_PER_TEST, SourceFile, Tw
 from eval_pipeline.tasks.swebench.grading import launches
 from eval_pipeline.tasks.swebench.sealed import seal_expectations
 from eval_pipeline.tasks.swebench.specs import builtin_spec
-from eval_pipeline_tests.forgeries import SEAL_READER, TWIN_AWARE, TWIN_RUNNER
-from eval_pipeline_tests.real_data import swebench_rows, verified_instance_ids
-from eval_pipeline_tests.test_canaries import forged_runs
-from eval_pipeline_tests.test_twin_classifiers import corpus_figures, demo_cases, patched, swebench_cases
+from eval_pipeline_tests.support.forgeries import SEAL_READER, TWIN_AWARE, TWIN_RUNNER
+from eval_pipeline_tests.support.real_data import swebench_rows, verified_instance_ids
+from eval_pipeline_tests.tasks.swebench.test_canaries import forged_runs
+from eval_pipeline_tests.tasks.swebench.test_twin_classifiers import corpus_figures, demo_cases, patched, swebench_cases
 
 FORGERS = {"TWIN_AWARE": TWIN_AWARE, "TWIN_RUNNER": TWIN_RUNNER, "SEAL_READER": SEAL_READER}
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_pipeline_tests.real_data import FilesFixture, GitFixture, provide
+from eval_pipeline_tests.support.real_data import FilesFixture, GitFixture, provide
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -52,6 +52,6 @@ def test_an_unreachable_source_skips_with_one_line_naming_the_fixture(upstream, 
     with pytest.raises(pytest.skip.Exception) as skipped:
         provide(GitFixture("owner/name", (upstream[0],)))
     message = str(skipped.value)
-    assert "owner/name" in message and "python -m eval_pipeline_tests.real_data" in message
+    assert "owner/name" in message and "python -m eval_pipeline_tests.support.real_data" in message
     assert "\n" not in message
     assert not list((tmp_path / "cache").glob("owner+name-*")), "nothing half-cut is left in the cache"

@@ -21,7 +21,7 @@ from typing import Any
 import requests
 import websocket
 
-from eval_pipeline_tests.test_html_report import CHROMIUM_FLAGS
+from eval_pipeline_tests.support.chromium import CHROMIUM_FLAGS
 
 DEVTOOLS_PORT = 9333
 SETTLE_S = 8

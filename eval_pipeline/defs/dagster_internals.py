@@ -1,5 +1,5 @@
 """Every name the package takes from Dagster's private modules (`dagster._...`), and nowhere else: Dagster 1.13
-exports none of them. pyproject pins Dagster to 1.13; eval_pipeline_tests/test_dagster_internals.py pins the
+exports none of them. pyproject pins Dagster to 1.13; eval_pipeline_tests/defs/test_dagster_internals.py pins the
 behaviour relied on below, so that an upgrade which changes it fails a test, not a deployment.
 
 The held SQLite storage of the embedded default (orchestration/sqlite_storage.py) extends Dagster's:
@@ -36,7 +36,7 @@ A campaign's automation (defs/automation.py) names, as a type only, what a publi
 
 One private use imports nothing from here: orchestration/postgres_storage.py, which extends dagster-postgres's
 exported storages, replaces the `_engine` each of them keeps by one pooled engine they share (what
-eval_pipeline_tests/test_postgres_storage.py measures). Public replacement: a connection pooler such as PgBouncer
+eval_pipeline_tests/orchestration/test_postgres_storage.py measures). Public replacement: a connection pooler such as PgBouncer
 in front of the server.
 
 This module loads Dagster's SQLite storage (0.4 s), so the code location never imports it: the verdicts

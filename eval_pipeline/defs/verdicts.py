@@ -93,7 +93,7 @@ def _about_latest(evaluation: AssetCheckEvaluation, instance: DagsterInstance, p
     the UI takes the result for stale and shows the partition as not evaluated. Dagster 1.13 exports no
     constructor for that pointer, so it is written into the evaluation in the form the event log stores it
     (`serialize_value`), which Dagster reads back from every existing event log and so cannot change without a
-    migration (eval_pipeline_tests/test_dagster_internals.py pins it)."""
+    migration (eval_pipeline_tests/defs/test_dagster_internals.py pins it)."""
     key = evaluation.asset_key
     [record] = instance.fetch_materializations(AssetRecordsFilter(key, asset_partitions=[partition]), limit=1).records
     stored = json.loads(serialize_value(evaluation))

@@ -157,8 +157,8 @@ class TaskLayout:
 
     @classmethod
     def from_details(cls, details: Mapping[str, Any]) -> "TaskLayout":
-        """The layout an environment handle records. Handles stored by earlier versions hold keys no longer
-        used (the commit, read per trial now), which are left out."""
+        """The layout an environment handle records; its other keys (a stored handle may hold a commit) are not
+        the layout's."""
         return cls(details["workdir"], details.get("env", {}), details.get("from_snapshot", False))
 
     def path(self, name: str) -> str | None:

@@ -1,0 +1,1 @@
+"""Whole campaigns and servers as a user runs them: the CLI, `dagster dev`, faults injected for real."""

@@ -1,0 +1,1 @@
+"""Tests of eval_pipeline.sandbox.container."""

@@ -1,0 +1,1 @@
+"""What tests share that is not a test: fixtures' plugins, builders, forgeries, real-data fixtures."""
