@@ -378,9 +378,9 @@ def _view(args: argparse.Namespace) -> int:
             " (--port 0: any free one)"
         ) from None
     host, port = cast(tuple[str, int], server.server_address[:2])  # an AF_INET server's
-    print(f"Trials of campaign {campaign.name}: http://{host}:{port}/ (Ctrl-C stops)", flush=True)
     with server:
-        try:
+        try:  # from the line that says Ctrl-C stops it: a Ctrl-C then is the ending it announces
+            print(f"Trials of campaign {campaign.name}: http://{host}:{port}/ (Ctrl-C stops)", flush=True)
             server.serve_forever()
         except KeyboardInterrupt:  # how a user stops the viewer: an ending, not an interruption
             print(f"Stopped serving the trials of campaign {campaign.name}.", file=sys.stderr)
