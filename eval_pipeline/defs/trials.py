@@ -46,7 +46,7 @@ from eval_pipeline.sandbox import EnvironmentHandle, SandboxBackend
 from eval_pipeline.sandbox.kubernetes.manifest import pod_resources
 from eval_pipeline.trial.generation import Generation
 from eval_pipeline.trial.run import TrialResult, TrialSetup, run_trials
-from eval_pipeline.trial.spec import GENERATION_VERSION, TrialSpec, trial_specs
+from eval_pipeline.trial.spec import GENERATION_VERSION, TrialSpec, agent_configs, task_trial_specs
 
 __all__ = ["kubernetes_step_tags", "trials_asset"]
 
@@ -131,12 +131,16 @@ def _trial_materializations(
 
 
 def _partition_specs(setup: TrialSetup, partition_keys: list[str]) -> list[TrialSpec]:
-    """The specification of each trial partition, in the order given."""
-    instance_ids = dict.fromkeys(key.split("|", 1)[0] for key in partition_keys)
+    """The specification of each trial partition, in the order given, its environment the one prepared for it
+    (its key read from the loaded handle: nothing is computed again, no engine asked)."""
+    campaign, portfolio, configs = setup.campaign, setup.portfolio, agent_configs(setup.campaign)
     specs = {
         trial_partition(spec): spec
-        for instance_id in instance_ids
-        for spec in trial_specs(setup.campaign, setup.portfolio, setup.sandbox_for, instance_id)
+        for instance_id in dict.fromkeys(key.split("|", 1)[0] for key in partition_keys)
+        for task in [portfolio.instance(instance_id)]
+        for spec in task_trial_specs(
+            campaign, portfolio, task, setup.sandbox_for(task), setup.environments[instance_id].key, configs
+        )
     }
     return [specs[key] for key in partition_keys]
 

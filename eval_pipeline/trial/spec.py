@@ -29,7 +29,9 @@ from eval_pipeline.tasks.task import Task
 __all__ = [
     "GENERATION_VERSION",
     "SCORED",
+    "AgentConfigs",
     "TrialSpec",
+    "agent_configs",
     "agent_timeout_s",
     "authentic_marker",
     "evaluation_key",
@@ -37,6 +39,7 @@ __all__ = [
     "scored_id",
     "scored_marker_key",
     "task_generation_key",
+    "task_trial_specs",
     "trial_spec",
     "trial_specs",
 ]
@@ -169,6 +172,58 @@ class TrialSpec:
         return scored_id(self.generation_key, self.environment_key, self.resources, self.test_timeout_s)
 
 
+AgentConfigs = dict[str, tuple[dict[str, Any], str]]
+
+
+def agent_configs(campaign: Campaign) -> AgentConfigs:
+    """Each variant's agent config and its hash, by variant name."""
+    agents = {variant.name: variant.make_agent() for variant in campaign.variants}
+    return {name: (agent.config, agent.config_hash) for name, agent in agents.items()}
+
+
+def task_trial_specs(
+    campaign: Campaign,
+    portfolio: Portfolio,
+    task: Task,
+    sandbox: SandboxBackend,
+    environment_key: str,
+    configs: AgentConfigs,
+) -> list[TrialSpec]:
+    """Every planned trial of `task`, in the campaign's trial order, its environment under `environment_key`
+    (what its sandbox computes for it, or the key of the environment prepared for it)."""
+    resources = sandbox.resources_record()
+    content_hash = task.content_hash  # hashes the whole row: once per task, not per trial
+    specs = []
+    for trial in campaign.trials:
+        agent_config, agent_config_hash = configs[trial.variant.name]
+        specs.append(
+            TrialSpec(
+                campaign=campaign.name,
+                slice=portfolio.slice_of(task.instance_id),
+                instance_id=task.instance_id,
+                trial=trial.key,
+                variant=trial.variant.name,
+                agent=trial.variant.agent,
+                seed=trial.seed,
+                agent_config_hash=agent_config_hash,
+                generation_key=task_generation_key(
+                    task,
+                    agent_config,
+                    trial.seed,
+                    campaign.timeout_multiplier,
+                    trial.variant.network,
+                    sandbox.isolation,
+                    content_hash,
+                ),
+                environment_key=environment_key,
+                test_timeout_s=campaign.test_timeout_for(task),
+                resources=resources,
+                network=trial.variant.network,
+            )
+        )
+    return specs
+
+
 def trial_specs(
     campaign: Campaign,
     portfolio: Portfolio,
@@ -179,43 +234,14 @@ def trial_specs(
     them, each slice's instances by id, each instance's trials in the campaign's trial order (so `--limit 1` is
     the first slice's first trial); `sandbox_for` gives a task's sandbox (terminal tasks set their own resources)."""
     tasks = [portfolio.instance(instance_id)] if instance_id else portfolio.instances
-    agents = {variant.name: variant.make_agent() for variant in campaign.variants}
-    configs = {name: (agent.config, agent.config_hash) for name, agent in agents.items()}
+    configs = agent_configs(campaign)
     slice_rank = {name: rank for rank, name in enumerate(portfolio.slices)}
-    identities = []
+    specs = []
     for task in sorted(tasks, key=lambda t: (slice_rank[portfolio.slice_of(t.instance_id)], t.instance_id)):
         sandbox = sandbox_for(task)
         environment_key = sandbox.environment_key(task, portfolio.environment_for(task))
-        resources = sandbox.resources_record()
-        content_hash = task.content_hash  # hashes the whole row: once per task, not per trial
-        for trial in campaign.trials:
-            agent_config, agent_config_hash = configs[trial.variant.name]
-            identities.append(
-                TrialSpec(
-                    campaign=campaign.name,
-                    slice=portfolio.slice_of(task.instance_id),
-                    instance_id=task.instance_id,
-                    trial=trial.key,
-                    variant=trial.variant.name,
-                    agent=trial.variant.agent,
-                    seed=trial.seed,
-                    agent_config_hash=agent_config_hash,
-                    generation_key=task_generation_key(
-                        task,
-                        agent_config,
-                        trial.seed,
-                        campaign.timeout_multiplier,
-                        trial.variant.network,
-                        sandbox.isolation,
-                        content_hash,
-                    ),
-                    environment_key=environment_key,
-                    test_timeout_s=campaign.test_timeout_for(task),
-                    resources=resources,
-                    network=trial.variant.network,
-                )
-            )
-    return identities
+        specs += task_trial_specs(campaign, portfolio, task, sandbox, environment_key, configs)
+    return specs
 
 
 def trial_spec(

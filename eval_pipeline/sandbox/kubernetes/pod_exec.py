@@ -83,18 +83,7 @@ class KubernetesExec(PodExec):
     ) -> tuple[int, bytes, bytes]:
         """An exec has no environment of its own to give: `private` goes as one line on the command's stdin."""
         try:
-            session = stream(
-                self.core.connect_get_namespaced_pod_exec,
-                self.name,
-                self.namespace,
-                container=CONTAINER,
-                command=argv,
-                stdin=private is not None,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                _preload_content=False,
-            )
+            session = self._exec_stream(argv, stdin=private is not None)
             if private is not None:
                 session.write_stdin(private + "\n")
             session.run_forever(timeout=timeout_s)
@@ -108,22 +97,26 @@ class KubernetesExec(PodExec):
             raise self.failure(f"exec failed: {error}") from error
         return exit_code_of(status, self.failure), stdout.encode(), stderr.encode()
 
+    def _exec_stream(self, command: list[str], stdin: bool) -> Any:
+        """An exec of `command` in the pod's container, its output streamed (not read whole)."""
+        return stream(
+            self.core.connect_get_namespaced_pod_exec,
+            self.name,
+            self.namespace,
+            container=CONTAINER,
+            command=command,
+            stdin=stdin,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+        )
+
     def open_channel(self, argv: list[str], env: Mapping[str, str], first_line: str) -> ToolChannel:
         """An exec stream; the exec subresource takes no environment, so `env` is set by `/usr/bin/env` in argv
         (by path: the environment's venv comes first on PATH)."""
         try:
-            session = stream(
-                self.core.connect_get_namespaced_pod_exec,
-                self.name,
-                self.namespace,
-                container=CONTAINER,
-                command=["/usr/bin/env", *(f"{key}={value}" for key, value in env.items()), *argv],
-                stdin=True,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                _preload_content=False,
-            )
+            session = self._exec_stream(["/usr/bin/env", *(f"{k}={v}" for k, v in env.items()), *argv], stdin=True)
         except API_FAILURES as error:
             raise self.failure(f"starting the tool server failed: {error}") from error
         channel = KubernetesChannel(session, self)
