@@ -1,7 +1,9 @@
 """SWE-bench Verified's population table: the reference and the empty patch on a stratified sample, per backend.
 
     python benchmarks/population.py --mirrors DIR --backend local [--repos sympy/sympy ...] [--limit N]
-    python benchmarks/population.py --render    # with Terminal-Bench 2's table (terminal_population.py)
+    python benchmarks/population.py --render    # with SWE-bench Pro's and SWE-rebench's samples
+                                                # (dataset_population.py) and Terminal-Bench 2's table
+                                                # (terminal_population.py)
 
 The sample (`sample`) is one row of every repository x version of the repositories whose environments install
 without compiling, and one row of each repository that compiles its own extensions, chosen by the hash of the
@@ -26,7 +28,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from real_rows import environment_disk_bytes  # benchmarks/, beside this script
+from dataset_population import RESULTS as DATASET_RESULTS  # benchmarks/, beside this script
+from dataset_population import render as render_datasets
+from real_rows import environment_disk_bytes
 from terminal_population import RESULTS as TERMINAL_RESULTS
 from terminal_population import render as render_terminal
 from validation_log import ROOT, append_result, harness_commit, read_results, table, why_not_valid
@@ -209,6 +213,13 @@ def render(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_all() -> str:
+    """docs/POPULATION.md: SWE-bench Verified's table, the samples of SWE-bench Pro and SWE-rebench, and
+    Terminal-Bench 2's table, each from its results so far."""
+    sections = (render_datasets(read_results(DATASET_RESULTS)), render_terminal(read_results(TERMINAL_RESULTS)))
+    return render(read_results(RESULTS)) + "".join("\n" + "\n".join(lines) + "\n" for lines in sections)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mirrors", type=Path, help="full clones as owner/name (a campaign's mirror_dir)")
@@ -220,8 +231,7 @@ def main() -> None:
     parser.add_argument("--render", action="store_true", help="write docs/POPULATION.md from the results so far")
     args = parser.parse_args()
     if args.render:
-        terminal = render_terminal(read_results(TERMINAL_RESULTS))
-        TABLE.write_text(render(read_results(RESULTS)) + "\n" + "\n".join(terminal) + "\n")
+        TABLE.write_text(render_all())
         return
     if not args.mirrors:
         parser.error("--mirrors is required to run rows")

@@ -44,14 +44,17 @@ _SCRATCH = re.compile(r"/tmp/tmp\w{8}(?=[/\s\"')]|$)|/tmp/pytest-of-[^/\s]+/pyte
 _PYENV = re.compile(r"/root/\.pyenv|/home/\w+/\.pyenv")
 _HOME = re.compile(r"/root/|/home/\w+/")
 _DATASET_COPY = re.compile(r"/work/\S*?/(terminal-bench-2)/")
+# The engine's words for a pull name the machine's DNS resolver and its registry mirror on loopback.
+_RESOLVER = re.compile(r" on \d{1,3}(?:\.\d{1,3}){3}:53:")
+_LOOPBACK_MIRROR = re.compile(r"\b(?:127\.0\.0\.1|localhost):\d+/")
 
 
 def public_detail(detail: str, repo: str | None = None) -> str:
     """`detail` with the places of the machine that measured it replaced by what they stood for: a build's log
     is dropped (it stayed on that machine), a commit missing from the clone is named as missing from the mirror of
     `repo` the run cloned, a clone from a mirror directory that lacks the repository says so, pyenv's root is
-    `$(pyenv root)`, a home `~/`, a copy of Terminal-Bench 2 its folder's name and a scratch directory
-    `<scratch>`."""
+    `$(pyenv root)`, a home `~/`, a copy of Terminal-Bench 2 its folder's name, a scratch directory `<scratch>`,
+    and in an engine's pull error its DNS resolver `its resolver` and its registry mirror on loopback `<mirror>/`."""
     mirror = f"the mirror of {repo} the run cloned from" if repo else "the mirror the run cloned from"
     detail = _LOG.sub("", detail)
     detail = _MISSING_COMMIT.sub(f"is not in {mirror}", detail)
@@ -61,6 +64,8 @@ def public_detail(detail: str, repo: str | None = None) -> str:
     detail = _PYENV.sub("$(pyenv root)", detail)
     detail = _HOME.sub("~/", detail)
     detail = _DATASET_COPY.sub(r"\1/", detail)
+    detail = _RESOLVER.sub(" on its resolver:", detail)
+    detail = _LOOPBACK_MIRROR.sub("<mirror>/", detail)
     return _SCRATCH.sub("<scratch>", detail)
 
 

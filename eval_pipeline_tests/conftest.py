@@ -20,6 +20,7 @@ pytest_plugins = [
     "eval_pipeline_tests.support.demo_trials",
     "eval_pipeline_tests.support.engine",
     "eval_pipeline_tests.support.services",
+    "eval_pipeline_tests.support.registry",
     "eval_pipeline_tests.support.cli",
 ]
 

@@ -26,7 +26,8 @@ SETUP_COMMIT = "419a78300f7cd27611196e1e464d50fd0385ff27"  # django__django-1174
 def benchmarks(monkeypatch) -> dict[str, ModuleType]:
     """The population scripts, imported as `python benchmarks/population.py` imports them (beside each other)."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    return {name: importlib.import_module(name) for name in ("validation_log", "population", "terminal_population")}
+    names = ("validation_log", "population", "terminal_population", "dataset_population")
+    return {name: importlib.import_module(name) for name in names}
 
 
 def _failure(call) -> str:
@@ -61,13 +62,38 @@ def test_a_rows_reason_names_the_repository_not_the_machines_mirror_or_scratch(b
 def test_the_population_table_is_what_render_writes_and_names_no_place_of_the_measuring_machine(benchmarks):
     """docs/POPULATION.md as `python benchmarks/population.py --render` writes it from the committed results, and
     neither the results' details nor the table name a scratch directory, mirror or home of the machine."""
-    population, terminal = benchmarks["population"], benchmarks["terminal_population"]
-    read_results = benchmarks["validation_log"].read_results
-    rendered = population.render(read_results(population.RESULTS))
-    rendered += "\n" + "\n".join(terminal.render(read_results(terminal.RESULTS))) + "\n"
-    assert population.TABLE.read_text() == rendered, (
+    population, terminal, datasets = (
+        benchmarks[name] for name in ("population", "terminal_population", "dataset_population")
+    )
+    assert population.TABLE.read_text() == population.render_all(), (
         "docs/POPULATION.md: run `python benchmarks/population.py --render`"
     )
-    for path in (population.RESULTS, terminal.RESULTS, population.TABLE):
+    for path in (population.RESULTS, terminal.RESULTS, datasets.RESULTS, population.TABLE):
         found = sorted({match.group(0) for match in MACHINE_PATH.finditer(path.read_text())})
         assert found == [], f"{path.relative_to(ROOT)} names places of the measuring machine: {found}"
+
+
+def test_every_stratum_of_pro_and_the_rebench_rows_is_measured_valid_or_explained_naming_its_image(benchmarks):
+    """SWE-bench Pro's sample (one row per repository and base image of its public set, cut from its public
+    Dockerfiles) and SWE-rebench's reachable rows: each has a result, and each result that is not valid has an
+    explanation and names the image that could not be pulled, as the engine named it."""
+    datasets = benchmarks["dataset_population"]
+    latest = {(r["dataset"], r["instance_id"]): r for r in benchmarks["validation_log"].read_results(datasets.RESULTS)}
+    public = datasets.pro_public_set()
+    assert len(public) == 731 and len({row["repo"] for row in public}) == 11
+    strata = {(datasets.PRO, row["instance_id"]) for row in datasets.sample(public, ("repo", "base"))}
+    assert strata <= set(latest), f"strata not measured: {sorted(strata - set(latest))}"
+    assert {dataset for dataset, _ in latest} == {datasets.PRO, datasets.REBENCH}
+    for (dataset, instance_id), record in latest.items():
+        if record["status"] != "valid":
+            assert (dataset, record["status"]) in datasets.EXPLAINED, instance_id
+            assert f"the image {record['image']}" in record["detail"], instance_id
+
+
+def test_a_pro_rows_image_is_the_one_its_dataset_names(benchmarks):
+    """The image of a Pro row as helper_code/image_uri.py forms it: for the row the tests build, the tag its
+    public row's `dockerhub_tag` holds (cut at 128 characters)."""
+    from eval_pipeline_tests.support import swebench_pro
+
+    image = benchmarks["dataset_population"].pro_image(swebench_pro.INSTANCE_ID, "qutebrowser/qutebrowser")
+    assert image == f"jefzda/sweap-images:{swebench_pro.DOCKERHUB_TAG}"

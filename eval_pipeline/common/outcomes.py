@@ -16,7 +16,9 @@ Every outcome has a kind, which decides what happens next:
   fault is its own.
 - `harness`: the harness could not judge a patch it did run (a test patch that
   does not apply, a missing or malformed report), or an agent's model API
-  refused its configuration (a bad key, an unknown model). Not a score, and not retried
+  refused its configuration (a bad key, an unknown model), or a task's named
+  image cannot be what the campaign says (no such image, access denied, not at
+  its pinned digest). Not a score, and not retried
   automatically, since trying again gives the same answer until the dataset or
   the harness is fixed; a re-run after the fix grades it.
 """
@@ -66,6 +68,15 @@ class Outcome(StrEnum):
     # The model API refused the agent's requests (a bad key, an unknown model, a parameter it does not take):
     # the campaign's configuration, which gives the same answer until it is fixed.
     MODEL_API_REFUSED = "model_api_refused"
+    # A task's named image could not be pulled (sandbox/pods/registry.py). The user's configuration, not retried:
+    # the registry has no such image (IMAGE_NOT_FOUND), refused the credentials (IMAGE_PULL_DENIED), or holds it
+    # at another digest than the campaign pins (IMAGE_DIGEST_MISMATCH). The harness's machinery, retried: the
+    # registry did not answer (IMAGE_PULL_FAILED), or the image does not fit on the engine's disk (IMAGE_NO_SPACE).
+    IMAGE_NOT_FOUND = "image_not_found"
+    IMAGE_PULL_DENIED = "image_pull_denied"
+    IMAGE_DIGEST_MISMATCH = "image_digest_mismatch"
+    IMAGE_PULL_FAILED = "image_pull_failed"
+    IMAGE_NO_SPACE = "image_no_space"
 
     @property
     def kind(self) -> OutcomeKind:
@@ -111,11 +122,21 @@ _KINDS = {
             Outcome.IMAGE_BUILD_FAILED,
             Outcome.STORAGE_ERROR,
             Outcome.MODEL_API_ERROR,
+            Outcome.IMAGE_PULL_FAILED,
+            Outcome.IMAGE_NO_SPACE,
         ),
         OutcomeKind.INFRASTRUCTURE,
     ),
-    Outcome.GRADING_ERROR: OutcomeKind.HARNESS,
-    Outcome.MODEL_API_REFUSED: OutcomeKind.HARNESS,
+    **dict.fromkeys(
+        (
+            Outcome.GRADING_ERROR,
+            Outcome.MODEL_API_REFUSED,
+            Outcome.IMAGE_NOT_FOUND,
+            Outcome.IMAGE_PULL_DENIED,
+            Outcome.IMAGE_DIGEST_MISMATCH,
+        ),
+        OutcomeKind.HARNESS,
+    ),
 }
 
 
@@ -176,3 +197,34 @@ class ModelAPIRefused(InfrastructureError):
     context window): the campaign's configuration, not retried, never scored."""
 
     outcome = Outcome.MODEL_API_REFUSED
+
+
+class ImagePullFailed(InfrastructureError):
+    """A task's named image could not be pulled because the registry did not answer (or broke off); retried. The
+    message names the instance and the image's reference, never a credential."""
+
+    outcome = Outcome.IMAGE_PULL_FAILED
+
+
+class ImageNoSpace(ImagePullFailed):
+    """A named image does not fit on the engine's disk; retried (pruning may make room)."""
+
+    outcome = Outcome.IMAGE_NO_SPACE
+
+
+class ImageNotFound(ImagePullFailed):
+    """The registry has no image of the reference a task names: the campaign's (or dataset's) to fix."""
+
+    outcome = Outcome.IMAGE_NOT_FOUND
+
+
+class ImagePullDenied(ImagePullFailed):
+    """The registry refused the pull (no credentials, or ones it does not accept): the campaign's to fix."""
+
+    outcome = Outcome.IMAGE_PULL_DENIED
+
+
+class ImageDigestMismatch(ImagePullFailed):
+    """The registry holds a named image at another digest than the campaign pins: the campaign's to fix."""
+
+    outcome = Outcome.IMAGE_DIGEST_MISMATCH

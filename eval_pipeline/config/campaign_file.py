@@ -292,6 +292,21 @@ class CampaignFile(ConfigModel):
             raise ValueError("give either benchmark (one dataset) or slices (a portfolio), not both or neither")
         return self
 
+    @model_validator(mode="after")
+    def _images_pulled_into_containers(self) -> "CampaignFile":
+        """Refuse a slice that pulls its tasks' named images on the local backend, which runs no image."""
+        if self.sandbox.backend != "local":
+            return self
+        sources = self.slices or ({"benchmark": self.benchmark} if self.benchmark else {})
+        for name, source in sources.items():
+            if (images := getattr(source, "images", "build")) != "build":  # a source kind that can pull
+                raise FieldProblem(
+                    "benchmark.images" if self.slices is None else f"slices.{name}.images",
+                    f"{images!r} runs tasks in the images they name, and the local backend runs no image:"
+                    " use the container or kubernetes backend (sandbox: {backend: container}), or images: build",
+                )
+        return self
+
     @field_validator("baseline")
     @classmethod
     def _baseline_is_a_variant(cls, baseline: str | None, info: ValidationInfo) -> str | None:

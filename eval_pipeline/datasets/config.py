@@ -20,6 +20,7 @@ from pydantic import (
 
 from eval_pipeline.common.fields import ConfigModel, Count, InputPath, OutputPath, PositiveCount, describe_errors
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
+from eval_pipeline.tasks.named_image import ImagePolicy
 from eval_pipeline.tasks.swebench.canaries import MAX_TWINS, TWINS_PER_TEST, TwinSettings
 
 
@@ -56,16 +57,22 @@ class DemoSource(ConfigModel):
 
 
 class TerminalSource(ConfigModel):
-    """`kind: terminal`: Terminal-Bench / Harbor task directories; `mirror_dir` defaults to the data directory's."""
+    """`kind: terminal`: Terminal-Bench / Harbor task directories; `mirror_dir` defaults to the data directory's.
+    `images`: build each task's image from its Dockerfile (`build`, the default), or pull the `docker_image` its
+    task.toml names (`pull`; `auto` where it names one), as Harbor's `force_build` decides."""
 
     kind: Literal["terminal"]
     path: InputPath
     mirror_dir: OutputPath | None = None
     on_invalid: OnInvalid = "reject"
+    images: ImagePolicy = "build"
 
 
 class SweBenchSource(ConfigModel):
-    """`kind: swebench`: rows in SWE-bench's schema from a file or folder (`path`), or pinned from the Hub."""
+    """`kind: swebench`: rows in SWE-bench's schema from a file or folder (`path`), or pinned from the Hub.
+    `images`: build each environment from its spec (`build`, the default), or pull SWE-bench's instance image of
+    the row (`pull`, `auto`), named as SWE-bench's harness names it under `image_namespace` and `image_tag`
+    (its `--namespace` and `--instance_image_tag`)."""
 
     kind: Literal["swebench"]
     path: InputPath | None = None
@@ -78,6 +85,9 @@ class SweBenchSource(ConfigModel):
     include_hints: bool = False
     on_invalid: OnInvalid = "reject"
     twins: Twins = Twins()
+    images: ImagePolicy = "build"
+    image_namespace: str = Field(default="swebench", pattern=r"^[a-z0-9][a-z0-9._/:-]*$")
+    image_tag: str = Field(default="latest", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
     @field_validator("revision")
     @classmethod
@@ -94,13 +104,45 @@ class SweBenchSource(ConfigModel):
         return self
 
 
-DatasetSource = Annotated[DemoSource | TerminalSource | SweBenchSource, Field(discriminator="kind")]
-SOURCE_ADAPTER: TypeAdapter[DemoSource | TerminalSource | SweBenchSource] = TypeAdapter(DatasetSource)
+class SweBenchProSource(ConfigModel):
+    """`kind: swebench_pro`: SWE-bench Pro rows (`path`, or `hf_name` pinned at `revision`: ScaleAI/SWE-bench_Pro),
+    each with its run script, parser and Dockerfiles from `scripts`, a checkout of scaleapi/SWE-bench_Pro-os
+    (`run_scripts/<instance_id>/`, `dockerfiles/`). Every row runs in the image it names (`images: pull`, or `auto`, the same here:
+    no Pro image is built from a spec)."""
+
+    kind: Literal["swebench_pro"]
+    path: InputPath | None = None
+    hf_name: str | None = None
+    revision: str | None = Field(default=None, validate_default=True)
+    split: str = "test"
+    scripts: InputPath
+    on_invalid: OnInvalid = "reject"
+    images: Literal["pull", "auto"] = "pull"
+
+    @field_validator("revision")
+    @classmethod
+    def _pinned(cls, revision: str | None, info: ValidationInfo) -> str | None:
+        """A Hub dataset is read at an exact revision, as `kind: swebench` reads it."""
+        if info.data.get("hf_name") and not revision:
+            raise ValueError("required with hf_name, so that a run pins what it read")
+        return revision
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> "SweBenchProSource":
+        if bool(self.hf_name) == bool(self.path):
+            raise ValueError("give path (a file or a saved folder) or hf_name with revision: exactly one of them")
+        return self
+
+
+DatasetSource = Annotated[DemoSource | TerminalSource | SweBenchSource | SweBenchProSource, Field(discriminator="kind")]
+SOURCE_ADAPTER: TypeAdapter[DemoSource | TerminalSource | SweBenchSource | SweBenchProSource] = TypeAdapter(
+    DatasetSource
+)
 
 
 def parse_source(
-    source: Mapping[str, Any] | DemoSource | TerminalSource | SweBenchSource,
-) -> DemoSource | TerminalSource | SweBenchSource:
+    source: Mapping[str, Any] | DemoSource | TerminalSource | SweBenchSource | SweBenchProSource,
+) -> DemoSource | TerminalSource | SweBenchSource | SweBenchProSource:
     """A source given in code (a mapping) as its model; ValueError names `benchmark.<field>` and the problem."""
     if not isinstance(source, Mapping):
         return source

@@ -8,7 +8,9 @@ kind: terminal  Terminal-Bench / Harbor task directories (tasks/terminal/task.py
                   path: a task directory, or a directory of them
                   mirror_dir: where their working trees are committed (default: the data directory's)
                   on_invalid: reject (default) or quarantine
-kind: swebench  rows in SWE-bench's schema (Lite and Verified load as they are), read with
+                  images: build (default) each task's image from its Dockerfile, pull the docker_image its
+                    task.toml names, or auto (pull where it names one)
+kind: swebench  rows in SWE-bench's schema (Lite, Verified and SWE-rebench load as they are), read with
                 the `datasets` library from
                   path: a .json, .jsonl or .parquet file, or a folder saved with save_to_disk
                   or hf_name + revision: a Hugging Face dataset pinned to an exact revision
@@ -20,21 +22,44 @@ kind: swebench  rows in SWE-bench's schema (Lite and Verified load as they are),
                 on_invalid: reject (default) or quarantine
                 twins: {per_test, per_run}: the mutated twins that guard each grading's graded tests
                   (default 3 per test, 9 per run; tasks/swebench/canaries.py)
+                images: build (default) each environment from its spec, or pull (pull, auto) SWE-bench's
+                  instance image of each row, `<image_namespace>/sweb.eval.x86_64.<id>:<image_tag>` as
+                  SWE-bench's harness names it (image_namespace default swebench, image_tag default latest)
+                A row that carries its own `install_config` (SWE-rebench) is built from it, not from
+                SWE-bench's table (an `environments:` entry still wins), and one that names its image
+                (`docker_image`, SWE-smith's `image_name`) is pulled as that image (tasks/swebench/rebench.py)
+kind: swebench_pro  SWE-bench Pro rows (tasks/swebench/pro/), read as `kind: swebench` reads its rows from
+                  path, or hf_name + revision (ScaleAI/SWE-bench_Pro), split
+                  scripts: a checkout of scaleapi/SWE-bench_Pro-os, holding run_scripts/<instance_id>/
+                    {run_script.sh,parser.py} and dockerfiles/; a row without them is invalid
+                  on_invalid: reject (default) or quarantine
+                  images: pull (default) or auto: each row runs in docker.io/jefzda/sweap-images:<dockerhub_tag>
+
+A slice whose `images: pull` meets a task that names no image is refused at load, naming the task.
 """
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from eval_pipeline.common.settings import Paths
-from eval_pipeline.datasets.config import DatasetSource, SweBenchSource, TerminalSource, parse_source
+from eval_pipeline.datasets.config import (
+    DatasetSource,
+    SweBenchProSource,
+    SweBenchSource,
+    TerminalSource,
+    parse_source,
+)
 from eval_pipeline.datasets.portfolio import DuplicateInstanceError, Portfolio
 from eval_pipeline.tasks.dataset import Benchmark
 from eval_pipeline.tasks.demo import build_demo_benchmark
 from eval_pipeline.tasks.environment import RepoSource
+from eval_pipeline.tasks.named_image import ImagePolicy
 from eval_pipeline.tasks.swebench.instance import benchmark_from_rows
+from eval_pipeline.tasks.swebench.pro import benchmark_from_pro_rows
 from eval_pipeline.tasks.terminal.task import load_terminal_tasks
 
 _FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
@@ -55,7 +80,7 @@ def _as_text(value: Any) -> Any:
     return value
 
 
-def _read_rows(source: SweBenchSource, cache_dir: Path) -> list[dict[str, Any]]:
+def _read_rows(source: SweBenchSource | SweBenchProSource, cache_dir: Path) -> list[dict[str, Any]]:
     import datasets  # imported here: it is slow to import and only this source needs it
 
     if source.hf_name:
@@ -88,10 +113,21 @@ def load_swebench(source: SweBenchSource, paths: Paths) -> Benchmark:
         on_invalid=source.on_invalid,
         include_hints=source.include_hints,
         twins=source.twins.settings(),
+        image_namespace=source.image_namespace,
+        image_tag=source.image_tag,
+        images=source.images,  # a SWE-smith row is refused under `build` (tasks/swebench/smith.py)
         swebench_specs=True,
         source=RepoSource(url_template=source.url_template, mirror_dir=source.mirror_dir),
         environments=source.environments,
     )
+
+
+def load_swebench_pro(source: SweBenchProSource, paths: Paths) -> Benchmark:
+    checkout = Path(source.scripts)
+    if not (checkout / "run_scripts").is_dir() or not (checkout / "dockerfiles").is_dir():
+        raise DatasetSourceError(f"benchmark.scripts: {str(checkout)!r} holds no run_scripts/ and dockerfiles/")
+    rows = _read_rows(source, paths.data_dir / "datasets_cache")
+    return benchmark_from_pro_rows(source.hf_name or str(source.path), rows, checkout, on_invalid=source.on_invalid)
 
 
 def write_snapshot(benchmark: Benchmark, directory: Path) -> Path:
@@ -121,10 +157,23 @@ def load_benchmark(source: DatasetSource | Mapping[str, Any], paths: Paths) -> B
     except ValueError as error:
         raise DatasetSourceError(str(error)) from None
     if isinstance(parsed, SweBenchSource):
-        return load_swebench(parsed, paths)
+        return _with_image_policy(load_swebench(parsed, paths), parsed.images)
+    if isinstance(parsed, SweBenchProSource):
+        return load_swebench_pro(parsed, paths)
     if isinstance(parsed, TerminalSource):
-        return load_terminal(parsed, paths)
+        return _with_image_policy(load_terminal(parsed, paths), parsed.images)
     return build_demo_benchmark(paths.mirrors, parsed.twins.settings())
+
+
+def _with_image_policy(benchmark: Benchmark, images: ImagePolicy) -> Benchmark:
+    """The benchmark under its slice's `images:` policy; `pull` with a task that names no image is refused."""
+    if images == "pull" and (unnamed := [t.instance_id for t in benchmark.instances if t.named_image is None]):
+        listed = ", ".join(unnamed[:10]) + (f" and {len(unnamed) - 10} more" if len(unnamed) > 10 else "")
+        raise DatasetSourceError(
+            f"benchmark.images: pull, but {len(unnamed)} task(s) name no image to pull: {listed} (use `images: auto`"
+            " to build those, or `build`)"
+        )
+    return replace(benchmark, images=images)
 
 
 def load_portfolio(slices: Mapping[str, DatasetSource | Mapping[str, Any]], paths: Paths) -> Portfolio:

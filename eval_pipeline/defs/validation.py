@@ -76,6 +76,7 @@ def _runs_metadata(result: InstanceValidation) -> dict[str, Any]:
         "empty_resolved": f"{result.empty_resolved}/{result.empty_runs}",
         "outcomes": MetadataValue.json({"gold": result.gold, "empty": result.empty}),
         "detail": MetadataValue.text(result.detail or "valid"),
+        **({"environment_outcome": result.environment_outcome} if result.environment_outcome else {}),
     }
 
 

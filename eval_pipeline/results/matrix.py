@@ -40,6 +40,11 @@ OUTCOME_COLOURS = {
     Outcome.STORAGE_ERROR: "#d69e2e",
     Outcome.GRADING_ERROR: "#6b46c1",
     Outcome.MODEL_API_REFUSED: "#9f7aea",
+    Outcome.IMAGE_NOT_FOUND: "#805ad5",
+    Outcome.IMAGE_PULL_DENIED: "#b794f4",
+    Outcome.IMAGE_DIGEST_MISMATCH: "#553c9a",
+    Outcome.IMAGE_PULL_FAILED: "#c53030",
+    Outcome.IMAGE_NO_SPACE: "#975a16",
     MISSING: "#e2e8f0",
 }
 STYLE = """.matrix td{text-align:left;vertical-align:top}.matrix a,.unscored a{color:inherit}

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, StrictBool, StrictStr, TypeAdapter
+from pydantic import BeforeValidator, ConfigDict, StrictBool, StrictStr, StringConstraints, TypeAdapter
 
 from eval_pipeline.common.fields import Count, Number, PositiveCount
 from eval_pipeline.common.git import HARNESS_GIT_ENV
@@ -117,6 +117,7 @@ class RunnerEnded(SandboxError):
 
 
 PythonSource = Literal["image", "pyenv"]
+ImageDigest = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]  # a registry's content digest
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,12 @@ class SandboxSettings:
     The variable holds `from=image` entries separated by spaces (a bare image
     is `*`'s). Nothing else of a task's Dockerfile is ever changed.
 
+    `image_digests` pins tasks' named images (tasks/named_image.py), pulled where a slice's `images:` says: each
+    key an image's reference as the task names it (`swebench/sweb.eval.x86_64.psf_1776_requests-1142:latest`,
+    or as Docker qualifies it, `docker.io/swebench/...:latest`), its value the digest (`sha256:<64 hex>`) the
+    image must have. A pinned image is pulled by that digest, and a registry that holds another fails the
+    environment as `image_digest_mismatch`; an image not pinned is pulled by its tag and its digest recorded.
+
     `allow_untrusted_agents_locally` is the explicit opt-in to run untrusted
     agents (agents.Agent.trusted) on the `local` backend, which has no walls:
     their commands, and their patches' code at grading, run on the host as
@@ -167,6 +174,7 @@ class SandboxSettings:
     python_source: PythonSource = "image"
     python_image: StrictStr = "python:{version}-slim"
     task_base_images: dict[StrictStr, StrictStr] = field(default_factory=dict)
+    image_digests: dict[StrictStr, ImageDigest] = field(default_factory=dict)
     allow_untrusted_agents_locally: StrictBool = False
 
     @classmethod

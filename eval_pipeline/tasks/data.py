@@ -9,7 +9,8 @@ everything they would otherwise have to find out by asking which kind it is:
 - what its environment is built from: `repo`, `version` (which select its
   `EnvironmentSpec`), `environment_setup_commit` and `requirements` (where and
   how requirements files are read), and `own_image` when the task brings its own image (a Dockerfile of
-  its author's) instead of one the harness builds from the spec;
+  its author's) instead of one the harness builds from the spec, and `named_image` when the task names a
+  prebuilt image in a registry (tasks/named_image.py: a slice's `images:` policy decides whether it is pulled);
 - whether a backend can run it: `own_image` (the container backend runs it as
   its author wrote it; the Kubernetes backend runs no such task) and
   `local_problem` (why the local backend cannot run it faithfully, '' when it
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from eval_pipeline.tasks.environment import EnvironmentSpec
+from eval_pipeline.tasks.named_image import NamedImage
 
 __all__ = ["TaskData", "TaskImage"]
 
@@ -82,6 +84,9 @@ class TaskData(Protocol):
 
     @property
     def own_image(self) -> TaskImage | None: ...
+
+    @property
+    def named_image(self) -> NamedImage | None: ...
 
     @property
     def local_problem(self) -> str: ...

@@ -10,9 +10,10 @@ are ids (`id_problem`), repositories (`repo_problem`) and commits
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
+from eval_pipeline.tasks.named_image import ImagePolicy, uses_named_image
 from eval_pipeline.tasks.task import Task
 
 __all__ = [
@@ -127,6 +128,11 @@ class Benchmark:
     # The environments a kind of task specifies itself, by (repository, version), for those that `environments`
     # does not cover: SWE-bench's own specs for its rows (tasks/swebench/specs.py), None when it has none.
     builtin_environment: Callable[[str, str], EnvironmentSpec | None] | None = field(default=None, compare=False)
+    # The environments rows specify themselves, by instance id (SWE-rebench's install_config: tasks/swebench/
+    # rebench.py), for those that `environments` does not cover; they come before `builtin_environment`.
+    row_environments: Mapping[str, EnvironmentSpec] = field(default_factory=dict)
+    # The slice's `images:` policy: whether a task's named image is pulled in place of building its environment.
+    images: ImagePolicy = "build"
 
     ON_INVALID = ("reject", "quarantine")
 
@@ -137,10 +143,19 @@ class Benchmark:
         raise KeyError(f"instance {instance_id!r} is not in benchmark {self.name!r}")
 
     def environment_for(self, instance: Task) -> EnvironmentSpec:
-        """The spec for the instance's (repo, version): the campaign's `repo@version` entry, else (for SWE-bench
-        datasets) SWE-bench's own specification of that repository and version, else the default."""
+        """The spec for the instance's (repo, version): the campaign's `repo@version` entry, else the one the row
+        specifies itself (`row_environments`), else (for SWE-bench datasets) SWE-bench's own specification of that repository and version, else the default; with the
+        instance's named image as its `image` where the slice's `images` policy pulls it."""
+        spec = self._specified_environment(instance)
+        if uses_named_image(self.images, image := instance.named_image):
+            return replace(spec, image=image)
+        return spec
+
+    def _specified_environment(self, instance: Task) -> EnvironmentSpec:
         if configured := self.environments.get(f"{instance.repo}@{instance.version}"):
             return configured
+        if own := self.row_environments.get(instance.instance_id):
+            return own
         if self.builtin_environment:
             return self.builtin_environment(instance.repo, instance.version) or self.default_environment
         return self.default_environment

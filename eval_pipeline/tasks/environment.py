@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eval_pipeline.tasks.named_image import NamedImage
+
 __all__ = ["EnvironmentSpec", "RepoSource"]
 
 
@@ -27,6 +29,10 @@ class EnvironmentSpec:
     that turns its output into test statuses (empty: pytest's JUnit report
     alone), and `test_labels` how test files become arguments (`files`, or
     `django`: dotted labels).
+
+    `image` is the prebuilt image the environment is pulled as, in place of one built from the install fields
+    (a task's named image under its slice's `images:` policy: Benchmark.environment_for); None: built. It is no
+    campaign's `environments:` field, and `as_record` holds it only when set.
     """
 
     python: str = ""
@@ -39,6 +45,7 @@ class EnvironmentSpec:
     test_env: Mapping[str, str] = field(default_factory=dict)
     log_parser: str = ""
     test_labels: str = "files"
+    image: NamedImage | None = None
 
     LIST_FIELDS = ("packages", "requirements", "pre_install", "install", "image_install")
     TEST_LABELS = ("files", "django")
@@ -46,9 +53,9 @@ class EnvironmentSpec:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "EnvironmentSpec":
         """A spec from a campaign's `environments:` entry; a wrong field raises ValueError naming it."""
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown field(s) {sorted(unknown)} (known: {', '.join(cls.__dataclass_fields__)})")
+        known = [name for name in cls.__dataclass_fields__ if name != "image"]
+        if unknown := set(data) - set(known):
+            raise ValueError(f"unknown field(s) {sorted(unknown)} (known: {', '.join(known)})")
         values: dict[str, Any] = dict(data)
         for name in cls.LIST_FIELDS:
             value = values.get(name, ())
@@ -72,7 +79,10 @@ class EnvironmentSpec:
 
     def as_record(self) -> dict[str, Any]:
         """Every field, JSON-ready: what environment keys hash and lineage records."""
-        return {**asdict(self), "test_env": dict(sorted(self.test_env.items()))}
+        record = {**asdict(self), "test_env": dict(sorted(self.test_env.items()))}
+        if self.image is None:
+            del record["image"]
+        return record
 
     @property
     def uses_pytest(self) -> bool:

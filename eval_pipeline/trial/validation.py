@@ -77,6 +77,9 @@ class InstanceValidation:
     gold: dict[str, int]  # outcome -> runs, for the reference solution
     empty: dict[str, int]  # outcome -> runs, for the empty patch
     detail: str  # the first run that made the instance not valid, or the environment's failure; empty when valid
+    # The typed outcome an environment that could not be prepared ended in (`image_not_found`, `engine_error`),
+    # '' otherwise: a report lists the instances whose images a registry would not give, by outcome.
+    environment_outcome: str = ""
 
     @property
     def gold_resolved(self) -> int:
@@ -95,9 +98,13 @@ class InstanceValidation:
         return sum(self.empty.values())
 
     def as_record(self) -> dict[str, Any]:
-        """The JSON record, with the resolved and run counts spelled out for readers of the file."""
+        """The JSON record, with the resolved and run counts spelled out for readers of the file (the environment's
+        outcome only where there is one)."""
+        record = asdict(self)
+        if not self.environment_outcome:
+            del record["environment_outcome"]
         return {
-            **asdict(self),
+            **record,
             "gold_resolved": self.gold_resolved,
             "gold_runs": self.gold_runs,
             "empty_resolved": self.empty_resolved,
@@ -208,7 +215,8 @@ def validate_task(
 
 def environment_failure(slice_name: str, task: Task, repeats: int, error: Exception) -> InstanceValidation:
     """The validation of an instance whose environment could not be prepared: nothing was graded."""
-    kind = error.outcome.value if isinstance(error, InfrastructureError) else type(error).__name__
+    outcome = error.outcome.value if isinstance(error, InfrastructureError) else ""
+    kind = outcome or type(error).__name__
     return InstanceValidation(
         slice=slice_name,
         instance_id=task.instance_id,
@@ -218,6 +226,7 @@ def environment_failure(slice_name: str, task: Task, repeats: int, error: Except
         gold={},
         empty={},
         detail=f"the environment could not be prepared ({kind}): {error}"[-_DETAIL_CHARS:],
+        environment_outcome=outcome,
     )
 
 

@@ -82,14 +82,15 @@ def test_every_harness_command_in_a_pod_starts_the_runtime_interpreter_by_path()
     for invocation in started:
         assert invocation[:2] == [INTERPRETER, "-I"], invocation
     runs = [argv for argv in pod.commands if argv[-1] == f"{TOOLS_ROOT}/runner"]
-    assert runs == [["/usr/bin/env", f"LD_LIBRARY_PATH={TOOLS_ROOT}/python/lib", INTERPRETER, "-I", runs[0][-1]]]
+    loader = [f"{TOOLS_ROOT}/lib/ld-linux-x86-64.so.2", "--inhibit-cache", "--library-path", f"{TOOLS_ROOT}/lib"]
+    assert runs == [[*loader, INTERPRETER, "-I", runs[0][-1]]], "through the runtime's own loader and libraries"
 
 
 def test_the_pod_spec_starts_its_runner_on_the_runtime_interpreter():
     manifest = environment_pod_manifest("pod", "ns", "image", "tools", "campaign", "instance", {})
     container = manifest["spec"]["containers"][0]
     assert container["command"] == ToolRuntime().runner("--reap")
-    assert container["command"][2:4] == [INTERPRETER, "-I"]
+    assert container["command"][4:6] == [INTERPRETER, "-I"]
     assert {"mountPath": TOOLS_ROOT, "readOnly": True}.items() <= container["volumeMounts"][0].items()
 
 

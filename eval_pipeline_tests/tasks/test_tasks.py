@@ -53,9 +53,11 @@ def test_a_code_task_brings_nothing_of_its_own_and_its_reference_is_the_gold_pat
 
 
 def test_the_protocol_s_constants_stay_out_of_a_code_task_s_row_and_hash(code_task):
-    """SWE-bench's schema is the row: the members a code task states as constants, and the campaign's twin
-    settings it carries to its grading, must not change its hash."""
-    assert set(code_task.to_row()) == {field.name for field in fields(Instance)} - {"twins"}
+    """SWE-bench's schema is the row: the members a code task states as constants, the campaign's settings it
+    carries to its grading and its image's name, and the columns of its own a row of SWE-bench's has none of
+    (install_config, docker_image), must not change its hash."""
+    settings = {"twins", "image_namespace", "image_tag", "install_config", "docker_image"}
+    assert set(code_task.to_row()) == {field.name for field in fields(Instance)} - settings
     assert not set(code_task.to_row()) & {"own_image", "local_problem", "memory_mb", "verifier_timeout_s"}
 
 

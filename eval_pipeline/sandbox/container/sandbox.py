@@ -54,7 +54,7 @@ from eval_pipeline.sandbox.container.removal import removals_done, remove_soon
 from eval_pipeline.sandbox.container.tool_volume import tools_volume
 from eval_pipeline.sandbox.container.workspace import CAMPAIGN_LABEL, ContainerWorkspace
 from eval_pipeline.sandbox.pods.engine import engine_client, engine_errors, engine_is_podman
-from eval_pipeline.sandbox.pods.environment_images import EnvironmentImages, slug
+from eval_pipeline.sandbox.pods.environment_images import EnvironmentImages, pulled_details, slug
 from eval_pipeline.sandbox.pods.exec_transport import HARNESS
 from eval_pipeline.sandbox.pods.images import HARNESS_ROOT, MANAGED_LABEL, WORKSPACES, find_image, substitute_from
 from eval_pipeline.sandbox.pods.workspace import TaskLayout
@@ -152,6 +152,7 @@ class ContainerSandbox(SandboxBackend):
                     "network": ENGINE_NETWORK if own_image.allow_internet else NO_NETWORK,
                     "storage_mb": own_image.storage_mb,
                     "from_images": substitute_from(own_image.dockerfile, self.settings.task_base_images)[1],
+                    **pulled_details(record),
                 },
             )
         network = ENGINE_NETWORK if self.network else NO_NETWORK
@@ -173,6 +174,7 @@ class ContainerSandbox(SandboxBackend):
                 "trial_view": "mount namespace",
                 # The pod's (or strict container's) network; a trial that did not opt in has none either way.
                 "network": network,
+                **pulled_details(record),
             },
         )
         if self.settings.mode == "pod":

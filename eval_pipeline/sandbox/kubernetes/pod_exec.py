@@ -114,9 +114,10 @@ class KubernetesExec(PodExec):
 
     def open_channel(self, argv: list[str], env: Mapping[str, str], first_line: str) -> ToolChannel:
         """An exec stream; the exec subresource takes no environment, so `env` is set by `/usr/bin/env` in argv
-        (by path: the environment's venv comes first on PATH)."""
+        (by path: the environment's venv comes first on PATH), where it names a variable."""
+        variables = ["/usr/bin/env", *(f"{k}={v}" for k, v in env.items())] if env else []
         try:
-            session = self._exec_stream(["/usr/bin/env", *(f"{k}={v}" for k, v in env.items()), *argv], stdin=True)
+            session = self._exec_stream([*variables, *argv], stdin=True)
         except API_FAILURES as error:
             raise self.failure(f"starting the tool server failed: {error}") from error
         channel = KubernetesChannel(session, self)

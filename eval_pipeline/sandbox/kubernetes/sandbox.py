@@ -44,7 +44,7 @@ from eval_pipeline.sandbox.kubernetes.manifest import (
 from eval_pipeline.sandbox.kubernetes.pod_exec import API_FAILURES, API_TIMEOUT_S, KubernetesExec
 from eval_pipeline.sandbox.kubernetes.slots import claimed_slot
 from eval_pipeline.sandbox.pods.engine import engine_errors
-from eval_pipeline.sandbox.pods.environment_images import EnvironmentImages
+from eval_pipeline.sandbox.pods.environment_images import EnvironmentImages, pulled_details
 from eval_pipeline.sandbox.pods.exec_transport import PodExec
 from eval_pipeline.sandbox.pods.images import WORKSPACES, ImageBuilder
 from eval_pipeline.sandbox.pods.workspace import ExecWorkspace
@@ -165,6 +165,7 @@ class KubernetesSandbox(SandboxBackend):
                 "image_id": record["image_id"],
                 "tools_image": record["tools_image"],
                 "namespace": self.settings.namespace,
+                **pulled_details(record),
             },
         )
         self.ensure_pod(manifest)

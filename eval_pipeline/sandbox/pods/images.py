@@ -17,6 +17,10 @@
 A layer's tag is the hash of its Dockerfile, its build context and its
 parent's tag, so an unchanged spec is never rebuilt, and a change anywhere
 below rebuilds exactly the layers above it.
+
+A task whose slice pulls its named image (tasks/named_image.py) has one layer built here instead, the harness
+layer over that image at its registry digest (`pulled_code_layer`, or `task_harness_layer` for a terminal
+task): its tag holds the digest, so a tag that moved in the registry is a new environment.
 """
 
 import fcntl
@@ -36,13 +40,16 @@ from typing import Any, NamedTuple
 import docker
 import docker.errors
 
-from eval_pipeline.common.git import COMMIT_BASELINE, REFRESH_INDEX, STRIP_REFS
+from eval_pipeline.common.git import COMMIT_BASELINE, REFRESH_INDEX, STRIP_HISTORY, STRIP_REFS
 from eval_pipeline.common.git import COMMIT_ENV as TASK_COMMIT_ENV
 from eval_pipeline.common.hashing import stable_hash
 from eval_pipeline.common.outcomes import ImageBuildFailed
+from eval_pipeline.common.start_patch import START_PATCH_FILE, start_from_patch
 from eval_pipeline.sandbox.interpreters import UPGRADE_PIP, find_interpreter, installation_excludes, installs_with_pip
+from eval_pipeline.sandbox.runner.processes import SIGNALLER_UID_OFFSET
 from eval_pipeline.tasks.data import TaskData, TaskImage
 from eval_pipeline.tasks.environment import EnvironmentSpec
+from eval_pipeline.tasks.named_image import NamedImage
 
 HARNESS_ROOT = "/opt/eval"
 CA_BUNDLE = f"{HARNESS_ROOT}/ca-bundle.crt"
@@ -249,18 +256,23 @@ def readable_by_all(directory: str) -> str:
     return f"find {directory} {lacking} -exec chmod a+rX {{}} +"
 
 
-def instance_layer(env: ImageLayer, instance: TaskData, spec: EnvironmentSpec, checkout: Path) -> ImageLayer:
-    steps = [*spec.pre_install, *spec.install]
-    harness_pytest = (
+def _harness_pytest(spec: EnvironmentSpec) -> str:
+    """The Dockerfile line that installs the harness's pytest into ENV_VENV when the spec's tests use pytest and
+    nothing brought one ('' otherwise)."""
+    if not spec.uses_pytest:
+        return ""
+    return (
         f"RUN {ENV_VENV}/bin/python -c 'import pytest' 2>/dev/null || {ENV_VENV}/bin/python -m pip install"
         f" --no-cache-dir pytest=={version('pytest')} || {ENV_VENV}/bin/python -m pip install --no-cache-dir pytest\n"
-        if spec.uses_pytest
-        else ""
     )
+
+
+def instance_layer(env: ImageLayer, instance: TaskData, spec: EnvironmentSpec, checkout: Path) -> ImageLayer:
+    steps = [*spec.pre_install, *spec.install]
     dockerfile = (
         f"FROM {env.tag}\nCOPY repo {TESTBED}\nWORKDIR {TESTBED}\n"
         + "".join(f"RUN {command}\n" for command in steps)
-        + harness_pytest
+        + _harness_pytest(spec)
         # The checkout holds no later commit already (KEEP_ANCESTORS); its refs go once the install has read them.
         + f"RUN {REFRESH_INDEX} && {COMMIT_BASELINE} && {STRIP_REFS} && {readable_by_all(TESTBED)}\n"
     )
@@ -396,12 +408,79 @@ def substitute_from(dockerfile: str, stand_ins: Mapping[str, str]) -> tuple[str,
     return _FROM.sub(replace, dockerfile), replaced
 
 
+# Names every trial uid of a pod (pods/workspace.py: TRIAL_UIDS, gid = uid) in the image's user database, as
+# `trial<uid>`: programs a dataset's own test script runs look their user up (SWE-bench Pro's qutebrowser rows run
+# `dbus-run-session`, whose daemon fails for a uid with no passwd entry).
+_EACH_TRIAL_UID = f"for (id = 20000; id < {65534 - SIGNALLER_UID_OFFSET}; id++)"
+TRIAL_USERS = (
+    f"RUN awk 'BEGIN {{ {_EACH_TRIAL_UID} printf \"trial%d:x:%d:%d::/tmp:/usr/sbin/nologin\\n\", id, id, id }}'"
+    f" >> /etc/passwd && awk 'BEGIN {{ {_EACH_TRIAL_UID} printf \"trial%d:x:%d:\\n\", id, id }}' >> /etc/group\n"
+)
+# Installs git where the image has none: the harness's patches need it.
+_INSTALL_GIT = (
+    "RUN command -v git >/dev/null 2>&1 || (apt-get update"
+    " && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git"
+    " && rm -rf /var/lib/apt/lists/*)\n"
+)
+
+
+def pulled_code_layer(
+    pulled_from: str, digest: str, image: NamedImage, instance: TaskData, spec: EnvironmentSpec, extra_ca: str | None
+) -> ImageLayer:
+    """The harness layer that makes a code task's pulled image (`pulled_from`, its reference by `digest`) an
+    environment as instance_layer leaves one: git where it lacks it; ENV_VENV a link to the image's Python
+    installation (`image.python_prefix`, else its python3's prefix) and first on PATH; the repository at TESTBED
+    (moved there from `image.workdir`, which then links to it), checked to be at the task's base commit, its
+    state committed as the baseline and its history cut back to that commit (no branch, tag, reflog or object
+    of a later commit: SWE-bench's images keep them); all of it readable by every trial's uid; and no ENTRYPOINT
+    of the image's, which would take the harness's pod command as its arguments."""
+    ca_lines, ca_files = _extra_ca(extra_ca)
+    workdir, base = shlex.quote(image.workdir), shlex.quote(instance.base_commit)
+    prefix = (
+        shlex.quote(image.python_prefix) if image.python_prefix else "\"$(python3 -c 'import sys; print(sys.prefix)')\""
+    )
+    link_env = f'prefix={prefix} && {{ [ "$prefix" = {ENV_VENV} ] || {{ rm -rf {ENV_VENV} && ln -s "$prefix" {ENV_VENV}; }}; }}'
+    move = (
+        ""
+        if image.workdir == TESTBED
+        else f"RUN rm -rf {TESTBED} && mv {workdir} {TESTBED} && ln -s {TESTBED} {workdir}\n"
+    )
+    at_base = (
+        f'test "$(git rev-parse HEAD)" = "$(git rev-parse {base}^{{commit}})" || {{ echo "{image.reference}: the'
+        f' repository at {image.workdir} is at $(git rev-parse HEAD), not the base commit {instance.base_commit}"'
+        " >&2; exit 1; }"
+    )
+    # A task that starts from the image's tree plus a patch (SWE-smith's bug) is checked by the patch applying, and
+    # its baseline is that tree alone (common/start_patch.py); any other is checked to be at its base commit.
+    settle, start_copy = f"{COMMIT_BASELINE} && {STRIP_HISTORY}", ""
+    if image.start_patch:
+        at_base, settle = "true", start_from_patch(START_PATCH_FILE, image.reference)
+        start_copy = f"COPY start.patch {START_PATCH_FILE}\n"
+        ca_files = {**ca_files, "start.patch": image.start_patch.encode()}
+    dockerfile = (
+        f"FROM {pulled_from}\nUSER root\n{_INSTALL_GIT}{ca_lines}"
+        f"RUN {link_env} && {ENV_VENV}/bin/python -c 'import sys'"
+        f" && mkdir -p {WORKSPACES} && chmod 711 {WORKSPACES}\n"
+        f"ENV PATH={PATH}\n{move}WORKDIR {TESTBED}\nENTRYPOINT []\n{TRIAL_USERS}"
+        + _harness_pytest(spec)
+        + start_copy
+        + f"RUN {at_base} && git checkout -q --detach && rm -f .git/objects/pack/*.keep .git/objects/info/alternates"
+        f" && {REFRESH_INDEX} && {settle}"
+        f" && {readable_by_all(TESTBED)} && {readable_by_all(f'{ENV_VENV}/')}\n"
+    )
+    return ImageLayer(
+        "harness",
+        dockerfile,
+        ca_files,
+        labels={"eval_pipeline.layer": "harness", "eval_pipeline.instance": instance.instance_id},
+        from_id=digest,
+    )
+
+
 def task_layers(task: TaskImage, stand_ins: Mapping[str, str], image_id: ImageId) -> ImageLayer:
     """A task's own image (a terminal task's), built from its Dockerfile as written (only `FROM` replaced by its
-    stand-in, where `stand_ins` names one: a machine that cannot pull the task's base), with the harness on top:
-    git if the image lacks it, and the WORKDIR's content committed in a git directory outside it, for the
-    agent's patch (the command runner needs nothing of the image: it runs on the runtime every container
-    mounts, tool_runtime.py)."""
+    stand-in, where `stand_ins` names one: a machine that cannot pull the task's base), with the harness on top
+    (`task_harness_layer`)."""
     dockerfile, replaced = substitute_from(task.dockerfile, stand_ins)
     own = ImageLayer(
         "task",
@@ -412,13 +491,18 @@ def task_layers(task: TaskImage, stand_ins: Mapping[str, str], image_id: ImageId
         labels={"eval_pipeline.layer": "task", "eval_pipeline.instance": task.instance_id},
         from_id=" ".join(image_id(image) for image in sorted(set(replaced.values()))),
     )
+    return task_harness_layer(task, own.tag, own)
+
+
+def task_harness_layer(task: TaskImage, image: str, parent: ImageLayer | None = None, digest: str = "") -> ImageLayer:
+    """The harness over a terminal task's image (`image`: its built layer `parent`, or a pulled image by its
+    `digest`): git if the image lacks it, and the WORKDIR's content committed in a git directory outside it, for
+    the agent's patch (the command runner needs nothing of the image: it runs on the runtime every container
+    mounts, tool_runtime.py)."""
     git = f"GIT_DIR={TASK_GIT_DIR} GIT_WORK_TREE={shlex.quote(task.workdir)} git -c safe.directory='*'"
     identity = " ".join(f"{name}={value}" for name, value in TASK_COMMIT_ENV.items())
     harness = (
-        f"FROM {own.tag}\nUSER root\n"
-        "RUN command -v git >/dev/null 2>&1 || (apt-get update"
-        " && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git"
-        " && rm -rf /var/lib/apt/lists/*)\n"
+        f"FROM {image}\nUSER root\n{_INSTALL_GIT}"
         f"RUN mkdir -p {shlex.quote(task.workdir)} {HARNESS_ROOT} && {git} init -q && {git} add -A"
         f" && {identity} {git} commit -q --allow-empty --no-gpg-sign -m 'task working tree'"
         f" && chmod 700 {TASK_GIT_DIR}\n"
@@ -427,6 +511,7 @@ def task_layers(task: TaskImage, stand_ins: Mapping[str, str], image_id: ImageId
     return ImageLayer(
         "harness",
         harness,
-        parent=own,
+        parent=parent,
         labels={"eval_pipeline.layer": "harness", "eval_pipeline.instance": task.instance_id},
+        from_id=digest,
     )

@@ -8,8 +8,9 @@ library only: it runs where neither the harness nor its dependencies are install
 One module per concern, each usable alone:
 - `request`: what is asked (`RunRequest`, its `View` and `Quota`), crossing processes as one line of JSON;
 - `result`: what is reported (`RunResult`);
-- `capture`: the output, capped; `processes`: the process group, the timeout, the processes left running, a
-  trial uid's processes; `memory`: the memory ceiling and OOM kills; `quota`: the disk quota;
+- `capture`: the output, capped; `drainer`: the output that processes left running still hold, read on;
+  `processes`: the process group, the timeout, the processes left running, a trial uid's processes; `memory`:
+  the memory ceiling and OOM kills; `quota`: the disk quota;
 - `namespaces`, `mounts`, `sockets`: the command's own view of the system; `read_back`: files read back;
 - `run`: `run_limited`, composing them; `serve` and `cli`: the loops and the command line; `entry`: how the
   directory is entered when run by path.

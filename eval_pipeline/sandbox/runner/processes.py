@@ -17,6 +17,8 @@ from eval_pipeline.sandbox.runner.capture import OutputCapture
 from eval_pipeline.sandbox.runner.libc import LIBC, PR_SET_CHILD_SUBREAPER, set_dumpable
 
 __all__ = [
+    "OUTPUT_GRACE_S",
+    "REAP_GRACE_S",
     "SIGNALLER_UID_OFFSET",
     "WORLD_WRITABLE",
     "become_signaller",
@@ -36,6 +38,7 @@ __all__ = [
 
 WATCH_INTERVAL_S = 0.02
 REAP_GRACE_S = 2.0
+OUTPUT_GRACE_S = 0.25  # for output a kept command's processes are still writing as it ends
 # Where any uid may leave files that outlive its workspace: a trial's are removed when it ends.
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
 # A trial's uid is signalled by a process whose real and saved uid are the trial's plus this, and whose effective
@@ -96,14 +99,29 @@ def wait_for(pid: int, deadline: float, kill_group: Callable[[], None]) -> tuple
 
 def end_background(
     capture: OutputCapture, keep_background: bool, timed_out: bool, kill_group: Callable[[], None]
-) -> None:
+) -> bool:
     """Once the command's process has ended: kill its group, unless `keep_background` (a terminal task's
-    container, where processes left running are the agent's product, as in Harbor). Then only a group still
-    holding the command's output once it ended (`nohup server &` with no redirection) is killed, which would
-    otherwise hold the output's pipes open: after REAP_GRACE_S for each stream, or at once after a timeout; a
-    process that let go of them (`server > log 2>&1 &`, setsid or not) runs on."""
-    if not keep_background or not capture.wait(0.0 if timed_out else REAP_GRACE_S):
+    container, where processes left running are the agent's product, as in Harbor, whose exec returns when the
+    command's process ends). Whether a group was killed.
+
+    Kept, processes left running run on, whether they let go of the command's output (`server > log 2>&1 &`)
+    or still hold it (`server &`): the output is read for OUTPUT_GRACE_S more, then what the pipes hold is read
+    and the rest left to the capture's drainer (`capture.OutputCapture.detach`), so the command's result is
+    answered at once and its processes neither block on a full pipe nor die of SIGPIPE. A timed-out command's
+    group is killed (at its deadline, by `wait_for`), as is a group holding the output where no drainer could
+    be forked (the pids limit was exhausted when the command started), after REAP_GRACE_S."""
+    killed = not keep_background or timed_out
+    if killed:
         kill_group()
+    if not keep_background or capture.wait(OUTPUT_GRACE_S):
+        return killed
+    if not capture.has_drainer:
+        kill_group()
+        killed = True
+        if capture.wait(REAP_GRACE_S):
+            return killed
+    capture.detach()
+    return killed
 
 
 def pin_to_cores(cpu_ceiling: float | None) -> None:
@@ -137,14 +155,18 @@ def become_subreaper() -> None:
 
 
 def reap_orphans(deadline: float) -> None:
-    """Reap every adopted child that has ended, waiting for the rest until `deadline` (time.monotonic)."""
-    while time.monotonic() < deadline:
+    """Reap every adopted child that has ended, waiting for the rest until `deadline` (time.monotonic); one
+    look at least, a deadline passed."""
+    while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
-        if not pid:
-            time.sleep(0.01)
+        if pid:
+            continue
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
 
 
 def reap_forever() -> None:

@@ -36,7 +36,8 @@ def run_limited(request: RunRequest) -> RunResult:
 
     - output: stdout and stderr each kept to `output_bytes` (`capture.OutputCapture`);
     - time: the group killed at `timeout_s` (`processes.wait_for`);
-    - processes: the group killed when the command ends, unless `keep_background` (`processes.end_background`);
+    - processes: the group killed when the command ends, unless `keep_background` (`processes.end_background`):
+      then the processes it left run on, the output they still hold read on by a drainer (`drainer.Drainer`);
       with a `uid` (a pod's trial) every process of that uid is ended then, whatever group or session it moved
       to (`processes.end_processes_of`);
     - memory: where no cgroup enforces it, `memory_ceiling_mb` on the group's resident memory and `cpu_ceiling`
@@ -56,17 +57,18 @@ def run_limited(request: RunRequest) -> RunResult:
         become_subreaper()
     # First: a view that cannot be given (ViewUnavailable) leaves no thread or pipe of the command's behind.
     namespaces = Namespaces(request.view, request.uid) if request.view is not None else None
-    capture = OutputCapture(request.output_bytes)
+    capture = OutputCapture(request.output_bytes, detachable=request.keep_background)
     disk = _storage_watch(request)
     try:
         process = _start(request, namespaces, capture)
-    except ViewUnavailable:
+    except (ViewUnavailable, OSError) as error:
         if disk:
             disk.disarm()
-        raise
-    except OSError as error:  # its working directory is gone (an earlier command removed it): the command fails
-        if disk:
-            disk.disarm()
+        capture.wait()  # every command end is closed: the readers end at once
+        capture.close()
+        if isinstance(error, ViewUnavailable):
+            raise
+        # its working directory is gone (an earlier command removed it): the command fails
         return not_started(request.command, error, time.monotonic() - started)
     kill_group = group_killer(process.pid)
     # In a pid namespace of its own, the command's process is the init's child, under the runner's child.
@@ -81,14 +83,16 @@ def run_limited(request: RunRequest) -> RunResult:
             if watcher:
                 watcher.exited.set()
     process.returncode = os.waitstatus_to_exitcode(status)
-    end_background(capture, request.keep_background, timed_out, kill_group)
+    killed = end_background(capture, request.keep_background, timed_out, kill_group)
     if request.uid:
         end_processes_of(request.uid)
+        killed = True
     capture.wait()
+    capture.close()
     if disk:
         disk.finish()
-    if request.watch_cgroup_oom:
-        reap_orphans(time.monotonic() + REAP_GRACE_S)
+    if request.watch_cgroup_oom:  # the killed take a moment to end; what runs on passes to PID 1 with this runner
+        reap_orphans(time.monotonic() + (REAP_GRACE_S if killed else 0.0))
     result: RunResult = {
         "command": request.command,
         "exit_code": process.returncode,

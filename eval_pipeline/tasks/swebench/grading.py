@@ -10,7 +10,10 @@ pytest.toml, .pytest.toml, tox.ini, setup.cfg, pyproject.toml, in any
 directory), sitecustomize and .pth files, so a patch cannot make the tests
 pass by rewriting or configuring them. It applies the test patch and runs the
 environment's test command on the test patch's files, as SWE-bench does, with
-its output written to the harness directory's `out/`.
+its output written to the harness directory's `out/`. A row with no test patch
+(SWE-smith's, whose tests are in its repository) has the files of its
+FAIL_TO_PASS tests as that side (specs.graded_files): restored, read and run
+alike.
 
 Where that command starts pytest itself, pytest_launcher.py starts it instead
 (pytest_run.py): pytest is imported from the environment before the
@@ -92,7 +95,7 @@ from eval_pipeline.tasks.swebench.pytest_run import (
 from eval_pipeline.tasks.swebench.report_channel import RunResults, read_channel
 from eval_pipeline.tasks.swebench.row import GradedRow
 from eval_pipeline.tasks.swebench.sealed import Sealed, judge, seal_expectations
-from eval_pipeline.tasks.swebench.specs import log_parser, test_directives
+from eval_pipeline.tasks.swebench.specs import graded_files, log_parser, test_directives
 from eval_pipeline.tasks.swebench.test_source import RestoredSource, conftests_above
 
 # Files that decide how tests run rather than what the code does: a model patch's changes to them are undone.
@@ -230,7 +233,7 @@ def protected_files(instance: GradedRow, model_patch: str) -> tuple[list[str], l
     touched = [path for path in patch_paths(model_patch) if _is_test_infrastructure(PurePosixPath(path))]
     touched += [flag.path for flag in audit_patch(model_patch) if flag.kind == "shadows_runner"]
     touched = list(dict.fromkeys(touched))
-    return list(dict.fromkeys(patch_paths(instance.test_patch) + touched)), touched
+    return list(dict.fromkeys(graded_files(instance) + touched)), touched
 
 
 def _restore_test_files(instance: GradedRow, files: list[str], workspace: Workspace) -> dict[str, Any]:
@@ -318,7 +321,7 @@ def _restored_source(instance: GradedRow, workspace: Workspace) -> RestoredSourc
     """The test side's source as the run will import it, read before code under test runs: the test patch's
     Python files (restored, then patched) and the `conftest.py` files on their path (restored). Each file goes
     out through the harness's `out/` as its path, a NUL, its size, a newline and its bytes."""
-    tests = [path for path in patch_paths(instance.test_patch) if path.endswith(".py")]
+    tests = [path for path in graded_files(instance) if path.endswith(".py")]
     paths = list(dict.fromkeys(tests + [conftest for path in tests for conftest in conftests_above(path)]))
     out = shlex.quote(workspace.harness_path(SOURCE_NAME))
     each = 'if [ -f "$p" ]; then printf \'%s\\0\' "$p"; wc -c < "$p"; cat -- "$p"; fi'
@@ -384,7 +387,7 @@ def _plant_twins(
         return None if text is None else text.decode("utf-8", errors="surrogateescape")
 
     files = {}
-    for path in [path for path in patch_paths(instance.test_patch) if path.endswith(".py")]:
+    for path in [path for path in graded_files(instance) if path.endswith(".py")]:
         if (text := read(f"cat -- {shlex.quote(path)}")) is not None:
             files[path] = SourceFile(text, read(f"git show {base}:{shlex.quote(path)} 2>/dev/null"))
     failing = [graded_name(test_id) for test_id in instance.FAIL_TO_PASS]
@@ -477,11 +480,12 @@ def grade(
     verdict.steps.append(
         {"step": "restore_test_files", "undone": undone, **_restore_test_files(instance, restored, workspace)}
     )
-    applied = apply_patch(workspace, instance.test_patch, TEST_PATCH_NAME)
-    verdict.steps.append({"step": "apply_test_patch", **applied.summary()})
-    if not applied.ok:
-        verdict.detail = f"the test patch of {instance.instance_id} does not apply"
-        return verdict
+    if instance.test_patch:  # a row without one has its tests in the repository already (specs.graded_files)
+        applied = apply_patch(workspace, instance.test_patch, TEST_PATCH_NAME)
+        verdict.steps.append({"step": "apply_test_patch", **applied.summary()})
+        if not applied.ok:
+            verdict.detail = f"the test patch of {instance.instance_id} does not apply"
+            return verdict
     source = _restored_source(instance, workspace)
     planted, sealed = _plant_twins(instance, workspace, instance.twins, seal=launches(spec))
 

@@ -21,14 +21,34 @@ from eval_pipeline.tasks.dataset import (
     repo_problem,
 )
 from eval_pipeline.tasks.environment import EnvironmentSpec
+from eval_pipeline.tasks.named_image import NamedImage
 from eval_pipeline.tasks.swebench.canaries import DEFAULT_TWINS, TwinSettings
 from eval_pipeline.tasks.swebench.grading import grade as swebench_grade
+from eval_pipeline.tasks.swebench.rebench import (
+    InstallConfigError,
+    canonical_install_config,
+    environment_spec,
+    image_problem,
+    row_image,
+)
 from eval_pipeline.tasks.swebench.requirements import requirements_text
+from eval_pipeline.tasks.swebench.smith import SmithInstance, is_smith_row
 from eval_pipeline.tasks.swebench.specs import UnsupportedSpecError, builtin_spec, specified_versions
 
 __all__ = ["Instance", "benchmark_from_rows"]
 
 _DIFF_START = re.compile(r"^(diff --git |--- )", re.MULTILINE)
+
+# Where SWE-bench's instance images hold the task: the repository, and the conda environment its tests run in.
+SWEBENCH_WORKDIR = "/testbed"
+SWEBENCH_PYTHON_PREFIX = "/opt/miniconda3/envs/testbed"
+SWEBENCH_ARCH = "x86_64"
+
+
+def swebench_image_reference(instance_id: str, namespace: str, tag: str, arch: str = SWEBENCH_ARCH) -> str:
+    """The instance image's name as SWE-bench's harness (4.x, `TestSpec.instance_image_key` with a namespace) forms
+    it: `{namespace}/sweb.eval.{arch}.{instance id, lower-cased}:{tag}` with every `__` written `_1776_`."""
+    return f"{namespace}/sweb.eval.{arch}.{instance_id.lower()}:{tag}".replace("__", "_1776_")
 
 
 def _test_ids(row: Mapping[str, Any], *, index: int, instance_id: str, name: str) -> tuple[str, ...]:
@@ -71,8 +91,16 @@ class Instance:
     environment_setup_commit: str = ""
     created_at: str = ""
     hints_text: str = ""
+    # What a row carries of its own environment (tasks/swebench/rebench.py): SWE-rebench's install_config, as
+    # canonical JSON, and the prebuilt image it names (`docker_image`, SWE-smith's `image_name`); '' when none.
+    install_config: str = ""
+    docker_image: str = ""
     include_hints: bool = False
     twins: TwinSettings = DEFAULT_TWINS  # the campaign's, for its gradings: no part of the row
+    # The slice's `image_namespace` and `image_tag` (SWE-bench's --namespace, --instance_image_tag), which name
+    # the row's instance image; no part of the row. '' (the demo's rows): the row names no image.
+    image_namespace: str = ""
+    image_tag: str = "latest"
 
     REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch")
     own_image: ClassVar[TaskImage | None] = None
@@ -84,7 +112,14 @@ class Instance:
 
     @classmethod
     def from_row(
-        cls, row: Mapping[str, Any], *, index: int = 0, include_hints: bool = False, twins: TwinSettings = DEFAULT_TWINS
+        cls,
+        row: Mapping[str, Any],
+        *,
+        index: int = 0,
+        include_hints: bool = False,
+        twins: TwinSettings = DEFAULT_TWINS,
+        image_namespace: str = "",
+        image_tag: str = "latest",
     ) -> "Instance":
         instance_id = str(row.get("instance_id") or "")
         for name in cls.REQUIRED:
@@ -93,7 +128,19 @@ class Instance:
         for name in ("patch", "test_patch"):
             if not _DIFF_START.search(row[name]):
                 raise InvalidInstanceError(RowProblem(index, instance_id, name, "not a unified diff"))
-        setup_commit = row.get("environment_setup_commit") or row["base_commit"]
+        try:
+            install_config = canonical_install_config(row.get("install_config"))
+            if install_config:
+                environment_spec(install_config, row["repo"])
+        except InstallConfigError as error:
+            raise InvalidInstanceError(RowProblem(index, instance_id, error.field, str(error))) from None
+        docker_image = row_image(row)
+        if docker_image and (why := image_problem(docker_image)):
+            raise InvalidInstanceError(RowProblem(index, instance_id, "docker_image", why))
+        # A row with its own install_config is installed at its base commit, as SWE-rebench's harness does it.
+        setup_commit = (
+            row["base_commit"] if install_config else row.get("environment_setup_commit") or row["base_commit"]
+        )
         for name, value, problem in (
             ("instance_id", instance_id, id_problem),
             ("repo", row["repo"], repo_problem),
@@ -115,13 +162,21 @@ class Instance:
             environment_setup_commit=setup_commit,
             created_at=str(row.get("created_at") or ""),
             hints_text=str(row.get("hints_text") or ""),
+            install_config=install_config,
+            docker_image=docker_image,
             include_hints=include_hints,
             twins=twins,
+            image_namespace=image_namespace,
+            image_tag=image_tag,
         )
 
     def to_row(self) -> dict[str, Any]:
         row = asdict(self)
-        del row["twins"]
+        for setting in ("twins", "image_namespace", "image_tag"):
+            del row[setting]
+        for own in ("install_config", "docker_image"):  # a row's own columns, kept only where it has them
+            if not row[own]:
+                del row[own]
         row["FAIL_TO_PASS"] = list(self.FAIL_TO_PASS)
         row["PASS_TO_PASS"] = list(self.PASS_TO_PASS)
         return row
@@ -129,6 +184,22 @@ class Instance:
     @property
     def content_hash(self) -> str:
         return stable_hash(self.to_row())
+
+    @property
+    def own_environment(self) -> EnvironmentSpec | None:
+        """The environment the row's install_config specifies (checked when the row was read), None without one."""
+        return environment_spec(self.install_config, self.repo) if self.install_config else None
+
+    @property
+    def named_image(self) -> NamedImage | None:
+        """The image the row names (`docker_image`: SWE-rebench's images hold the task as SWE-bench's do), else
+        SWE-bench's instance image of the row under the slice's namespace and tag; None without either."""
+        if self.docker_image:
+            return NamedImage(self.docker_image, SWEBENCH_WORKDIR, SWEBENCH_PYTHON_PREFIX)
+        if not self.image_namespace:
+            return None
+        reference = swebench_image_reference(self.instance_id, self.image_namespace, self.image_tag)
+        return NamedImage(reference, SWEBENCH_WORKDIR, SWEBENCH_PYTHON_PREFIX)
 
     @property
     def instruction(self) -> str:
@@ -166,7 +237,7 @@ class Instance:
         return None
 
 
-def _unsupported_spec(instance: Instance, environments: Mapping[str, EnvironmentSpec]) -> str:
+def _unsupported_spec(instance: Instance | SmithInstance, environments: Mapping[str, EnvironmentSpec]) -> str:
     """Why SWE-bench's own spec of the instance's environment cannot be installed ('' when it can, or when the
     campaign gives the environment itself). A version SWE-bench does not specify for a repository it knows is
     refused: the default environment would not be that repository's, and every trial would fail at its build
@@ -195,10 +266,16 @@ def benchmark_from_rows(
     include_hints: bool = False,
     swebench_specs: bool = False,
     twins: TwinSettings = DEFAULT_TWINS,
+    image_namespace: str = "",
+    image_tag: str = "latest",
     **kwargs: Any,
 ) -> Benchmark:
     """A Benchmark of SWE-bench rows. Every row is validated; invalid ones reject the whole dataset, or are
     quarantined, per `on_invalid`.
+
+    `image_namespace` and `image_tag` name each row's SWE-bench instance image (`Instance.named_image`; no
+    namespace: the rows name none). A SWE-smith row (smith.py) is a `SmithInstance`, under the slice's `images`
+    policy (in `kwargs`, as the Benchmark takes it).
 
     With `swebench_specs`, a row whose environment SWE-bench specifies in a form this harness cannot
     install (and the campaign does not give) is invalid too, so it fails here, named, not at its build.
@@ -206,19 +283,31 @@ def benchmark_from_rows(
     if on_invalid not in Benchmark.ON_INVALID:
         raise ValueError(f"on_invalid must be one of {Benchmark.ON_INVALID}, got {on_invalid!r}")
     rows = list(rows)
-    instances: list[Instance] = []
+    instances: list[Instance | SmithInstance] = []
     problems: list[RowProblem] = []
     seen: set[str] = set()
     for index, row in enumerate(rows):
         try:
-            instance = Instance.from_row(row, index=index, include_hints=include_hints, twins=twins)
+            instance: Instance | SmithInstance = (
+                SmithInstance.from_row(row, index=index, twins=twins, images=kwargs.get("images", "build"))
+                if is_smith_row(row)
+                else Instance.from_row(
+                    row,
+                    index=index,
+                    include_hints=include_hints,
+                    twins=twins,
+                    image_namespace=image_namespace,
+                    image_tag=image_tag,
+                )
+            )
         except InvalidInstanceError as error:
             problems.append(error.problem)
             continue
         if instance.instance_id in seen:
             problems.append(RowProblem(index, instance.instance_id, "instance_id", "duplicate id"))
             continue
-        if swebench_specs and (problem := _unsupported_spec(instance, kwargs.get("environments", {}))):
+        own = instance.own_environment is not None  # a row with its own environment needs no SWE-bench spec
+        if swebench_specs and not own and (problem := _unsupported_spec(instance, kwargs.get("environments", {}))):
             problems.append(RowProblem(index, instance.instance_id, "version", problem))
             continue
         seen.add(instance.instance_id)
@@ -232,5 +321,6 @@ def benchmark_from_rows(
         version=version,
         quarantined=tuple(problems),
         builtin_environment=builtin_spec if swebench_specs else None,
+        row_environments={i.instance_id: spec for i in instances if (spec := i.own_environment) is not None},
         **kwargs,
     )

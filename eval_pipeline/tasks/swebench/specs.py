@@ -39,9 +39,9 @@ from eval_pipeline.tasks.environment import EnvironmentSpec
 from eval_pipeline.tasks.swebench.row import GradedRow
 
 # Steps that change the system rather than the repository: only an image build runs them.
-_SYSTEM_STEP = re.compile(r"(^|[;&|(]\s*)(apt-get|apt|locale-gen|sed -i .*/etc/)\b")
+SYSTEM_STEP = re.compile(r"(^|[;&|(]\s*)(apt-get|apt|locale-gen|sed -i .*/etc/)\b")
 _EXPORT = re.compile(r"^export (\w+)=(.*)$")
-_DJANGO = "django/django"
+DJANGO = "django/django"
 
 # (repository, version prefix) -> pins installed before the repository, each with the reason it is needed.
 AMENDMENTS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -119,13 +119,13 @@ def builtin_spec(repo: str, version: str) -> EnvironmentSpec | None:
         python=str(raw["python"]),
         packages=tuple(packages.split()) + tuple(raw.get("pip_packages", ())) + pins,
         requirements=requirements,
-        pre_install=tuple(step for step in steps if not _SYSTEM_STEP.search(step)),
+        pre_install=tuple(step for step in steps if not SYSTEM_STEP.search(step)),
         install=_steps(raw.get("install")),
-        image_install=tuple(step for step in (*steps, *evals) if _SYSTEM_STEP.search(step)),
+        image_install=tuple(step for step in (*steps, *evals) if SYSTEM_STEP.search(step)),
         test_cmd=test_cmd,
         test_env={match[1]: shlex.split(match[2])[0] for step in evals if (match := _EXPORT.match(step))},
         log_parser=tables["parsers"][repo].__name__,
-        test_labels="django" if repo == _DJANGO else "files",
+        test_labels="django" if repo == DJANGO else "files",
     )
 
 
@@ -138,11 +138,20 @@ def log_parser(name: str) -> Callable[[str], dict[str, str]]:
     return lambda log: parser(log, None)  # SWE-bench's Python parsers never read their test_spec
 
 
+def graded_files(row: GradedRow) -> list[str]:
+    """The files of the test side, which the grading restores, reads for its twins and runs: the test patch's
+    (SWE-bench's rows), else, for a row whose tests are in its repository already (SWE-smith's), the files of its
+    FAIL_TO_PASS tests, which its harness runs."""
+    if row.test_patch:
+        return patch_paths(row.test_patch)
+    return list(dict.fromkeys(test_id.split("::", 1)[0] for test_id in row.FAIL_TO_PASS))
+
+
 def test_directives(instance: GradedRow, spec: EnvironmentSpec) -> list[str]:
-    """What the test command is given, as SWE-bench derives it: the test patch's files (not data files),
-    as dotted labels for django's runner."""
+    """What the test command is given, as SWE-bench derives it: the test side's files (the test patch's:
+    graded_files), not data files, as dotted labels for django's runner."""
     non_test = _swebench()["non_test_exts"] if spec.log_parser else (".json", ".png", ".csv", ".txt", ".md")
-    files = [path for path in patch_paths(instance.test_patch) if not path.endswith(non_test)]
+    files = [path for path in graded_files(instance) if not path.endswith(non_test)]
     if spec.test_labels != "django":
         return files
     return [path.removesuffix(".py").removeprefix("tests/").replace("/", ".") for path in files]

@@ -5,7 +5,7 @@ A task is a directory::
     instruction.md          what the agent is asked to do
     task.toml (task.yaml)   [verifier] timeout_sec, env; [agent] timeout_sec;
                             [environment] cpus, memory_mb (or memory = "2G"), storage_mb,
-                            allow_internet; [metadata]
+                            allow_internet, docker_image; [metadata]
     environment/Dockerfile  the environment; its WORKDIR (default /app) is the task's working tree
     tests/test.sh           the verifier: the reward file it writes decides
     solution/solve.sh       the reference solution, run by the `oracle` agent
@@ -19,6 +19,9 @@ own container right after the agent, processes still running (`verify_in_place`;
 On the container backend a task runs as its author wrote it: its own Dockerfile is built as it is (every
 instruction; only `FROM` can be replaced, by the `task_base_images` setting, where no registry can be reached), with
 the harness on top, and each workspace is a container of its own in which the agent works as root in the WORKDIR.
+A task whose task.toml names its prebuilt image (`docker_image`, as Terminal-Bench 2's do) runs in that image instead
+where its slice says `images: pull` or `auto` (`named_image`): pulled at its registry digest, the harness's layer
+alone built on it, the Dockerfile never built (its WORKDIR still names the working tree).
 `tests/` and `solution/` appear at Harbor's paths (/tests, /solution) only for the verifier and the oracle, and the
 reward is read from /logs/verifier; every agent command sees /tests and /logs as empty directories of its own. Scripts also find these through variables: `$EVAL_TESTS_DIR`,
 `$EVAL_SOLUTION_DIR`, `$EVAL_REWARD_FILE`. The reward file (`reward.txt`, or `reward.json` with `{"reward": x}`)
@@ -52,6 +55,7 @@ from eval_pipeline.sandbox import ExecResult, Workspace
 from eval_pipeline.tasks.data import TaskImage
 from eval_pipeline.tasks.dataset import Benchmark, InvalidDatasetError, RowProblem, id_problem
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
+from eval_pipeline.tasks.named_image import NamedImage, qualified_reference
 from eval_pipeline.tasks.terminal.verifier import run_verifier, score_verifier
 
 DEMO_TASKS_DIR = Path(__file__).parents[2] / "demo_tasks"
@@ -62,6 +66,12 @@ DEFAULT_VERIFIER_TIMEOUT_S = 600.0
 HARBOR_PATHS = ("/tests", "/solution", "/logs")
 # A default the harness's variables override (`${EVAL_REWARD_FILE:-/logs/verifier/reward.txt}`) is no absolute path.
 _HARNESS_DEFAULT = re.compile(r"\$\{EVAL_[A-Z_]+:-[^}]*\}")
+# An image reference as Docker's grammar has it: [registry[:port]/]path[:tag][@digest], the path's components in
+# lower case.
+_IMAGE_REFERENCE = re.compile(
+    r"(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[a-z0-9]+(?:[+._-][a-z0-9]+)*:[0-9a-fA-F]{32,})?"
+)
 
 
 @dataclass(frozen=True)
@@ -94,14 +104,19 @@ class TerminalTask:
     allow_internet: bool = True  # [environment] allow_internet (Harbor's default): false runs its containers offline
     storage_mb: int | None = None  # [environment] storage_mb (or storage = "10G"): recorded, not enforced
     environment_dir: str = field(default="", compare=False)  # where the build context is on this machine
+    # [environment] docker_image, qualified as Docker reads it ('' where it names none): the prebuilt image a slice
+    # with `images: pull` or `auto` runs the task in (`named_image`). Not in the task's row: a pulled image's
+    # digest is in its environment's key, and a slice that builds never uses it.
+    docker_image: str = ""
 
     def to_row(self) -> dict[str, Any]:
         """A flat row for the snapshot; nested values as JSON text, so parquet keeps one column type.
 
-        The build context's location differs by machine and is left out, so the row (and the task's hash) do not.
+        The build context's location differs by machine and is left out, so the row (and the task's hash) do not;
+        so is `docker_image`, which only a slice that pulls uses, under a key holding the pulled image's digest.
         """
         row = asdict(self)
-        del row["environment_dir"]
+        del row["environment_dir"], row["docker_image"]
         for name in ("tests", "solution", "verifier_env", "metadata", "image_install"):
             row[name] = json.dumps(row[name], sort_keys=True, default=_as_json)
         return row
@@ -121,6 +136,13 @@ class TerminalTask:
     @property
     def own_image(self) -> TaskImage:
         return self  # built from its Dockerfile as written, on the container backend only
+
+    @property
+    def named_image(self) -> NamedImage | None:
+        """The image task.toml's `docker_image` names, its working tree at the Dockerfile's WORKDIR and no Python
+        of the environment's to stand for (a terminal task's commands use the image's own); None where it names
+        none."""
+        return NamedImage(self.docker_image, self.workdir) if self.docker_image else None
 
     def apply_reference(self, workspace: Workspace, timeout_s: float | None) -> ExecResult:
         """Run solution/solve.sh, given only now, within the agent's time limit (`timeout_s`, scaled)."""
@@ -282,6 +304,17 @@ def _size_mb(config: Mapping[str, Any], name: str) -> int | None:
     return None if value is None else int(value)
 
 
+def _docker_image(config: Mapping[str, Any]) -> str:
+    """[environment] docker_image qualified as Docker reads it (`alexgshaw/x:tag` is `docker.io/alexgshaw/x:tag`),
+    '' where the task names none; a value that is no image reference is refused."""
+    value = (config.get("environment") or {}).get("docker_image", "")
+    if not isinstance(value, str) or (value and not _IMAGE_REFERENCE.fullmatch(value)):
+        raise _TaskError(
+            "environment.docker_image", f"expected an image reference such as 'owner/name:tag', got {value!r}"
+        )
+    return qualified_reference(value) if value else ""
+
+
 def _allow_internet(config: Mapping[str, Any]) -> bool:
     value = (config.get("environment") or {}).get("allow_internet", True)
     if not isinstance(value, bool):
@@ -380,6 +413,7 @@ def load_task(directory: Path, mirror_dir: Path) -> TerminalTask:
         allow_internet=_allow_internet(config),
         storage_mb=_size_mb(config, "storage"),
         environment_dir=str((directory / "environment").resolve()),
+        docker_image=_docker_image(config),
     )
 
 

@@ -33,7 +33,7 @@ from eval_pipeline.sandbox.container.workspace import CAMPAIGN_LABEL
 from eval_pipeline.sandbox.pods import images
 from eval_pipeline.sandbox.pods.engine import engine_client, engine_is_podman
 from eval_pipeline.sandbox.pods.images import ENV_VENV, MANAGED_LABEL, FoundImage, ImageBuilder, find_image
-from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT
+from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, ToolRuntime
 from eval_pipeline.store.artifacts import LocalArtifactStore
 from eval_pipeline.tasks.demo import DemoBug, DemoRepo, DemoStage, build_repos_benchmark
 from eval_pipeline.tasks.environment import EnvironmentSpec
@@ -166,9 +166,9 @@ def test_the_harness_runs_on_its_own_interpreter_whatever_python3_the_environmen
         assert result.ok, result.summary()
         old, planted, runner = result.stdout.splitlines()
         assert (old, planted) == ("False", "97"), "the trial's commands get the environment's own python3"
-        assert runner.split()[:3] == [interpreter, "-I", f"{TOOLS_ROOT}/runner"]
-        pid1 = workspace.container.exec_run(["readlink", "/proc/1/exe"])
-        assert pid1.output.decode().strip() == interpreter
+        assert runner.split()[:7] == ToolRuntime().runner() and runner.split()[4:6] == [interpreter, "-I"]
+        pid1 = workspace.container.exec_run(["cat", "/proc/1/cmdline"])
+        assert pid1.output.decode().split("\0")[:-1] == ToolRuntime().runner("--reap")
         assert workspace.container.exec_run(["test", "-e", "/planted-python3-ran"]).exit_code == 1
 
 

@@ -27,7 +27,7 @@ from eval_pipeline.sandbox.kubernetes.manifest import CONTAINER, TOOLS_VOLUME
 from eval_pipeline.sandbox.kubernetes.sandbox import KubernetesSandbox
 from eval_pipeline.sandbox.kubernetes.slots import claimed_slot
 from eval_pipeline.sandbox.pods.exec_transport import PodExec
-from eval_pipeline.sandbox.tool_runtime import TOOLS_ROOT, extract_runtime, runtime_identity
+from eval_pipeline.sandbox.tool_runtime import ToolRuntime, extract_runtime, runtime_identity
 from eval_pipeline.store.artifacts import LocalArtifactStore
 from eval_pipeline.trial.evaluation import evaluate
 from eval_pipeline.trial.generation import generate
@@ -94,8 +94,8 @@ def test_a_rendered_environment_pod_runs_a_trial_under_podman_kube_play(engine, 
                 break
         status = dict(line.split(":\t", 1) for line in output.splitlines() if ":\t" in line)
         assert status.get("NoNewPrivs") == "1", f"the security context forbids regaining privileges: {output!r}"
-        pid1 = pod.exec_run(["readlink", "/proc/1/exe"]).output.decode().strip()
-        assert pid1 == f"{TOOLS_ROOT}/python/bin/python3", "the runner runs on the runtime's interpreter"
+        pid1 = pod.exec_run(["cat", "/proc/1/cmdline"]).output.decode().split("\0")[:-1]
+        assert pid1 == ToolRuntime().runner("--reap"), "the runner runs on the runtime's interpreter and loader"
         assert not int(status["CapBnd"], 16) & (1 << 13), "CAP_NET_RAW (13) is dropped"
 
         outcomes = {}

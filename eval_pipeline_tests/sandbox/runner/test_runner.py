@@ -5,6 +5,7 @@ the runner's directory run by path from a copy holding nothing else, as a contai
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -109,20 +110,108 @@ def group_runs(group: int) -> bool:
 
 def test_processes_left_running_end_with_the_command_unless_kept_and_letting_go_of_its_output():
     """The background policy alone: a group is killed when its command ends; kept (a terminal task's container),
-    a process that let go of the command's output runs on, and one still holding it (after a grace) is killed."""
-    for keep, holding, survives in ((False, False, False), (True, False, True), (True, True, False)):
-        capture = OutputCapture(1000)
+    a process left running runs on, whether it let go of the command's output or still holds it (then read on by
+    the capture's drainer); where no drainer could be forked, one still holding it is killed after a grace."""
+    cases = (
+        (False, False, True, False),
+        (True, False, True, True),
+        (True, True, True, True),
+        (True, True, False, False),
+    )
+    for keep, holding, detachable, survives in cases:
+        capture = OutputCapture(1000, detachable=detachable)
         process = started(f"sleep 60 {'' if holding else '> /dev/null 2>&1'} & true", capture)
         kill_group = group_killer(process.pid)
         status, _, timed_out = wait_for(process.pid, time.monotonic() + 30, kill_group)
         assert os.waitstatus_to_exitcode(status) == 0 and not timed_out
-        end_background(capture, keep, timed_out, kill_group)
-        assert capture.wait(10), "every end of the output closed"
+        assert end_background(capture, keep, timed_out, kill_group) == (not survives)
+        assert capture.wait(10), "the runner reads no more: every end closed, or its output left to the drainer"
+        capture.close()
         deadline = time.monotonic() + 10  # a SIGKILL is delivered at once; the exit takes a moment
         while group_runs(process.pid) and not survives and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert group_runs(process.pid) == survives, (keep, holding)
+        assert group_runs(process.pid) == survives, (keep, holding, detachable)
         kill_group()
+
+
+def pipe_holders(pipe: str) -> set[int]:
+    """The processes holding a descriptor of `pipe` ("pipe:[inode]")."""
+    holders = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            descriptors = os.listdir(f"/proc/{entry}/fd")
+            if any(os.readlink(f"/proc/{entry}/fd/{fd}") == pipe for fd in descriptors):
+                holders.add(int(entry))
+        except OSError:
+            continue
+    return holders
+
+
+def eventually(condition, timeout_s: float = 10) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+def run_by_path(request: RunRequest) -> tuple[dict, float]:
+    """`request`'s result from the runner's process, run by path as a container runs it, and the seconds until it
+    answered."""
+    begun = time.monotonic()
+    ran = subprocess.run([sys.executable, "-I", str(RUNNER)], input=request.to_json(), capture_output=True, text=True)
+    return json.loads(ran.stdout), time.monotonic() - begun
+
+
+def test_a_kept_process_that_holds_the_commands_output_runs_on_and_writes_on_as_in_harbor(tmp_path):
+    """Terminal-Bench 2's kv-store-grpc ends its solution with `python server.py &`, no redirection, and Harbor's
+    exec returns when the command's process ends, the server running on for the verifier. Here, through the
+    runner's process as a container runs it: the command is answered at once with what it wrote; its background
+    process writes a line a second later, then megabytes (past any pipe's buffer), and neither blocks nor dies of
+    SIGPIPE, the runner long gone; the pipe's read end is then the drainer's alone, which exits with the last
+    writer."""
+    background = f"sh -c 'echo $$ > {tmp_path}/pid; sleep 1; echo late; head -c 4000000 /dev/zero; "
+    background += f"echo written > {tmp_path}/marker; exec sleep 60' &"
+    command = f"echo before; {background} echo after"
+    result, answered_s = run_by_path(
+        RunRequest(command, str(tmp_path), {"PATH": os.defpath}, 30, 1000, keep_background=True)
+    )
+    assert (result["stdout"], result["exit_code"]) == ("before\nafter\n", 0)
+    assert answered_s < 1.5, f"answered {answered_s:.2f} s after it began: the background process was waited for"
+    assert eventually(lambda: (tmp_path / "marker").exists()), "the late writes blocked, or killed the writer"
+    writer = int((tmp_path / "pid").read_text())
+    assert group_runs(os.getpgid(writer)), "it ran on after writing"
+    pipe = os.readlink(f"/proc/{writer}/fd/1")
+    drainers = pipe_holders(pipe) - {writer}
+    assert len(drainers) == 1, drainers
+    os.killpg(os.getpgid(writer), signal.SIGKILL)
+    assert eventually(lambda: not pipe_holders(pipe)), "the drainer exits once the last writer is gone"
+
+
+def test_a_kept_commands_timeout_kills_its_group_and_a_process_that_left_it_does_not_hold_the_runner(tmp_path):
+    """At its deadline a kept command's group is killed, as any command's; a process that left the group (setsid)
+    still holding the output runs on, and the runner answers after a grace instead of waiting for it."""
+    command = f"setsid sh -c 'echo $$ > {tmp_path}/pid; exec sleep 60' & sleep 60 & sleep 60"
+    result, answered_s = run_by_path(
+        RunRequest(command, str(tmp_path), {"PATH": os.defpath}, 0.5, 1000, keep_background=True)
+    )
+    assert result["timed_out"] and answered_s < 3, (answered_s, result)
+    escaped = int((tmp_path / "pid").read_text())
+    try:
+        assert group_runs(escaped), "the process that left the group runs on"
+    finally:
+        os.kill(escaped, signal.SIGKILL)
+
+
+def test_a_command_that_stops_or_kills_its_drainer_holds_no_runner(tmp_path):
+    """The drainer is a process in the command's container (root there, as a terminal task's agent is): a command
+    that stops it is answered all the same (a dismissed drainer is killed, never waited for), and one that kills it
+    leaves its own background process to SIGPIPE, the runner answering as it would."""
+    siblings = 'for s in /proc/[0-9]*/stat; do read -r pid _ _ ppid _ < "$s"; [ "$ppid" = "$PPID" ] && [ "$pid" != "$$" ] && echo "$pid"; done'
+    for signal_name, left in (("STOP", ""), ("KILL", " sh -c 'sleep 0.5; echo late; sleep 60' &")):
+        command = f"for pid in $({siblings}); do kill -{signal_name} $pid; done;{left} echo done"
+        request = RunRequest(command, str(tmp_path), {"PATH": os.defpath}, 30, 1000, keep_background=True)
+        result, answered_s = run_by_path(request)
+        assert (result["stdout"], answered_s < 3) == ("done\n", True), (signal_name, answered_s, result)
 
 
 def test_a_command_is_killed_at_its_deadline():

@@ -12,6 +12,8 @@ from eval_pipeline.agents import make_agent
 from eval_pipeline.agents.base import agent_task
 from eval_pipeline.common.git import git
 from eval_pipeline.common.outcomes import ImageBuildFailed, Outcome
+from eval_pipeline.common.settings import Paths
+from eval_pipeline.datasets.sources import DatasetSourceError, load_benchmark
 from eval_pipeline.sandbox import ResourceLimits, SandboxSettings
 from eval_pipeline.sandbox.base import RunnerEnded
 from eval_pipeline.sandbox.local import LocalSandbox
@@ -19,6 +21,7 @@ from eval_pipeline.sandbox.pods import workspace as workspace_module
 from eval_pipeline.sandbox.pods.engine import engine_is_podman
 from eval_pipeline.sandbox.pods.images import TASK_GIT_DIR
 from eval_pipeline.tasks.dataset import InvalidDatasetError
+from eval_pipeline.tasks.named_image import NamedImage
 from eval_pipeline.tasks.terminal.task import DEMO_TASKS_DIR, load_terminal_tasks
 from eval_pipeline.trial.evaluation import evaluate
 from eval_pipeline.trial.generation import generate
@@ -305,6 +308,35 @@ def test_invalid_tasks_name_their_directory_and_field_and_can_be_quarantined(tmp
     assert [t.instance_id for t in kept.instances] == ["fine"] and len(kept.quarantined) == 4
 
 
+def test_a_task_s_docker_image_is_its_named_image_as_docker_reads_it_and_pull_refuses_a_task_naming_none(tmp_path):
+    """Terminal-Bench 2's task.toml names its prebuilt image (`[environment] docker_image`): the task's named image,
+    qualified as Docker reads it, its working tree at the Dockerfile's WORKDIR; one that is no image reference is
+    refused naming the field. A slice with `images: pull` refuses, at load, a task that names none, by name; `auto`
+    builds that one and pulls the other. The task's row and hash are the same with or without it."""
+    good = {"instruction.md": "Do it.\n", "environment/Dockerfile": "FROM x\nWORKDIR /srv\n", "tests/test.sh": "true\n"}
+    root = tmp_path / "tasks"
+    named = '[environment]\ndocker_image = "alexgshaw/regex-log:20251031"\n'
+    write_task(root, "named", good | {"task.toml": named})
+    write_task(root, "unnamed", good | {"task.toml": ""})
+    loaded = load_terminal_tasks(root, tmp_path / "mirrors")
+    assert loaded.instance("named").named_image == NamedImage("docker.io/alexgshaw/regex-log:20251031", "/srv")
+    assert loaded.instance("unnamed").named_image is None
+    assert loaded.instance("named").to_row() == replace(loaded.instance("named"), docker_image="").to_row()
+    source = {"kind": "terminal", "path": str(root), "mirror_dir": str(tmp_path / "mirrors")}
+    with pytest.raises(DatasetSourceError, match=r"images: pull, but 1 task\(s\) name no image to pull: unnamed \("):
+        load_benchmark({**source, "images": "pull"}, Paths(tmp_path))
+    auto = load_benchmark({**source, "images": "auto"}, Paths(tmp_path))
+    assert [auto.environment_for(task).image for task in auto.instances] == [
+        loaded.instance("named").named_image,
+        None,
+    ]
+    write_task(root, "bad-image", good | {"task.toml": '[environment]\ndocker_image = "Alex G/x"\n'})
+    with pytest.raises(
+        InvalidDatasetError, match=r"\('bad-image'\): field environment.docker_image: expected an image"
+    ):
+        load_terminal_tasks(root, tmp_path / "mirrors")
+
+
 def test_a_task_that_forbids_the_internet_runs_without_a_network(tmp_path, container_sandbox, store):
     """`allow_internet = false`: its containers have loopback only, for the agent and the verifier alike."""
     write_task(
@@ -466,8 +498,8 @@ def test_a_container_s_commands_share_one_runner_and_an_agent_that_kills_it_lose
         assert len(execs) == 2
         # Killed between two commands, by a process the agent left running: the next command is the one lost.
         later = 'read -r _ _ _ runner _ < /proc/$PPID/stat; (sleep 3; kill -9 "$runner") >/dev/null 2>&1 &'
-        assert workspace.run(later, timeout_s=60).ok  # after the 2 s its runner waits for what it left running
-        time.sleep(3)
+        assert workspace.run(later, timeout_s=60).ok  # answered at once: what it left runs on
+        time.sleep(5)
         with pytest.raises(RunnerEnded):
             workspace.run("true", timeout_s=60)
         assert workspace.run("echo third", timeout_s=60).stdout == "third\n"
@@ -478,6 +510,25 @@ def test_a_container_s_commands_share_one_runner_and_an_agent_that_kills_it_lose
         with pytest.raises(RunnerEnded):
             workspace.run('read -r _ _ _ runner _ < /proc/$PPID/stat && kill -STOP "$runner"', timeout_s=3)
         assert workspace.run("echo fourth", timeout_s=60).stdout == "fourth\n"
+
+
+@pytest.mark.slow  # containers
+def test_a_command_timed_out_beside_a_process_it_set_free_holding_its_output_is_answered_and_the_process_runs_on(
+    stateful, monkeypatch
+):
+    """At its deadline a terminal command's group is killed; a process it set free (setsid) that floods the
+    command's output runs on, as Harbor leaves it, neither blocked nor killed (the runner's drainer reads what it
+    writes), and the command is answered, timed out, at once. At d828262 the runner waited for that process to let
+    go of the output, past the command's time: the transport's failure, retried and never scored."""
+    task, sandbox, environment = stateful
+    monkeypatch.setattr(workspace_module, "EXEC_MARGIN_S", 10.0)  # a runner silent past the command's time fails
+    flood = "setsid sh -c 'while :; do head -c 1000000 /dev/zero; date +%s%N > /tmp/beat; sleep 0.05; done' &"
+    beat = "cat /tmp/beat; sleep 1; cat /tmp/beat"
+    with sandbox.workspace(environment, "free") as workspace:
+        result = workspace.run(f"{flood} sleep 600", timeout_s=2)
+        assert result.timed_out and result.duration_s < 5, result.summary()
+        first, second = workspace.run(beat, timeout_s=30).stdout.split()
+        assert int(second) > int(first), "the process set free writes on"
 
 
 @pytest.mark.slow  # containers

@@ -1,0 +1,80 @@
+"""The janitor's image pruning over images pulled from a registry: a pulled image carries no label of ours, so it is
+removed with the last harness layer that names it (`eval_pipeline.pulled`), kept while a container uses it, and
+never touched when the harness built nothing on it (a user's own pull)."""
+
+import uuid
+from datetime import timedelta
+
+import docker.errors
+import pytest
+
+from eval_pipeline.sandbox.container.janitor import PULLED_LABEL, prune_images
+from eval_pipeline.sandbox.pods.images import ImageBuilder, ImageLayer
+from eval_pipeline.sandbox.pods.registry import PulledImage, pull_image
+from eval_pipeline_tests.support.registry import ImageRegistry
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def pulled_image(engine, image_registry: ImageRegistry, fresh_images):
+    """Makes images of one new layer, pushed to the mirror and pulled through it as docker.io/...; removed after
+    the test (fresh_images)."""
+
+    def make() -> PulledImage:
+        local, _ = fresh_images()
+        reference = image_registry.push(local, f"eval-pipeline-test/pulled:{uuid.uuid4().hex[:12]}")
+        engine.images.remove(local)
+        return pull_image(engine, reference)
+
+    return make
+
+
+def harness_layer(engine, tmp_path, pulled: PulledImage, campaign: str) -> str:
+    """A harness-managed layer built on `pulled` (by its digest, labelled with it, as the harness builds its layer
+    over a pulled image), of `campaign`; its tag."""
+    layer = ImageLayer(
+        "harness",
+        f"FROM {pulled.pinned_reference}\nENV EVAL_PIPELINE_TEST_LAYER={uuid.uuid4().hex}\n",
+        labels={
+            "eval_pipeline.layer": "harness",
+            "eval_pipeline.campaign": campaign,
+            PULLED_LABEL: pulled.pinned_reference,
+        },
+    )
+    return ImageBuilder(engine, tmp_path).ensure(layer)["tag"]
+
+
+def on_engine(engine, name: str) -> bool:
+    try:
+        engine.images.get(name)
+    except docker.errors.NotFound:
+        return False
+    return True
+
+
+def test_a_pulled_image_goes_with_the_last_harness_layer_built_on_it(engine, tmp_path, pulled_image):
+    pulled, users_own = pulled_image(), pulled_image()  # nothing of the harness is built on the user's own pull
+    first, second = f"test-{uuid.uuid4().hex[:8]}", f"test-{uuid.uuid4().hex[:8]}"
+    first_layer = harness_layer(engine, tmp_path, pulled, first)
+    second_layer = harness_layer(engine, tmp_path, pulled, second)
+
+    assert prune_images(engine, timedelta(0), first) == [first_layer]
+    assert on_engine(engine, pulled.pinned_reference)  # the second campaign's layer still names it
+
+    assert prune_images(engine, timedelta(0), second) == [second_layer, pulled.pinned_reference]
+    assert not on_engine(engine, pulled.image_id)
+    assert not on_engine(engine, pulled.reference)
+    assert on_engine(engine, users_own.reference)
+
+
+def test_a_pulled_image_a_container_uses_stays(engine, tmp_path, pulled_image):
+    pulled = pulled_image()
+    campaign = f"test-{uuid.uuid4().hex[:8]}"
+    layer = harness_layer(engine, tmp_path, pulled, campaign)
+    container = engine.containers.create(pulled.pinned_reference, command=["/marker"])
+    try:
+        assert prune_images(engine, timedelta(0), campaign) == [layer]
+        assert on_engine(engine, pulled.image_id)
+    finally:
+        container.remove(force=True)
