@@ -36,7 +36,6 @@ import re
 import tempfile
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import docker
@@ -199,17 +198,18 @@ def run(again: bool) -> None:
     work += [(REBENCH, {**published_rebench_row(), "language": "Python"}, measure_rebench)]
     pending = [(d, row, how) for d, row, how in work if again or (d, row["instance_id"]) not in latest]
     for number, (dataset, row, how) in enumerate(pending, 1):
-        record = {
-            "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-            "harness": harness,
-            "dataset": dataset,
-            "instance_id": row["instance_id"],
-            "repo": row["repo"],
-            "language": row["language"],
-            "base": row.get("base", ""),
-            **how(client, row),
-        }
-        append_result(RESULTS, record)
+        record = append_result(
+            RESULTS,
+            harness,
+            {
+                "dataset": dataset,
+                "instance_id": row["instance_id"],
+                "repo": row["repo"],
+                "language": row["language"],
+                "base": row.get("base", ""),
+                **how(client, row),
+            },
+        )
         print(f"[{number}/{len(pending)}] {dataset} {row['instance_id']}: {record['status']}", flush=True)
 
 

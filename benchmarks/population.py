@@ -25,7 +25,6 @@ import hashlib
 import tempfile
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from pathlib import Path
 
 from dataset_population import RESULTS as DATASET_RESULTS  # benchmarks/, beside this script
@@ -107,16 +106,17 @@ def run(backend: str, mirrors: Path, repos: list[str], only: list[str], again: b
     for number, row in enumerate(pending, 1):
         with tempfile.TemporaryDirectory() as scratch:
             result = measure(row, backend, mirrors, Path(scratch))
-        record = {
-            "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-            "harness": harness,
-            "backend": backend,
-            "instance_id": row["instance_id"],
-            "repo": row["repo"],
-            "version": row["version"],
-            **result,
-        }
-        append_result(RESULTS, record)
+        record = append_result(
+            RESULTS,
+            harness,
+            {
+                "backend": backend,
+                "instance_id": row["instance_id"],
+                "repo": row["repo"],
+                "version": row["version"],
+                **result,
+            },
+        )
         print(f"[{number}/{len(pending)}] {row['instance_id']} {backend}: {record['status']}", flush=True)
 
 

@@ -22,7 +22,6 @@ import contextlib
 import hashlib
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import docker
@@ -143,14 +142,15 @@ def run(tasks_dir: Path, names: list[str], again: bool, limit: int | None) -> No
     for number, directory in enumerate(pending, 1):
         with tempfile.TemporaryDirectory() as scratch:
             result = measure(directory, Path(scratch))
-        record = {
-            "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-            "harness": harness,
-            "task_base": _stand_in(directory),
-            "task": directory.name,
-            **result,
-        }
-        append_result(RESULTS, record)
+        record = append_result(
+            RESULTS,
+            harness,
+            {
+                "task_base": _stand_in(directory),
+                "task": directory.name,
+                **result,
+            },
+        )
         print(f"[{number}/{len(pending)}] {directory.name}: {record['status']}", flush=True)
 
 

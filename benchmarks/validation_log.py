@@ -9,6 +9,7 @@ of a scratch path is shown under `<scratch>`."""
 import json
 import re
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,12 +26,15 @@ def read_results(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def append_result(path: Path, record: dict) -> None:
-    """Log one result as soon as it is known, so a run stopped in its middle loses only the row at work; its detail
-    as `public_detail` gives it."""
+def append_result(path: Path, harness: str, fields: dict) -> dict:
+    """Log one result as soon as it is known, so a run stopped in its middle loses only the row at work: `fields`
+    with today's date and the `harness` commit it was measured with, its detail as `public_detail` gives it. The
+    record as measured (its detail whole) is returned."""
+    record = {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "harness": harness, **fields}
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as log:
         log.write(json.dumps(public_record(record), sort_keys=True) + "\n")
+    return record
 
 
 # The places of the machine that measured a result, in the harness's messages (paths inside a task's container,

@@ -15,18 +15,25 @@ __all__ = ["START_PATCH_FILE", "start_from_patch"]
 # Where an image build puts the start patch before `start_from_patch` applies and removes it.
 START_PATCH_FILE = "/tmp/eval-pipeline-start.patch"
 _START_BRANCH = "eval-pipeline-start"
+# The bytecode caches of the Python files the patch changed or removed (`__pycache__/<name>.*.pyc`, a `.pyc` beside
+# the file): compiled from the tree before the patch (an image that imported its package at build holds them) and
+# ignored by git, they would keep the code the patch replaced readable in the working tree.
+_DROP_STALE_BYTECODE = (
+    "{ git diff --name-only -z HEAD -- '*.py' | xargs -0 -r sh -c"
+    """ 'for f; do rm -f -- "$(dirname -- "$f")/__pycache__/$(basename -- "$f" .py)".*.pyc "${f}c" "${f}o"; done' sh; }"""
+)
 
 
 def start_from_patch(patch_file: str, what: str) -> str:
     """Shell, run in a repository, that applies the patch at `patch_file` to its working tree (failing with a
-    message naming `what` where it does not apply), removes the file, and leaves the resulting tree (ignored
-    files aside) as the repository's one commit, checked out detached: no parent, no ref, remote, reflog or
-    object of any other commit."""
+    message naming `what` where it does not apply), removes the file and the bytecode caches of the Python files
+    it changed, and leaves the resulting tree (ignored files aside) as the repository's one commit, checked out
+    detached: no parent, no ref, remote, reflog or object of any other commit."""
     patch, name = shlex.quote(patch_file), shlex.quote(what)
     return (
         f"{{ git apply --whitespace=nowarn {patch} || {{ echo {name}': the start patch does not apply to the"
         f" repository' >&2; exit 1; }}; }}"
-        f" && rm -f {patch}"
+        f" && rm -f {patch} && {_DROP_STALE_BYTECODE}"
         ' && { for remote in $(git remote); do git remote remove "$remote"; done; }'
         f" && git checkout -q --orphan {_START_BRANCH} && {COMMIT_BASELINE} && git checkout -q --detach"
         f" && {STRIP_HISTORY}"

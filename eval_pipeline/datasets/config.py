@@ -6,7 +6,7 @@ fails at load naming it, long before a run reads the dataset
 """
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     Field,
@@ -68,26 +68,16 @@ class TerminalSource(ConfigModel):
     images: ImagePolicy = "build"
 
 
-class SweBenchSource(ConfigModel):
-    """`kind: swebench`: rows in SWE-bench's schema from a file or folder (`path`), or pinned from the Hub.
-    `images`: build each environment from its spec (`build`, the default), or pull SWE-bench's instance image of
-    the row (`pull`, `auto`), named as SWE-bench's harness names it under `image_namespace` and `image_tag`
-    (its `--namespace` and `--instance_image_tag`)."""
+class RowsSource(ConfigModel):
+    """Where a row dataset is read from: a file or a saved folder (`path`), or the Hub's `hf_name` pinned at
+    `revision`, and the `split`; exactly one of `path` and `hf_name`. The row kinds' sources extend it, each with
+    its `kind`."""
 
-    kind: Literal["swebench"]
+    kind: str
     path: InputPath | None = None
     hf_name: str | None = None
     revision: str | None = Field(default=None, validate_default=True)
     split: str = "test"
-    mirror_dir: OutputPath | None = None
-    url_template: str = RepoSource.url_template
-    environments: dict[str, Annotated[EnvironmentSpec, PlainValidator(_environment_spec)]] = {}
-    include_hints: bool = False
-    on_invalid: OnInvalid = "reject"
-    twins: Twins = Twins()
-    images: ImagePolicy = "build"
-    image_namespace: str = Field(default="swebench", pattern=r"^[a-z0-9][a-z0-9._/:-]*$")
-    image_tag: str = Field(default="latest", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
     @field_validator("revision")
     @classmethod
@@ -98,40 +88,40 @@ class SweBenchSource(ConfigModel):
         return revision
 
     @model_validator(mode="after")
-    def _one_origin(self) -> "SweBenchSource":
+    def _one_origin(self) -> Self:
         if bool(self.hf_name) == bool(self.path):
             raise ValueError("give path (a file or a saved folder) or hf_name with revision: exactly one of them")
         return self
 
 
-class SweBenchProSource(ConfigModel):
+class SweBenchSource(RowsSource):
+    """`kind: swebench`: rows in SWE-bench's schema from a file or folder (`path`), or pinned from the Hub.
+    `images`: build each environment from its spec (`build`, the default), or pull SWE-bench's instance image of
+    the row (`pull`, `auto`), named as SWE-bench's harness names it under `image_namespace` and `image_tag`
+    (its `--namespace` and `--instance_image_tag`)."""
+
+    kind: Literal["swebench"]
+    mirror_dir: OutputPath | None = None
+    url_template: str = RepoSource.url_template
+    environments: dict[str, Annotated[EnvironmentSpec, PlainValidator(_environment_spec)]] = {}
+    include_hints: bool = False
+    on_invalid: OnInvalid = "reject"
+    twins: Twins = Twins()
+    images: ImagePolicy = "build"
+    image_namespace: str = Field(default="swebench", pattern=r"^[a-z0-9][a-z0-9._/:-]*$")
+    image_tag: str = Field(default="latest", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+class SweBenchProSource(RowsSource):
     """`kind: swebench_pro`: SWE-bench Pro rows (`path`, or `hf_name` pinned at `revision`: ScaleAI/SWE-bench_Pro),
     each with its run script, parser and Dockerfiles from `scripts`, a checkout of scaleapi/SWE-bench_Pro-os
-    (`run_scripts/<instance_id>/`, `dockerfiles/`). Every row runs in the image it names (`images: pull`, or `auto`, the same here:
-    no Pro image is built from a spec)."""
+    (`run_scripts/<instance_id>/`, `dockerfiles/`). Every row runs in the image it names (`images: pull`, or
+    `auto`, the same here: no Pro image is built from a spec)."""
 
     kind: Literal["swebench_pro"]
-    path: InputPath | None = None
-    hf_name: str | None = None
-    revision: str | None = Field(default=None, validate_default=True)
-    split: str = "test"
     scripts: InputPath
     on_invalid: OnInvalid = "reject"
     images: Literal["pull", "auto"] = "pull"
-
-    @field_validator("revision")
-    @classmethod
-    def _pinned(cls, revision: str | None, info: ValidationInfo) -> str | None:
-        """A Hub dataset is read at an exact revision, as `kind: swebench` reads it."""
-        if info.data.get("hf_name") and not revision:
-            raise ValueError("required with hf_name, so that a run pins what it read")
-        return revision
-
-    @model_validator(mode="after")
-    def _one_origin(self) -> "SweBenchProSource":
-        if bool(self.hf_name) == bool(self.path):
-            raise ValueError("give path (a file or a saved folder) or hf_name with revision: exactly one of them")
-        return self
 
 
 DatasetSource = Annotated[DemoSource | TerminalSource | SweBenchSource | SweBenchProSource, Field(discriminator="kind")]

@@ -48,6 +48,7 @@ from typing import Any
 from eval_pipeline.common.settings import Paths
 from eval_pipeline.datasets.config import (
     DatasetSource,
+    RowsSource,
     SweBenchProSource,
     SweBenchSource,
     TerminalSource,
@@ -80,7 +81,7 @@ def _as_text(value: Any) -> Any:
     return value
 
 
-def _read_rows(source: SweBenchSource | SweBenchProSource, cache_dir: Path) -> list[dict[str, Any]]:
+def _read_rows(source: RowsSource, cache_dir: Path) -> list[dict[str, Any]]:
     import datasets  # imported here: it is slow to import and only this source needs it
 
     if source.hf_name:

@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 # Bump when grading logic changes: evaluation artifacts are keyed by it and assets show as stale.
-GRADING_VERSION = "7"
+GRADING_VERSION = "8"
 
 
 # SWE-bench's statuses (swebench.harness.constants.TestStatus), and ours for a graded test with no result.

@@ -6,11 +6,16 @@ tasks/terminal/task.py, the demo in tasks/demo.py. Each checks, as it loads a
 row, that the strings which become paths, partition keys and command arguments
 are ids (`id_problem`), repositories (`repo_problem`) and commits
 (`commit_problem`), so that no dataset can name a place outside the harness's.
+The row kinds read their columns with the same checks: text that must be there
+(`require_text`), patches (`require_diffs`) and lists of names (`list_column`).
 """
 
+import ast
+import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
 from eval_pipeline.tasks.named_image import ImagePolicy, uses_named_image
@@ -24,7 +29,10 @@ __all__ = [
     "RowProblem",
     "commit_problem",
     "id_problem",
+    "list_column",
     "repo_problem",
+    "require_diffs",
+    "require_text",
 ]
 
 # What a dataset's ids may be. An instance id (a terminal task's directory name) names a directory of every
@@ -99,6 +107,46 @@ class InvalidInstanceError(ValueError):
         self.problem = problem
 
 
+def require_text(row: Mapping[str, Any], names: Iterable[str], *, index: int, instance_id: str) -> None:
+    """Raises InvalidInstanceError naming the first of `names` that `row` lacks, holds as no string, or holds
+    blank."""
+    for name in names:
+        if not isinstance(row.get(name), str) or not row[name].strip():
+            raise InvalidInstanceError(RowProblem(index, instance_id, name, "missing or empty"))
+
+
+_UNIFIED_DIFF = re.compile(r"^(diff --git |--- )", re.MULTILINE)
+
+
+def require_diffs(row: Mapping[str, Any], names: Iterable[str], *, index: int, instance_id: str) -> None:
+    """Raises InvalidInstanceError naming the first of `names` whose text (checked by `require_text`) has no
+    file header of a unified diff."""
+    for name in names:
+        if not _UNIFIED_DIFF.search(row[name]):
+            raise InvalidInstanceError(RowProblem(index, instance_id, name, "not a unified diff"))
+
+
+def list_column(
+    row: Mapping[str, Any], name: str, problem: RowProblem, *, python_literal: bool = False
+) -> tuple[str, ...]:
+    """The column `name` of `row` as a tuple of strings: a list, or a string holding one as JSON (or, with
+    `python_literal`, as Python writes it); InvalidInstanceError with `problem` where it is none of these."""
+    value = row.get(name)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            if not python_literal:
+                raise InvalidInstanceError(problem) from None
+            try:
+                value = ast.literal_eval(value)
+            except (ValueError, SyntaxError, RecursionError, MemoryError):
+                raise InvalidInstanceError(problem) from None
+    if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
+        raise InvalidInstanceError(problem)
+    return tuple(value)
+
+
 class InvalidDatasetError(ValueError):
     """A dataset rejected whole because some rows are invalid; lists them all."""
 
@@ -144,8 +192,9 @@ class Benchmark:
 
     def environment_for(self, instance: Task) -> EnvironmentSpec:
         """The spec for the instance's (repo, version): the campaign's `repo@version` entry, else the one the row
-        specifies itself (`row_environments`), else (for SWE-bench datasets) SWE-bench's own specification of that repository and version, else the default; with the
-        instance's named image as its `image` where the slice's `images` policy pulls it."""
+        specifies itself (`row_environments`), else (for SWE-bench datasets) SWE-bench's own specification of that
+        repository and version, else the default; with the instance's named image as its `image` where the slice's
+        `images` policy pulls it."""
         spec = self._specified_environment(instance)
         if uses_named_image(self.images, image := instance.named_image):
             return replace(spec, image=image)

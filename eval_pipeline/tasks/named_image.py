@@ -7,10 +7,18 @@ environment is built from its spec (`ImagePolicy`); the sandboxes pull it at a d
 layer on top (sandbox/pods/environment_images.py).
 """
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["DEFAULT_REGISTRY", "ImagePolicy", "NamedImage", "qualified_reference", "uses_named_image"]
+__all__ = [
+    "DEFAULT_REGISTRY",
+    "ImagePolicy",
+    "NamedImage",
+    "qualified_reference",
+    "reference_problem",
+    "uses_named_image",
+]
 
 # `build`: the harness builds every environment from its spec (the named image is never used); `pull`: every task
 # of the slice is run in the image it names (a task that names none is refused at load); `auto`: pulled where the
@@ -18,6 +26,15 @@ __all__ = ["DEFAULT_REGISTRY", "ImagePolicy", "NamedImage", "qualified_reference
 ImagePolicy = Literal["build", "pull", "auto"]
 
 DEFAULT_REGISTRY = "docker.io"  # where a reference with no registry host is pulled from, as Docker reads it
+
+# An image reference as Docker's grammar has it: an optional registry host (and port), lower-case path components,
+# an optional tag, an optional digest (an algorithm and at least 32 hex digits). A dataset's reference reaches the
+# engine's API and the harness's records, nothing else.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REFERENCE = re.compile(
+    rf"(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+    r"(?:@[a-z0-9]+(?:[+._-][a-z0-9]+)*:[0-9a-fA-F]{32,})?"
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,11 @@ def qualified_reference(reference: str) -> str:
     if not at and ":" not in name.rsplit("/", 1)[-1]:
         name += ":latest"
     return f"{name}{at}{digest}"
+
+
+def reference_problem(reference: str) -> str:
+    """Why `reference` (an image a dataset names) is not an image reference Docker reads, '' when it is."""
+    return "" if _REFERENCE.fullmatch(reference) else f"{reference!r} is not an image reference"
 
 
 def uses_named_image(policy: ImagePolicy, image: NamedImage | None) -> bool:

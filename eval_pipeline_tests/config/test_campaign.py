@@ -134,7 +134,10 @@ def test_plan_version_follows_the_plan():
         ({"resources": {"gpus": 1}}, "field resources.gpus: unknown field"),
         ({"typo": 1}, "field typo: unknown field"),
         ({"benchmark": {"kind": "demo", "pth": 1}}, "field benchmark.pth: unknown field; allowed: kind, twins$"),
-        ({"benchmark": {"kind": "nope"}}, r"field benchmark: unknown kind 'nope' \(known: demo, terminal, swebench, swebench_pro\)"),
+        (
+            {"benchmark": {"kind": "nope"}},
+            r"field benchmark: unknown kind 'nope' \(known: demo, terminal, swebench, swebench_pro\)",
+        ),
         ({"sandbox": {"backend": "vmware"}}, "field sandbox.backend: unknown backend 'vmware'"),
         ({"slices": {"a": {"kind": "demo"}}}, "either benchmark .* or slices"),
         ({"timeouts": {"multiplier": 0}}, "field timeouts.multiplier: expected a number above 0, got 0"),

@@ -40,8 +40,8 @@ def tiny_image(engine) -> str:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     archive.seek(0)
-    image, _ = engine.images.build(fileobj=archive, custom_context=True, tag="localhost/helper-a-tiny:v1", rm=True)
-    return "localhost/helper-a-tiny:v1"
+    image, _ = engine.images.build(fileobj=archive, custom_context=True, tag="localhost/named-image-tiny:v1", rm=True)
+    return "localhost/named-image-tiny:v1"
 
 
 def _pull_fails(client, reference: str, pin: str = "", instance_id: str = "owner__repo-1") -> ImagePullFailed:
@@ -59,13 +59,13 @@ def test_an_unknown_image_is_the_campaign_s_to_fix(engine):
 
 
 def test_a_registry_that_does_not_answer_is_the_machine_s_and_retried(engine):
-    failure = _pull_fails(engine, "127.0.0.1:1/helper-a/nothing:v1")  # no registry listens on port 1
+    failure = _pull_fails(engine, "127.0.0.1:1/named-image/nothing:v1")  # no registry listens on port 1
     assert type(failure) is ImagePullFailed and "could not be reached" in str(failure)
     assert failure.outcome is Outcome.IMAGE_PULL_FAILED and failure.outcome.is_retried
 
 
 def test_a_pin_the_registry_does_not_hold_fails_and_the_true_one_pulls(engine, image_registry, tiny_image):
-    reference = image_registry.push(tiny_image, "helper-a/pinned:v1")
+    reference = image_registry.push(tiny_image, "named-image/pinned:v1")
     found = pull_image(engine, reference)
     assert found.digest.startswith("sha256:") and found.size_bytes > 0
     failure = _pull_fails(engine, reference, pin=ZERO_DIGEST)
@@ -79,7 +79,7 @@ def test_a_private_registry_refuses_a_pull_without_its_credentials(
 ):
     """Refused without credentials and with wrong ones ($DOCKER_CONFIG); pulled with the file the project reads,
     EVAL_PIPELINE_REGISTRY_AUTH_FILE. No message holds the credentials."""
-    reference = image_registry.push_private(tiny_image, "helper-a/private:v1")
+    reference = image_registry.push_private(tiny_image, "named-image/private:v1")
     image_registry.remove_local(reference)
     secrets = (image_registry.password, json.loads((image_registry.valid_config / "config.json").read_text()))
     failure = _pull_fails(engine, reference)
@@ -127,7 +127,7 @@ def test_an_image_too_large_for_the_disk_is_the_machine_s_and_retried():
 def test_an_environment_whose_image_cannot_be_pulled_fails_its_step_by_name(engine, container_sandbox, demo_benchmark):
     """The plan keeps the instance (its key names no digest); its environment fails with the pull's outcome,
     and validation reports that outcome for the instance."""
-    instance = replace(demo_benchmark.instances[0], image_namespace="helper-a-missing")
+    instance = replace(demo_benchmark.instances[0], image_namespace="no-such-namespace")
     benchmark = replace(demo_benchmark, instances=(instance,), images="pull")
     spec = benchmark.environment_for(instance)
     assert spec.image == instance.named_image

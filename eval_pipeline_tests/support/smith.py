@@ -20,9 +20,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from eval_pipeline.sandbox.pods.images import ENV_VENV, TESTBED
+from eval_pipeline.sandbox.pods.images import TESTBED
 from eval_pipeline.tasks.swebench.smith import SMITH_PYTHON_PREFIX, smith_image_reference
 from eval_pipeline_tests.support.real_data import FilesFixture, provide
+from eval_pipeline_tests.support.shaped_images import reshaped_image
 
 __all__ = ["PUBLISHED_ROW", "PrMirror", "pr_mirror_row", "published_smith_row", "smith_shaped_image"]
 
@@ -119,13 +120,11 @@ def smith_shaped_image(engine, built_tag: str, mirror: PrMirror, context: Path) 
         capture_output=True,
     )
     _git(context / "testbed", "remote", "set-url", "origin", f"https://github.com/swesmith/{mirror.name}")
-    (context / "Dockerfile").write_text(
-        f"FROM {built_tag}\n"
-        f"RUN prefix=$(readlink -f {ENV_VENV}) && rm {ENV_VENV} && mkdir -p $(dirname {SMITH_PYTHON_PREFIX})"
-        f' && ln -s "$prefix" {SMITH_PYTHON_PREFIX} && rm -rf {TESTBED}/.git\n'
-        f"COPY testbed/.git {TESTBED}/.git\n"
-        f"RUN cd {TESTBED} && git checkout -q -- . && git status --short | head -5\n"
+    steps = [
+        f"RUN rm -rf {TESTBED}/.git",
+        f"COPY testbed/.git {TESTBED}/.git",
+        f"RUN cd {TESTBED} && git checkout -q -- . && git status --short | head -5",
+    ]
+    return reshaped_image(
+        engine, context, built_tag, SMITH_PYTHON_PREFIX, steps, f"localhost/swesmith-shaped:{mirror.name.lower()}"
     )
-    tag = f"localhost/swesmith-shaped:{mirror.name.lower()}"
-    engine.images.build(path=str(context), tag=tag, rm=True, forcerm=True)
-    return tag

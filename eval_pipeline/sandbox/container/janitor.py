@@ -16,9 +16,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from eval_pipeline.sandbox.pods.images import MANAGED_LABEL
-
-PULLED_LABEL = "eval_pipeline.pulled"  # TEMPORARY: A's constant
+from eval_pipeline.sandbox.pods.images import MANAGED_LABEL, PULLED_LABEL
 
 
 def _filters(campaign: str | None) -> dict[str, list[str]]:

@@ -59,6 +59,9 @@ TESTBED = "/testbed"
 WORKSPACES = "/workspaces"
 PATH = f"{ENV_VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MANAGED_LABEL = "eval_pipeline.managed"
+# On a harness layer built on a pulled image: that image by its digest (`repository@sha256:...`), which the janitor
+# removes with the last layer that names it (sandbox/container/janitor.py).
+PULLED_LABEL = "eval_pipeline.pulled"
 # How long an image found on the engine is taken as found, without asking again: an environment step asks about
 # the same three images (the task's base, its own, the harness layer) eleven times within a second, each answer
 # about 20 ms of Podman's CPU. An image not found is asked about every time; one removed within the window (a
@@ -424,6 +427,14 @@ _INSTALL_GIT = (
 )
 
 
+# The symbolic refs of a repository (a clone's `refs/remotes/origin/HEAD`), deleted as links: deleting every ref at
+# once (STRIP_HISTORY) would otherwise update a symbolic ref's target twice, which `git update-ref` refuses.
+_DROP_SYMBOLIC_REFS = (
+    "{ git for-each-ref --format='%(symref) %(refname)' | awk '$2 != \"\" { print \"delete \" $2 }'"
+    " | git update-ref --no-deref --stdin; }"
+)
+
+
 def pulled_code_layer(
     pulled_from: str, digest: str, image: NamedImage, instance: TaskData, spec: EnvironmentSpec, extra_ca: str | None
 ) -> ImageLayer:
@@ -431,9 +442,9 @@ def pulled_code_layer(
     environment as instance_layer leaves one: git where it lacks it; ENV_VENV a link to the image's Python
     installation (`image.python_prefix`, else its python3's prefix) and first on PATH; the repository at TESTBED
     (moved there from `image.workdir`, which then links to it), checked to be at the task's base commit, its
-    state committed as the baseline and its history cut back to that commit (no branch, tag, reflog or object
-    of a later commit: SWE-bench's images keep them); all of it readable by every trial's uid; and no ENTRYPOINT
-    of the image's, which would take the harness's pod command as its arguments."""
+    state committed as the baseline and its history cut back to that commit (no branch, tag, reflog, linked
+    worktree or object of a later commit: SWE-bench's images keep them); all of it readable by every trial's uid;
+    and no ENTRYPOINT of the image's, which would take the harness's pod command as its arguments."""
     ca_lines, ca_files = _extra_ca(extra_ca)
     workdir, base = shlex.quote(image.workdir), shlex.quote(instance.base_commit)
     prefix = (
@@ -464,7 +475,9 @@ def pulled_code_layer(
         f"ENV PATH={PATH}\n{move}WORKDIR {TESTBED}\nENTRYPOINT []\n{TRIAL_USERS}"
         + _harness_pytest(spec)
         + start_copy
-        + f"RUN {at_base} && git checkout -q --detach && rm -f .git/objects/pack/*.keep .git/objects/info/alternates"
+        + f"RUN {at_base} && git checkout -q --detach"
+        " && rm -rf .git/objects/pack/*.keep .git/objects/info/alternates .git/worktrees"
+        f" && {_DROP_SYMBOLIC_REFS}"
         f" && {REFRESH_INDEX} && {settle}"
         f" && {readable_by_all(TESTBED)} && {readable_by_all(f'{ENV_VENV}/')}\n"
     )
@@ -472,7 +485,11 @@ def pulled_code_layer(
         "harness",
         dockerfile,
         ca_files,
-        labels={"eval_pipeline.layer": "harness", "eval_pipeline.instance": instance.instance_id},
+        labels={
+            "eval_pipeline.layer": "harness",
+            "eval_pipeline.instance": instance.instance_id,
+            PULLED_LABEL: pulled_from,
+        },
         from_id=digest,
     )
 
@@ -512,6 +529,10 @@ def task_harness_layer(task: TaskImage, image: str, parent: ImageLayer | None = 
         "harness",
         harness,
         parent=parent,
-        labels={"eval_pipeline.layer": "harness", "eval_pipeline.instance": task.instance_id},
+        labels={
+            "eval_pipeline.layer": "harness",
+            "eval_pipeline.instance": task.instance_id,
+            **({PULLED_LABEL: image} if digest else {}),
+        },
         from_id=digest,
     )

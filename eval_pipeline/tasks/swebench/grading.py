@@ -52,6 +52,7 @@ import re
 import secrets
 import shlex
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Mapping
 from dataclasses import replace
 from fnmatch import fnmatch
 from pathlib import PurePosixPath
@@ -236,7 +237,7 @@ def protected_files(instance: GradedRow, model_patch: str) -> tuple[list[str], l
     return list(dict.fromkeys(graded_files(instance) + touched)), touched
 
 
-def _restore_test_files(instance: GradedRow, files: list[str], workspace: Workspace) -> dict[str, Any]:
+def restore_test_files(instance: GradedRow, files: list[str], workspace: Workspace) -> dict[str, Any]:
     """Put each file back to its state in the environment (or remove it, if the environment has none), a part
     of the files per command: a container's command travels in one environment variable, which Linux caps at
     128 KiB, and a patch may touch thousands of test files. The summary is the last part's, or the first that
@@ -352,15 +353,23 @@ def _canary_for(spec: EnvironmentSpec, directives: list[str]) -> Canary | None:
     return Canary.beside(files[0]) if files and spec.uses_pytest else None
 
 
-def _forged(canary: Canary | None, statuses: dict[str, str], outcome: Outcome) -> str:
-    """Why the report cannot be believed ('' when it can): the canary, which fails in every honest run,
-    reported as anything but failed, or missing from a report that would resolve the instance."""
+def canary_forged(canary: Canary | None, statuses: Mapping[str, str], outcome: Outcome) -> str:
+    """Why a run's report cannot be believed by its canary ('' when it can): the canary, which fails in every
+    honest run, reported as anything but failed, or missing from a report that would resolve the instance."""
     if canary is None:
         return ""
-    status = statuses.pop(canary.node_id, MISSING)
+    status = statuses.get(canary.node_id, MISSING)
     if status in (FAILED, ERROR) or (status == MISSING and not outcome.is_resolved):
         return ""
     return f"the harness's canary test {canary.node_id} was reported {status}, not FAILED: the test process forged its report"
+
+
+def _forged(canary: Canary | None, statuses: dict[str, str], outcome: Outcome) -> str:
+    """`canary_forged`, the canary's result then removed from `statuses`."""
+    forged = canary_forged(canary, statuses, outcome)
+    if canary is not None:
+        statuses.pop(canary.node_id, None)
+    return forged
 
 
 def _plant_twins(
@@ -460,6 +469,16 @@ def _forgery(
     )
 
 
+def apply_code_patch(verdict: Verdict, model_patch: str, workspace: Workspace) -> bool:
+    """Apply the model's patch to a code task's workspace (`apply_model_patch`), refusing one that writes compiled
+    extension modules (which no test's source shows); False, with the verdict set, when it is not applied."""
+    if compiled := compiled_extensions(model_patch):
+        verdict.outcome = Outcome.PATCH_APPLY_FAILED
+        verdict.detail = f"the model patch was not applied: it writes compiled extension modules: {compiled[0]}"
+        return False
+    return apply_model_patch(verdict, model_patch, workspace)
+
+
 def grade(
     instance: GradedRow,
     spec: EnvironmentSpec,
@@ -470,15 +489,11 @@ def grade(
     """Judge `model_patch` on a pristine workspace of the code task, with the campaign's twins (`instance.twins`):
     SWE-bench's grading, the test patch's tests, FAIL_TO_PASS and PASS_TO_PASS. It is `Instance.grade`."""
     verdict = Verdict(outcome=Outcome.GRADING_ERROR)
-    if compiled := compiled_extensions(model_patch):
-        verdict.outcome = Outcome.PATCH_APPLY_FAILED
-        verdict.detail = f"the model patch was not applied: it writes compiled extension modules: {compiled[0]}"
-        return verdict
-    if not apply_model_patch(verdict, model_patch, workspace):
+    if not apply_code_patch(verdict, model_patch, workspace):
         return verdict
     restored, undone = protected_files(instance, model_patch)
     verdict.steps.append(
-        {"step": "restore_test_files", "undone": undone, **_restore_test_files(instance, restored, workspace)}
+        {"step": "restore_test_files", "undone": undone, **restore_test_files(instance, restored, workspace)}
     )
     if instance.test_patch:  # a row without one has its tests in the repository already (specs.graded_files)
         applied = apply_patch(workspace, instance.test_patch, TEST_PATCH_NAME)

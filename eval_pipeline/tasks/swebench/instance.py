@@ -1,16 +1,12 @@
 """A SWE-bench instance (a task in SWE-bench's row schema) and a dataset of such rows."""
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from eval_pipeline.common.hashing import stable_hash
-from eval_pipeline.sandbox import ExecResult, Workspace
-from eval_pipeline.sandbox.patches import apply_patch
-from eval_pipeline.tasks.data import TaskImage
 from eval_pipeline.tasks.dataset import (
     Benchmark,
     InvalidDatasetError,
@@ -19,25 +15,25 @@ from eval_pipeline.tasks.dataset import (
     commit_problem,
     id_problem,
     repo_problem,
+    require_diffs,
+    require_text,
 )
 from eval_pipeline.tasks.environment import EnvironmentSpec
-from eval_pipeline.tasks.named_image import NamedImage
+from eval_pipeline.tasks.named_image import NamedImage, reference_problem
 from eval_pipeline.tasks.swebench.canaries import DEFAULT_TWINS, TwinSettings
 from eval_pipeline.tasks.swebench.grading import grade as swebench_grade
 from eval_pipeline.tasks.swebench.rebench import (
     InstallConfigError,
     canonical_install_config,
     environment_spec,
-    image_problem,
     row_image,
 )
 from eval_pipeline.tasks.swebench.requirements import requirements_text
+from eval_pipeline.tasks.swebench.row import CodeRowTask
 from eval_pipeline.tasks.swebench.smith import SmithInstance, is_smith_row
 from eval_pipeline.tasks.swebench.specs import UnsupportedSpecError, builtin_spec, specified_versions
 
 __all__ = ["Instance", "benchmark_from_rows"]
-
-_DIFF_START = re.compile(r"^(diff --git |--- )", re.MULTILINE)
 
 # Where SWE-bench's instance images hold the task: the repository, and the conda environment its tests run in.
 SWEBENCH_WORKDIR = "/testbed"
@@ -71,7 +67,7 @@ def _test_ids(row: Mapping[str, Any], *, index: int, instance_id: str, name: str
 
 
 @dataclass(frozen=True)
-class Instance:
+class Instance(CodeRowTask):
     """One task in SWE-bench's schema: fix `repo` at `base_commit` so that the tests pass.
 
     A `Task` (tasks/task.py) whose environment the harness builds from its spec, on any backend, with the
@@ -92,7 +88,7 @@ class Instance:
     created_at: str = ""
     hints_text: str = ""
     # What a row carries of its own environment (tasks/swebench/rebench.py): SWE-rebench's install_config, as
-    # canonical JSON, and the prebuilt image it names (`docker_image`, SWE-smith's `image_name`); '' when none.
+    # canonical JSON, and its named image (`docker_image`, SWE-smith's `image_name`); '' when none.
     install_config: str = ""
     docker_image: str = ""
     include_hints: bool = False
@@ -103,12 +99,7 @@ class Instance:
     image_tag: str = "latest"
 
     REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch")
-    own_image: ClassVar[TaskImage | None] = None
     local_problem: ClassVar[str] = ""
-    memory_mb: ClassVar[int | None] = None
-    cpus: ClassVar[float | None] = None
-    agent_timeout_s: ClassVar[float | None] = None
-    verifier_timeout_s: ClassVar[float | None] = None
 
     @classmethod
     def from_row(
@@ -122,12 +113,8 @@ class Instance:
         image_tag: str = "latest",
     ) -> "Instance":
         instance_id = str(row.get("instance_id") or "")
-        for name in cls.REQUIRED:
-            if not isinstance(row.get(name), str) or not row[name].strip():
-                raise InvalidInstanceError(RowProblem(index, instance_id, name, "missing or empty"))
-        for name in ("patch", "test_patch"):
-            if not _DIFF_START.search(row[name]):
-                raise InvalidInstanceError(RowProblem(index, instance_id, name, "not a unified diff"))
+        require_text(row, cls.REQUIRED, index=index, instance_id=instance_id)
+        require_diffs(row, ("patch", "test_patch"), index=index, instance_id=instance_id)
         try:
             install_config = canonical_install_config(row.get("install_config"))
             if install_config:
@@ -135,7 +122,7 @@ class Instance:
         except InstallConfigError as error:
             raise InvalidInstanceError(RowProblem(index, instance_id, error.field, str(error))) from None
         docker_image = row_image(row)
-        if docker_image and (why := image_problem(docker_image)):
+        if docker_image and (why := reference_problem(docker_image)):
             raise InvalidInstanceError(RowProblem(index, instance_id, "docker_image", why))
         # A row with its own install_config is installed at its base commit, as SWE-rebench's harness does it.
         setup_commit = (
@@ -182,10 +169,6 @@ class Instance:
         return row
 
     @property
-    def content_hash(self) -> str:
-        return stable_hash(self.to_row())
-
-    @property
     def own_environment(self) -> EnvironmentSpec | None:
         """The environment the row's install_config specifies (checked when the row was read), None without one."""
         return environment_spec(self.install_config, self.repo) if self.install_config else None
@@ -216,14 +199,6 @@ class Instance:
         files = (test_id.split("::", 1)[0] for test_id in self.FAIL_TO_PASS + self.PASS_TO_PASS)
         return tuple(dict.fromkeys(files))
 
-    @property
-    def reference_patch(self) -> str:
-        return self.patch
-
-    def apply_reference(self, workspace: Workspace, timeout_s: float | None) -> ExecResult:
-        """Apply the gold patch (no time limit of its own: applying a patch is the harness's work)."""
-        return apply_patch(workspace, self.patch, "reference.patch")
-
     # SWE-bench's grading, `instance.grade(spec, model_patch, workspace, test_timeout_s)`: the test patch's tests,
     # FAIL_TO_PASS and PASS_TO_PASS, guarded by the campaign's twins (grading.py, which reads a `GradedRow`).
     grade = swebench_grade
@@ -231,10 +206,6 @@ class Instance:
     def requirements(self, spec: EnvironmentSpec, repo_dir: Path) -> str:
         """The requirements file SWE-bench installs for the spec, read at the environment setup commit."""
         return requirements_text(repo_dir, self.environment_setup_commit, spec.requirements, spec.packages)
-
-    def verify_in_place(self, workspace: Workspace, test_timeout_s: float) -> None:
-        """None: a SWE-bench row's product is its patch, graded on a fresh workspace (`grade`), never in place."""
-        return None
 
 
 def _unsupported_spec(instance: Instance | SmithInstance, environments: Mapping[str, EnvironmentSpec]) -> str:

@@ -25,7 +25,6 @@ SWE-smith's rows also carry `image_name`; they are a task kind of their own (smi
 """
 
 import json
-import re
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -38,20 +37,12 @@ __all__ = [
     "InstallConfigError",
     "canonical_install_config",
     "environment_spec",
-    "image_problem",
     "row_image",
 ]
 
-# The columns that name a row's prebuilt image, first found wins: SWE-rebench's `docker_image` (it also repeats it
+# The columns that hold a row's named image, first found wins: SWE-rebench's `docker_image` (it also repeats it
 # as `image_name`), SWE-smith's `image_name`.
 IMAGE_COLUMNS = ("docker_image", "image_name")
-# An image reference as Docker's grammar has it: an optional registry host (and port), lower-case path components,
-# an optional tag, an optional digest. It reaches the engine's API and the harness's records, nothing else.
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_REFERENCE = re.compile(
-    rf"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
-    r"(?:@sha256:[0-9a-f]{64})?"
-)
 # The fields of an install_config this harness honours, and those it reads as conda-only and leaves out
 # (`no_use_env` chooses between two conda commands; pip installs the same packages either way).
 _FIELDS = {
@@ -218,13 +209,8 @@ def environment_spec(install_config: str, repo: str) -> EnvironmentSpec:
 
 
 def row_image(row: Mapping[str, Any]) -> str:
-    """The prebuilt image a row names ('' when none): the first of IMAGE_COLUMNS that holds a string."""
+    """The named image a row gives ('' when none): the first of IMAGE_COLUMNS that holds a string."""
     for column in IMAGE_COLUMNS:
         if isinstance(value := row.get(column), str) and value.strip():
             return value.strip()
     return ""
-
-
-def image_problem(reference: str) -> str:
-    """Why `reference` (a row's image) is not an image reference Docker reads, '' when it is."""
-    return "" if _REFERENCE.fullmatch(reference) else f"{reference!r} is not an image reference"

@@ -28,22 +28,27 @@ another language (its bug patch's files), and a row under `images: build` (SWE-s
 environment from).
 """
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any, ClassVar
 
-from eval_pipeline.common.hashing import stable_hash
-from eval_pipeline.sandbox import ExecResult, Workspace
-from eval_pipeline.sandbox.patches import apply_patch, patch_paths
-from eval_pipeline.tasks.data import TaskImage
-from eval_pipeline.tasks.dataset import InvalidInstanceError, RowProblem, commit_problem, id_problem, repo_problem
+from eval_pipeline.sandbox.patches import patch_paths
+from eval_pipeline.tasks.dataset import (
+    InvalidInstanceError,
+    RowProblem,
+    commit_problem,
+    id_problem,
+    list_column,
+    repo_problem,
+    require_text,
+)
 from eval_pipeline.tasks.environment import EnvironmentSpec
 from eval_pipeline.tasks.named_image import ImagePolicy, NamedImage
 from eval_pipeline.tasks.swebench.canaries import DEFAULT_TWINS, TwinSettings
 from eval_pipeline.tasks.swebench.grading import grade as swebench_grade
+from eval_pipeline.tasks.swebench.row import CodeRowTask
 
 __all__ = ["SMITH_ORGANISATION", "SmithInstance", "is_smith_row", "reverse_patch", "smith_image_reference"]
 
@@ -215,21 +220,8 @@ def _profile_problem(mirror: str, owner_repo: str, patch: str, fail_to_pass: tup
     return ""
 
 
-def _tests(row: Mapping[str, Any], name: str, problem: RowProblem) -> tuple[str, ...]:
-    """A test list column: a list, or a JSON string of one."""
-    value = row.get(name)
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise InvalidInstanceError(problem) from None
-    if not isinstance(value, list | tuple) or not all(isinstance(test_id, str) for test_id in value):
-        raise InvalidInstanceError(problem)
-    return tuple(value)
-
-
 @dataclass(frozen=True)
-class SmithInstance:
+class SmithInstance(CodeRowTask):
     """One SWE-smith row; a `Task` (tasks/task.py) graded as tasks/swebench/grading.py grades a row whose tests are in
     its repository. `FAIL_TO_PASS` and `listed_pass_to_pass` are the row's lists; `PASS_TO_PASS`, what the grading
     reads, those of the latter in the FAIL_TO_PASS tests' files, the ones SWE-smith's harness runs and grades."""
@@ -247,12 +239,7 @@ class SmithInstance:
 
     version: ClassVar[str] = ""
     test_patch: ClassVar[str] = ""  # none: the tests are in the repository (specs.graded_files)
-    own_image: ClassVar[TaskImage | None] = None
     local_problem: ClassVar[str] = "a SWE-smith row runs in its repository's image, which the local backend cannot run"
-    memory_mb: ClassVar[int | None] = None
-    cpus: ClassVar[float | None] = None
-    agent_timeout_s: ClassVar[float | None] = None
-    verifier_timeout_s: ClassVar[float | None] = None
 
     @classmethod
     def from_row(
@@ -260,9 +247,7 @@ class SmithInstance:
     ) -> "SmithInstance":
         """The row at `index` under its slice's `images` policy; InvalidInstanceError names the field and why."""
         instance_id = str(row.get("instance_id") or "")
-        for name in REQUIRED:
-            if not isinstance(row.get(name), str) or not row[name].strip():
-                raise InvalidInstanceError(RowProblem(index, instance_id, name, "missing or empty"))
+        require_text(row, REQUIRED, index=index, instance_id=instance_id)
         mirror = row["repo"].split("/", 1)[1]
         found = _MIRROR.fullmatch(mirror)
         for name, why in (
@@ -275,7 +260,9 @@ class SmithInstance:
             if why:
                 raise InvalidInstanceError(RowProblem(index, instance_id, name, why))
         assert found is not None  # checked with the repo
-        fail_to_pass = _tests(row, "FAIL_TO_PASS", RowProblem(index, instance_id, "FAIL_TO_PASS", "not a list of ids"))
+        fail_to_pass = list_column(
+            row, "FAIL_TO_PASS", RowProblem(index, instance_id, "FAIL_TO_PASS", "not a list of ids")
+        )
         if not fail_to_pass:
             raise InvalidInstanceError(RowProblem(index, instance_id, "FAIL_TO_PASS", "empty: no test shows the fix"))
         if why := _profile_problem(mirror, f"{found['owner']}/{found['name']}", row["patch"], fail_to_pass):
@@ -295,7 +282,7 @@ class SmithInstance:
             problem_statement=row["problem_statement"],
             patch=row["patch"],
             FAIL_TO_PASS=fail_to_pass,
-            listed_pass_to_pass=_tests(
+            listed_pass_to_pass=list_column(
                 row, "PASS_TO_PASS", RowProblem(index, instance_id, "PASS_TO_PASS", "not a list of ids")
             ),
             image_name=named if isinstance(named, str) else "",
@@ -310,10 +297,6 @@ class SmithInstance:
         row["FAIL_TO_PASS"] = list(self.FAIL_TO_PASS)
         row["PASS_TO_PASS"] = list(row.pop("listed_pass_to_pass"))
         return row
-
-    @property
-    def content_hash(self) -> str:
-        return stable_hash(self.to_row())
 
     @property
     def PASS_TO_PASS(self) -> tuple[str, ...]:  # noqa: N802 - SWE-bench's name, read by GradedRow
@@ -353,15 +336,5 @@ class SmithInstance:
         """The fix: the bug patch reversed."""
         return reverse_patch(self.patch)
 
-    def apply_reference(self, workspace: Workspace, timeout_s: float | None) -> ExecResult:
-        return apply_patch(workspace, self.reference_patch, "reference.patch")
-
     # SWE-bench's grading, on the FAIL_TO_PASS tests' files (specs.graded_files).
     grade = swebench_grade
-
-    def requirements(self, spec: EnvironmentSpec, repo_dir: Path) -> str:
-        """Nothing: the row's image holds its environment."""
-        return ""
-
-    def verify_in_place(self, workspace: Workspace, test_timeout_s: float) -> None:
-        return None

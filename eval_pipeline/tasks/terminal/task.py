@@ -19,8 +19,8 @@ own container right after the agent, processes still running (`verify_in_place`;
 On the container backend a task runs as its author wrote it: its own Dockerfile is built as it is (every
 instruction; only `FROM` can be replaced, by the `task_base_images` setting, where no registry can be reached), with
 the harness on top, and each workspace is a container of its own in which the agent works as root in the WORKDIR.
-A task whose task.toml names its prebuilt image (`docker_image`, as Terminal-Bench 2's do) runs in that image instead
-where its slice says `images: pull` or `auto` (`named_image`): pulled at its registry digest, the harness's layer
+A task whose task.toml names its image (`docker_image`, as Terminal-Bench 2's do) runs in that image instead
+where its slice says `images: pull` or `auto` (`named_image`): pulled at its registry digest, the harness layer
 alone built on it, the Dockerfile never built (its WORKDIR still names the working tree).
 `tests/` and `solution/` appear at Harbor's paths (/tests, /solution) only for the verifier and the oracle, and the
 reward is read from /logs/verifier; every agent command sees /tests and /logs as empty directories of its own. Scripts also find these through variables: `$EVAL_TESTS_DIR`,
@@ -55,7 +55,7 @@ from eval_pipeline.sandbox import ExecResult, Workspace
 from eval_pipeline.tasks.data import TaskImage
 from eval_pipeline.tasks.dataset import Benchmark, InvalidDatasetError, RowProblem, id_problem
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
-from eval_pipeline.tasks.named_image import NamedImage, qualified_reference
+from eval_pipeline.tasks.named_image import NamedImage, qualified_reference, reference_problem
 from eval_pipeline.tasks.terminal.verifier import run_verifier, score_verifier
 
 DEMO_TASKS_DIR = Path(__file__).parents[2] / "demo_tasks"
@@ -66,12 +66,6 @@ DEFAULT_VERIFIER_TIMEOUT_S = 600.0
 HARBOR_PATHS = ("/tests", "/solution", "/logs")
 # A default the harness's variables override (`${EVAL_REWARD_FILE:-/logs/verifier/reward.txt}`) is no absolute path.
 _HARNESS_DEFAULT = re.compile(r"\$\{EVAL_[A-Z_]+:-[^}]*\}")
-# An image reference as Docker's grammar has it: [registry[:port]/]path[:tag][@digest], the path's components in
-# lower case.
-_IMAGE_REFERENCE = re.compile(
-    r"(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[a-z0-9]+(?:[+._-][a-z0-9]+)*:[0-9a-fA-F]{32,})?"
-)
 
 
 @dataclass(frozen=True)
@@ -104,7 +98,7 @@ class TerminalTask:
     allow_internet: bool = True  # [environment] allow_internet (Harbor's default): false runs its containers offline
     storage_mb: int | None = None  # [environment] storage_mb (or storage = "10G"): recorded, not enforced
     environment_dir: str = field(default="", compare=False)  # where the build context is on this machine
-    # [environment] docker_image, qualified as Docker reads it ('' where it names none): the prebuilt image a slice
+    # [environment] docker_image, qualified as Docker reads it ('' where it names none): the named image a slice
     # with `images: pull` or `auto` runs the task in (`named_image`). Not in the task's row: a pulled image's
     # digest is in its environment's key, and a slice that builds never uses it.
     docker_image: str = ""
@@ -308,7 +302,7 @@ def _docker_image(config: Mapping[str, Any]) -> str:
     """[environment] docker_image qualified as Docker reads it (`alexgshaw/x:tag` is `docker.io/alexgshaw/x:tag`),
     '' where the task names none; a value that is no image reference is refused."""
     value = (config.get("environment") or {}).get("docker_image", "")
-    if not isinstance(value, str) or (value and not _IMAGE_REFERENCE.fullmatch(value)):
+    if not isinstance(value, str) or (value and reference_problem(value)):
         raise _TaskError(
             "environment.docker_image", f"expected an image reference such as 'owner/name:tag', got {value!r}"
         )

@@ -3,17 +3,56 @@ removed with the last harness layer that names it (`eval_pipeline.pulled`), kept
 never touched when the harness built nothing on it (a user's own pull)."""
 
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 
 import docker.errors
 import pytest
 
-from eval_pipeline.sandbox.container.janitor import PULLED_LABEL, prune_images
-from eval_pipeline.sandbox.pods.images import ImageBuilder, ImageLayer
+from eval_pipeline.common.settings import Paths
+from eval_pipeline.datasets.sources import load_benchmark
+from eval_pipeline.sandbox.container.janitor import prune_images
+from eval_pipeline.sandbox.pods.images import (
+    PULLED_LABEL,
+    ImageBuilder,
+    ImageLayer,
+    pulled_code_layer,
+    task_harness_layer,
+)
 from eval_pipeline.sandbox.pods.registry import PulledImage, pull_image
 from eval_pipeline_tests.support.registry import ImageRegistry
+from eval_pipeline_tests.support.rows import row, write_jsonl
 
-pytestmark = pytest.mark.slow
+DIGEST = "sha256:" + "ab" * 32
+
+
+@dataclass(frozen=True)
+class TerminalTask:
+    """A terminal task's image as the harness layer reads it (tasks/data.py's TaskImage)."""
+
+    instance_id: str = "regex-log"
+    dockerfile: str = "FROM ubuntu:24.04\n"
+    environment_dir: str = ""
+    environment_hash: str = ""
+    workdir: str = "/app"
+    allow_internet: bool = False
+    storage_mb: int | None = None
+
+
+def test_the_harness_layer_on_a_pulled_image_names_it_and_one_on_a_built_image_names_none(tmp_path):
+    """What the janitor reads: the harness layers over a pulled image (a code task's, a terminal task's) carry it
+    by its digest; the harness layer over a task image built here carries no such label."""
+    rows = write_jsonl(tmp_path / "rows.jsonl", [row()])
+    benchmark = load_benchmark({"kind": "swebench", "path": str(rows), "images": "pull"}, Paths(tmp_path / "data"))
+    (instance,) = benchmark.instances
+    spec = benchmark.environment_for(instance)
+    pinned = f"docker.io/swebench/x@{DIGEST}"
+    assert spec.image is not None
+    assert pulled_code_layer(pinned, DIGEST, spec.image, instance, spec, None).labels[PULLED_LABEL] == pinned
+    pinned = f"docker.io/alexgshaw/regex-log@{DIGEST}"
+    assert task_harness_layer(TerminalTask(), pinned, digest=DIGEST).labels[PULLED_LABEL] == pinned
+    built = ImageLayer("task", "FROM ubuntu:24.04\n")
+    assert PULLED_LABEL not in task_harness_layer(TerminalTask(), built.tag, built).labels
 
 
 @pytest.fixture
@@ -53,6 +92,7 @@ def on_engine(engine, name: str) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_a_pulled_image_goes_with_the_last_harness_layer_built_on_it(engine, tmp_path, pulled_image):
     pulled, users_own = pulled_image(), pulled_image()  # nothing of the harness is built on the user's own pull
     first, second = f"test-{uuid.uuid4().hex[:8]}", f"test-{uuid.uuid4().hex[:8]}"
@@ -68,6 +108,7 @@ def test_a_pulled_image_goes_with_the_last_harness_layer_built_on_it(engine, tmp
     assert on_engine(engine, users_own.reference)
 
 
+@pytest.mark.slow
 def test_a_pulled_image_a_container_uses_stays(engine, tmp_path, pulled_image):
     pulled = pulled_image()
     campaign = f"test-{uuid.uuid4().hex[:8]}"

@@ -27,6 +27,7 @@ from eval_pipeline.tasks.swebench.grading import grade
 from eval_pipeline.tasks.swebench.instance import benchmark_from_rows
 from eval_pipeline_tests.support.cli import eval_pipeline_cli
 from eval_pipeline_tests.support.real_data import swebench_mirror, swebench_rows, write_rows
+from eval_pipeline_tests.support.shaped_images import reshaped_image
 from eval_pipeline_tests.support.trials import prepare_on
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -72,19 +73,15 @@ def _shaped(engine, tmp_path: Path, built_tag: str, instance, mirror: Path, vari
     context.mkdir()
     subprocess.run(["git", "clone", "-q", "--bare", str(mirror), str(context / "history")], check=True)
     later, base = instance.environment_setup_commit, instance.base_commit
-    (context / "Dockerfile").write_text(
-        f"FROM {built_tag}\n"
-        "COPY history /tmp/history\n"
-        f"RUN prefix=$(readlink -f {ENV_VENV}) && rm {ENV_VENV} && mkdir -p $(dirname {CONDA_ENV})"
-        f' && ln -s "$prefix" {CONDA_ENV}'
-        f" && cd {TESTBED} && git fetch -q /tmp/history '+refs/heads/*:refs/remotes/origin/*'"
+    steps = [
+        "COPY history /tmp/history",
+        f"RUN cd {TESTBED} && git fetch -q /tmp/history '+refs/heads/*:refs/remotes/origin/*'"
         f" && git tag later-release {later} && git branch upstream {later}"
         f" && git checkout -q -B main && git reset -q --soft {base} && rm -rf /tmp/history"
-        f" && echo {variant} > /etc/shaped-variant\n"
-    )
-    tag = f"localhost/helper-a-shaped:{instance.instance_id.lower()}-{variant}"
-    engine.images.build(path=str(context), tag=tag, rm=True, forcerm=True)
-    return tag
+        f" && echo {variant} > /etc/shaped-variant",
+    ]
+    tag = f"localhost/swebench-shaped:{instance.instance_id.lower()}-{variant}"
+    return reshaped_image(engine, context, built_tag, CONDA_ENV, steps, tag)
 
 
 def _registry_digest(mirror: str, name: str) -> str:

@@ -19,8 +19,8 @@ from eval_pipeline.sandbox.pods.images import pulled_code_layer
 from eval_pipeline.tasks.dataset import InvalidDatasetError
 from eval_pipeline.tasks.swebench import specs
 from eval_pipeline.tasks.swebench.instance import benchmark_from_rows
-from eval_pipeline.tasks.swebench.row import graded_files
 from eval_pipeline.tasks.swebench.smith import SmithInstance, reverse_patch
+from eval_pipeline.tasks.swebench.specs import graded_files
 from eval_pipeline_tests.support.smith import published_smith_row
 
 ROW_ID = "pandas-dev__pandas.95280573.pr_53652"

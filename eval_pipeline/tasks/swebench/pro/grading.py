@@ -32,12 +32,12 @@ import shlex
 from typing import Any, Protocol
 
 from eval_pipeline.common.outcomes import Outcome
-from eval_pipeline.grading.verdict import ERROR, FAILED, MISSING, PASSED, Verdict, apply_model_patch, stopped_by_a_limit
+from eval_pipeline.grading.verdict import MISSING, PASSED, Verdict, stopped_by_a_limit
 from eval_pipeline.sandbox import ExecResult, Workspace
-from eval_pipeline.sandbox.patches import apply_patch, compiled_extensions
+from eval_pipeline.sandbox.patches import apply_patch
 from eval_pipeline.sandbox.tool_runtime import ToolRuntime
 from eval_pipeline.tasks.environment import EnvironmentSpec
-from eval_pipeline.tasks.swebench.grading import _restore_test_files, protected_files
+from eval_pipeline.tasks.swebench.grading import apply_code_patch, canary_forged, protected_files, restore_test_files
 from eval_pipeline.tasks.swebench.pro.report import ParsedReport, read_report, reported_both_ways
 from eval_pipeline.tasks.swebench.pytest_run import Canary
 from eval_pipeline.tasks.swebench.row import GradedRow
@@ -94,17 +94,6 @@ def _canary_for(row: ProRow) -> Canary | None:
     return Canary.beside(files[0]) if all(file.endswith(".py") for file in files) else None
 
 
-def _canary_forged(canary: Canary | None, statuses: dict[str, str], outcome: Outcome) -> str:
-    """Why the report cannot be believed by its canary ('' when it can): reported other than failed, or missing
-    from a report that resolves the row."""
-    if canary is None:
-        return ""
-    status = statuses.get(canary.node_id, MISSING)
-    if status in (FAILED, ERROR) or (status == MISSING and not outcome.is_resolved):
-        return ""
-    return f"the harness's canary test {canary.node_id} was reported {status}, not FAILED: the run's report was forged"
-
-
 def _parse(workspace: Workspace, stdout: str, stderr: str, parser: str) -> tuple[dict[str, Any], bytes | None]:
     """The parser run on the captured output as set out in the module's docstring: its run's summary and the
     output it wrote (None: none)."""
@@ -123,7 +112,7 @@ def _prepare_tests(row: ProRow, model_patch: str, verdict: Verdict, workspace: W
     set, when the test patch does not apply. The model patch's files it undid are in its step (`undone`)."""
     restored, undone = protected_files(row, model_patch)
     restored = list(dict.fromkeys(restored + checked_out_files(row.before_repo_set_cmd)))
-    restoring = _restore_test_files(row, restored, workspace)
+    restoring = restore_test_files(row, restored, workspace)
     verdict.steps.append({"step": "restore_test_files", "undone": undone, **restoring})
     applied = apply_patch(workspace, row.test_patch, "test.patch")
     verdict.steps.append({"step": "apply_test_patch", **applied.summary()})
@@ -155,11 +144,7 @@ def _forgery(log: str, report: ParsedReport, judged: set[str]) -> str:
 def grade(row: ProRow, spec: EnvironmentSpec, model_patch: str, workspace: Workspace, test_timeout_s: float) -> Verdict:
     """Judge `model_patch` on a pristine workspace of the Pro row: `ProInstance.grade`."""
     verdict = Verdict(outcome=Outcome.GRADING_ERROR)
-    if compiled := compiled_extensions(model_patch):
-        verdict.outcome = Outcome.PATCH_APPLY_FAILED
-        verdict.detail = f"the model patch was not applied: it writes compiled extension modules: {compiled[0]}"
-        return verdict
-    if not apply_model_patch(verdict, model_patch, workspace):
+    if not apply_code_patch(verdict, model_patch, workspace):
         return verdict
     if not _prepare_tests(row, model_patch, verdict, workspace):
         return verdict
@@ -189,7 +174,7 @@ def grade(row: ProRow, spec: EnvironmentSpec, model_patch: str, workspace: Works
         return verdict
     verdict.tests = {test: report.statuses.get(test, MISSING) for test in (*row.FAIL_TO_PASS, *row.PASS_TO_PASS)}
     verdict.outcome = decide(verdict.tests)
-    if forged := _canary_forged(canary, report.statuses, verdict.outcome):
+    if forged := canary_forged(canary, report.statuses, verdict.outcome):
         verdict.outcome, verdict.detail = Outcome.REPORT_FORGED, forged
     elif undone := next(step["undone"] for step in verdict.steps if step["step"] == "restore_test_files"):
         verdict.detail = f"graded with the model patch's changes to test infrastructure undone: {', '.join(undone)}"

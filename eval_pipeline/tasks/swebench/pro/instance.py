@@ -4,17 +4,16 @@ SWE-bench Pro (ScaleAI/SWE-bench_Pro on the Hub; scaleapi/SWE-bench_Pro-os on Gi
 instance_id, repo, base_commit, patch, test_patch, problem_statement, requirements, interface, repo_language,
 fail_to_pass and pass_to_pass (lists, JSON- or Python-encoded strings), before_repo_set_cmd,
 selected_test_files_to_run and dockerhub_tag, and per instance `run_scripts/<instance_id>/run_script.sh` and
-`parser.py`, and the Dockerfiles its images were built from (`dockerfiles/{base,instance}_dockerfile/<instance_id>/`),
-whose `ENV` lines its harness exports before the run script. Each row runs in its image, `docker.io/jefzda/sweap-images:<dockerhub_tag>`, the repository at /app
-and the image's Python under /usr/local: a Pro task names that image (`named_image`) and is never built from a
-spec, so its slice pulls it and no backend without images (the local one) runs it.
+`parser.py`, and the Dockerfiles its images were built from
+(`dockerfiles/{base,instance}_dockerfile/<instance_id>/`), whose `ENV` lines its harness exports before the run
+script. Each row runs in its image, `docker.io/jefzda/sweap-images:<dockerhub_tag>`, the repository at /app and the
+image's Python under /usr/local: a Pro task names that image (`named_image`) and is never built from a spec, so its
+slice pulls it and no backend without images (the local one) runs it.
 
 The agent is told what Pro's own harness tells it (helper_code/create_problem_statement.py): the problem
 statement, its requirements and the new interfaces.
 """
 
-import ast
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -22,9 +21,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from eval_pipeline.common.hashing import stable_hash
-from eval_pipeline.sandbox import ExecResult, Workspace
-from eval_pipeline.sandbox.patches import apply_patch
-from eval_pipeline.tasks.data import TaskImage
 from eval_pipeline.tasks.dataset import (
     Benchmark,
     InvalidDatasetError,
@@ -32,12 +28,15 @@ from eval_pipeline.tasks.dataset import (
     RowProblem,
     commit_problem,
     id_problem,
+    list_column,
     repo_problem,
+    require_diffs,
+    require_text,
 )
-from eval_pipeline.tasks.environment import EnvironmentSpec
 from eval_pipeline.tasks.named_image import NamedImage
 from eval_pipeline.tasks.swebench.canaries import TwinSettings
 from eval_pipeline.tasks.swebench.pro.grading import grade as pro_grade
+from eval_pipeline.tasks.swebench.row import CodeRowTask
 
 __all__ = ["PRO_IMAGE_REPOSITORY", "ProInstance", "benchmark_from_pro_rows"]
 
@@ -46,25 +45,17 @@ PRO_WORKDIR = "/app"
 PRO_PYTHON_PREFIX = "/usr/local"  # python:3.x-slim's, which every Python row's image is built FROM
 RUN_SCRIPT, PARSER = "run_script.sh", "parser.py"
 DOCKERFILES = ("base_dockerfile", "instance_dockerfile")
-_DIFF_START = re.compile(r"^(diff --git |--- )", re.MULTILINE)
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # a Docker tag
 REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch", "dockerhub_tag")
 
 
 def _listed(row: Mapping[str, Any], name: str, problem: RowProblem) -> tuple[str, ...]:
-    """A list column: a list, or a string holding one as JSON or as Python writes it (the rows hold both)."""
-    value = row.get(name)
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            try:
-                value = ast.literal_eval(value)
-            except (ValueError, SyntaxError, RecursionError, MemoryError):
-                raise InvalidInstanceError(problem) from None
-    if not isinstance(value, list | tuple) or not all(isinstance(item, str) and item for item in value):
+    """A list column of non-empty names: a list, or a string holding one as JSON or as Python writes it (the rows
+    hold both)."""
+    value = list_column(row, name, problem, python_literal=True)
+    if not all(value):
         raise InvalidInstanceError(problem)
-    return tuple(value)
+    return value
 
 
 def _read(path: Path, instance_id: str, field: str, index: int) -> str:
@@ -88,7 +79,7 @@ def _exports(checkout: Path, instance_id: str, index: int) -> str:
 
 
 @dataclass(frozen=True)
-class ProInstance:
+class ProInstance(CodeRowTask):
     """One SWE-bench Pro row with its run script and parser; a `Task` (tasks/task.py) graded as Pro's authors
     grade it (grading.py)."""
 
@@ -111,12 +102,7 @@ class ProInstance:
     env_exports: str  # its Dockerfiles' ENV lines as `export` lines, run before the run script
 
     version: ClassVar[str] = ""
-    own_image: ClassVar[TaskImage | None] = None
     local_problem: ClassVar[str] = "a SWE-bench Pro row runs in its own image, which the local backend cannot run"
-    memory_mb: ClassVar[int | None] = None
-    cpus: ClassVar[float | None] = None
-    agent_timeout_s: ClassVar[float | None] = None
-    verifier_timeout_s: ClassVar[float | None] = None
     twins: ClassVar[TwinSettings] = TwinSettings(0, 0)  # none: Pro's runs are its run scripts', not the launcher's
 
     @classmethod
@@ -124,15 +110,11 @@ class ProInstance:
         """The row at `index`, with its scripts and Dockerfiles from `checkout` (SWE-bench_Pro-os: `run_scripts/`,
         `dockerfiles/`); InvalidInstanceError names the field."""
         instance_id = str(row.get("instance_id") or "")
-        for name in REQUIRED:
-            if not isinstance(row.get(name), str) or not row[name].strip():
-                raise InvalidInstanceError(RowProblem(index, instance_id, name, "missing or empty"))
+        require_text(row, REQUIRED, index=index, instance_id=instance_id)
         for name, problem in (("instance_id", id_problem), ("repo", repo_problem), ("base_commit", commit_problem)):
             if why := problem(row[name]):
                 raise InvalidInstanceError(RowProblem(index, instance_id, name, why))
-        for name in ("patch", "test_patch"):
-            if not _DIFF_START.search(row[name]):
-                raise InvalidInstanceError(RowProblem(index, instance_id, name, "not a unified diff"))
+        require_diffs(row, ("patch", "test_patch"), index=index, instance_id=instance_id)
         if not _TAG.fullmatch(row["dockerhub_tag"]):
             raise InvalidInstanceError(RowProblem(index, instance_id, "dockerhub_tag", "not a Docker tag"))
         lists = {
@@ -167,10 +149,6 @@ class ProInstance:
         return {name: list(value) if isinstance(value, tuple) else value for name, value in row.items()}
 
     @property
-    def content_hash(self) -> str:
-        return stable_hash(self.to_row())
-
-    @property
     def environment_setup_commit(self) -> str:
         return self.base_commit
 
@@ -194,21 +172,7 @@ class ProInstance:
     def PASS_TO_PASS(self) -> tuple[str, ...]:  # noqa: N802 - SWE-bench's name, read by GradedRow
         return self.pass_to_pass
 
-    @property
-    def reference_patch(self) -> str:
-        return self.patch
-
-    def apply_reference(self, workspace: Workspace, timeout_s: float | None) -> ExecResult:
-        return apply_patch(workspace, self.patch, "reference.patch")
-
     grade = pro_grade
-
-    def requirements(self, spec: EnvironmentSpec, repo_dir: Path) -> str:
-        """Nothing: the row's image holds its environment."""
-        return ""
-
-    def verify_in_place(self, workspace: Workspace, test_timeout_s: float) -> None:
-        return None
 
 
 def benchmark_from_pro_rows(

@@ -34,6 +34,8 @@ _NOT_PASSING = {FAILED, ERROR}
 # the one id it names.
 _VERBOSE = re.compile(r"^(\S+::\S+)\s+(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
 _SUMMARY = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(\S+::\S+)")
+_NEWLINES = re.compile(r"\r\n|\r|\n")  # where a file opened as text (universal newlines) ends its lines
+_COLOURS = re.compile(r"\x1b\[[0-9;]*m")  # a terminal's colour codes, which some parsers remove first
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def reported_both_ways(log: str, judged: set[str]) -> str:
     """The first of `judged` that pytest's lines in `log` report both passed (or xfailed) and failed (or in error),
     '' when none."""
     seen: dict[str, set[str]] = {}
-    for line in log.splitlines():
+    for line in _readings(log):
         for match in (_VERBOSE.match(line), _SUMMARY.match(line)):
             if match is None:
                 continue
@@ -94,3 +96,12 @@ def reported_both_ways(log: str, judged: set[str]) -> str:
             if test in judged:
                 seen.setdefault(test, set()).add(status)
     return next((test for test, found in seen.items() if found & _PASSING and found & _NOT_PASSING), "")
+
+
+def _readings(log: str) -> list[str]:
+    """Each line of `log` as a dataset's parser may read it, in order: split at newlines as a file read as text is,
+    and at every line boundary Python's `splitlines` knows (form feed, vertical tab, ...), each without its colour
+    codes and stripped of the whitespace around it. A line one reading hides (a test's line indented, or a form
+    feed between its id and its status) is another's."""
+    lines = [*_NEWLINES.split(log), *log.splitlines()]
+    return list(dict.fromkeys(_COLOURS.sub("", line).strip() for line in lines))
