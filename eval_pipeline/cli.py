@@ -220,6 +220,7 @@ def _grade(args: argparse.Namespace) -> int:
     from eval_pipeline.config.campaign import parse_campaign
     from eval_pipeline.config.grade_campaign import (
         GRADING_RECORD,
+        ImageFlags,
         campaign_file,
         grading_campaign,
         grading_conflict,
@@ -230,7 +231,8 @@ def _grade(args: argparse.Namespace) -> int:
     predictions, paths = Path(args.predictions), Paths.from_env()
     try:
         mirrors = Path(args.mirror_dir) if args.mirror_dir else None
-        grading = grading_campaign(predictions, args.dataset, args.backend, mirrors, args.run_id)
+        images = ImageFlags(args.images, args.namespace, args.instance_image_tag)
+        grading = grading_campaign(predictions, args.dataset, args.backend, mirrors, args.run_id, images)
     except ValueError as error:
         raise UsageError(str(error)) from None
     path = campaign_file(paths.data_dir, grading.name)
@@ -680,6 +682,17 @@ def _add_grade_command(commands: Any) -> None:
     grade.add_argument(
         "--mirror-dir", metavar="DIR", help="clone the rows' repositories from the mirrors in DIR, not from GitHub"
     )
+    grade.add_argument(
+        "--images",
+        choices=["build", "pull", "auto"],
+        default="build",
+        help="run SWE-bench rows in the instance images SWE-bench names (pull), where they are named (auto), or"
+        " build every environment here (build, the default); see docs/DATASETS.md",
+    )
+    grade.add_argument(
+        "--namespace", help="the instance images' namespace, as SWE-bench's --namespace (default swebench)"
+    )
+    grade.add_argument("--instance-image-tag", metavar="TAG", help="the instance images' tag (default latest)")
     grade.add_argument(
         "--backend",
         choices=["container", "kubernetes", "local"],

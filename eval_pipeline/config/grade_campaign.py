@@ -46,15 +46,40 @@ def _identifier(text: str, fallback: str) -> str:
     return name if name[:1].isalpha() else f"{fallback}_{name}".rstrip("_")
 
 
-def dataset_source(dataset: str, mirror_dir: Path | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ImageFlags:
+    """`--images`, `--namespace` and `--instance-image-tag`: whether SWE-bench rows are run in the instance images
+    SWE-bench's harness names (`images` a slice's image policy), and under which namespace and tag, as that
+    harness's own flags say; None where the flag is not given (the source's default)."""
+
+    images: str = "build"
+    namespace: str | None = None
+    instance_image_tag: str | None = None
+
+    def source_fields(self) -> dict[str, str]:
+        """The fields of a `swebench` source these flags set; none when every flag is left at its default."""
+        fields = {"images": self.images} if self.images != "build" else {}
+        if self.namespace is not None:
+            fields["image_namespace"] = self.namespace
+        if self.instance_image_tag is not None:
+            fields["image_tag"] = self.instance_image_tag
+        return fields
+
+
+def dataset_source(dataset: str, mirror_dir: Path | None = None, images: ImageFlags = ImageFlags()) -> dict[str, Any]:
     """`--dataset`: `demo`, `hf:<name>@<revision>[:<split>]` (a Hub dataset at an exact revision), or the path of
     a file or folder of SWE-bench rows; with `mirror_dir` (`--mirror-dir`), SWE-bench rows' repositories are
-    cloned from the mirrors there instead of from GitHub."""
+    cloned from the mirrors there instead of from GitHub; `images` their instance images' flags."""
     if dataset == "demo":
         if mirror_dir is not None:
             raise ValueError("--mirror-dir: the demo dataset makes its own repositories")
+        if images.source_fields():
+            raise ValueError(
+                "--images, --namespace, --instance-image-tag: the demo dataset's environments are built here"
+            )
         return {"kind": "demo"}
     mirrors = {"mirror_dir": str(mirror_dir.resolve())} if mirror_dir is not None else {}
+    mirrors.update(images.source_fields())
     if match := HUB_DATASET.match(dataset):
         return {
             "kind": "swebench",
@@ -123,16 +148,22 @@ def campaign_file(data_dir: Path, name: str) -> Path:
 
 
 def grading_campaign(
-    predictions: Path, dataset: str, backend: str, mirror_dir: Path | None = None, run_id: str | None = None
+    predictions: Path,
+    dataset: str,
+    backend: str,
+    mirror_dir: Path | None = None,
+    run_id: str | None = None,
+    images: ImageFlags = ImageFlags(),
 ) -> Grading:
-    """The grading of `predictions` on `dataset` (its repositories from `mirror_dir`, if given), in the sandbox
+    """The grading of `predictions` on `dataset` (its repositories from `mirror_dir`, if given; its instance images
+    as `images` say), in the sandbox
     `backend` (the local one only when asked for by name: the predictions' code runs in it when their tests do),
     under `run_id` (default: derived from the file's content and the dataset). ValueError naming the file, line
     or flag when the predictions or the run id cannot be used."""
     if run_id is not None and (problem := id_problem(run_id)):
         raise ValueError(f"--run-id: {problem}")
     patches, problems, sha256 = read_predictions(predictions)
-    benchmark = dataset_source(dataset, mirror_dir)
+    benchmark = dataset_source(dataset, mirror_dir, images)
     run_id = run_id or _default_run_id(predictions, sha256, benchmark)
     names = model_names(predictions)
     variant = _identifier(names[0].rsplit("/", 1)[-1], "model") if len(names) == 1 else "predictions"

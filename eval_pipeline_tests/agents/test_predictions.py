@@ -10,7 +10,7 @@ from eval_pipeline.agents import make_agent
 from eval_pipeline.agents.builtin import CommandAgent
 from eval_pipeline.agents.predictions import PredictionsAgent, read_predictions
 from eval_pipeline.config.campaign import CampaignError, parse_campaign
-from eval_pipeline.config.grade_campaign import dataset_source, grading_campaign
+from eval_pipeline.config.grade_campaign import ImageFlags, dataset_source, grading_campaign
 from eval_pipeline_tests.support.cli import eval_pipeline_cli
 from eval_pipeline_tests.support.trials import resolve_trial
 
@@ -142,6 +142,17 @@ def test_the_grading_campaign_is_one_variant_of_the_file_named_after_it(tmp_path
     }
     assert dataset_source(str(path))["path"] == str(path)
     assert dataset_source(str(path), tmp_path / "mirrors")["mirror_dir"] == str(tmp_path / "mirrors")
+    flags = ImageFlags("pull", "myorg", "v2")
+    assert dataset_source(str(path), images=flags) == {
+        "kind": "swebench",
+        "path": str(path),
+        "images": "pull",
+        "image_namespace": "myorg",
+        "image_tag": "v2",
+    }
+    assert dataset_source(str(path), images=ImageFlags()) == dataset_source(str(path)), "defaults add nothing"
+    with pytest.raises(ValueError, match="--images.*the demo dataset's environments are built here"):
+        dataset_source("demo", images=ImageFlags("auto"))
     with pytest.raises(ValueError, match="--mirror-dir: the demo dataset makes its own repositories"):
         dataset_source("demo", tmp_path)
     with pytest.raises(ValueError, match="pinned to a revision"):

@@ -91,11 +91,12 @@ class ImageRegistry:
 
     def remove_local(self, reference: str) -> None:
         """Remove `reference` from the engine (the name; the image too where no other name holds it), so that the
-        next use of it pulls."""
+        next use of it pulls. Forced: a build the engine lost mid-way (a test restarts the engine) leaves its working
+        container holding the image it was built from."""
         import docker.errors
 
         try:
-            self.engine.images.remove(reference)
+            self.engine.images.remove(reference, force=True)
         except docker.errors.NotFound:  # not on the engine
             pass
 

@@ -34,7 +34,7 @@ from eval_pipeline.sandbox.pods.images import (
     task_harness_layer,
     task_layers,
 )
-from eval_pipeline.sandbox.pods.registry import PulledImage, pin_for, pull_image, repository_of
+from eval_pipeline.sandbox.pods.registry import PulledImage, pin_for, pinned_reference, pull_image
 from eval_pipeline.tasks.data import TaskData
 from eval_pipeline.tasks.environment import EnvironmentSpec, RepoSource
 from eval_pipeline.tasks.named_image import NamedImage
@@ -85,7 +85,7 @@ class EnvironmentImages:
     def _pulled_layers(self, instance: TaskData, spec: EnvironmentSpec, image: NamedImage, digest: str) -> ImageLayer:
         """The harness layer over `image` at `digest`: a terminal task's harness (its own image's WORKDIR), or a
         code task's (pulled_code_layer)."""
-        pulled_from = f"{repository_of(image.reference)}@{digest}"
+        pulled_from = pinned_reference(image.reference, digest)
         if (own_image := instance.own_image) is not None:
             return task_harness_layer(own_image, pulled_from, digest=digest)
         return pulled_code_layer(pulled_from, digest, image, instance, spec, self.settings.extra_ca_bundle)

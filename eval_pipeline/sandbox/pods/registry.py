@@ -30,7 +30,7 @@ from eval_pipeline.common.outcomes import (
 from eval_pipeline.sandbox.pods.engine import ENGINE_FAILURES
 from eval_pipeline.tasks.named_image import qualified_reference
 
-__all__ = ["AUTH_FILE_VARIABLE", "PulledImage", "pin_for", "pull_image", "repository_of"]
+__all__ = ["AUTH_FILE_VARIABLE", "PulledImage", "pin_for", "pinned_reference", "pull_image", "repository_of"]
 
 AUTH_FILE_VARIABLE = "EVAL_PIPELINE_REGISTRY_AUTH_FILE"
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -53,7 +53,7 @@ class PulledImage:
     @property
     def pinned_reference(self) -> str:
         """The image by its digest (`docker.io/swebench/x@sha256:...`): what a layer built on it names."""
-        return f"{repository_of(self.reference)}@{self.digest}"
+        return pinned_reference(self.reference, self.digest)
 
     def as_record(self) -> dict[str, Any]:
         return {
@@ -71,6 +71,11 @@ def repository_of(reference: str) -> str:
     if ":" in last[-1]:
         name = name[: name.rindex(":")]
     return name
+
+
+def pinned_reference(reference: str, digest: str) -> str:
+    """`reference`'s repository at `digest` (`docker.io/swebench/x@sha256:...`): the image, whatever its tag says."""
+    return f"{repository_of(reference)}@{digest}"
 
 
 def pin_for(reference: str, pins: Mapping[str, str]) -> str:

@@ -167,22 +167,29 @@ def test_swebench_images_pulled_by_name_grade_as_built(
     kubernetes_validate.validate(manifest, "1.31", strict=True)
     assert record["image"] in {container["image"] for container in manifest["spec"]["containers"]}
 
-    # The campaign, as a user writes it: `images: pull` on the slice, nothing else about images.
+    # A predictions file graded as SWE-bench's harness grades it with its instance images (`grade --images pull`):
+    # one row's gold patch and the other's empty one.
     rows_file = rows[0]
-    campaign = tmp_path / "pulled.yaml"
-    campaign.write_text(
-        "name: pulled\n"
-        f"benchmark: {{kind: swebench, path: {rows_file}, mirror_dir: {mirrors}, images: pull}}\n"
-        "variants: [{name: gold, agent: oracle}, {name: empty, agent: 'null'}]\n"
-        "sandbox: {backend: container}\n"
+    patches = {
+        row["instance_id"]: row["patch"] if row["instance_id"] == "pallets__flask-5014" else ""
+        for row in map(json.loads, filter(str.strip, rows_file.read_text().splitlines()))
+    }
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text(
+        "".join(
+            json.dumps({"instance_id": instance_id, "model_name_or_path": "model", "model_patch": patch}) + "\n"
+            for instance_id, patch in patches.items()
+        )
     )
     data = tmp_path / "data"
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "EVAL_PIPELINE_DATA_DIR": str(data)}
-    completed = eval_pipeline_cli(env, "run", "--campaign", str(campaign), "--json")
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    summary = json.loads(completed.stdout)
-    rates = {variant: numbers["resolved_rate"] for variant, numbers in summary["variants"].items()}
-    assert rates == {"gold": 1.0, "empty": 0.0}, summary
+    graded_run = eval_pipeline_cli(
+        env, "grade", "--predictions", str(predictions), "--dataset", str(rows_file), "--mirror-dir", str(mirrors),
+        "--images", "pull", "--json",
+    )  # fmt: skip
+    assert graded_run.returncode == 0, graded_run.stderr[-3000:]
+    lists = json.loads(graded_run.stdout)["variants"]["model"]
+    assert (lists["resolved_ids"], lists["empty_patch_ids"]) == (["pallets__flask-5014"], ["psf__requests-1142"])
     stored = [json.loads(path.read_text()) for path in data.rglob("*.json") if "pulled_image" in path.read_text()]
     graded = [record.get("payload", {}) for record in stored]  # the artifact store's envelopes
     evaluations = {record["instance_id"]: record for record in graded if "environment_key" in record}
