@@ -191,21 +191,26 @@ def _history_strip(tmp_path: Path, base: str) -> str:
     return line.removeprefix("RUN ").partition(f" && {readable_by_all(TESTBED)}")[0]
 
 
+def _base_then_fix(directory: Path) -> tuple[str, str]:
+    """A repository made at `directory` with two commits, the broken base and the fix after it: (base, later)."""
+    directory.mkdir()
+    _git(directory, "init", "-q", "-b", "main")
+    (directory / "calc.py").write_text(BROKEN)
+    _git(directory, "add", "-A")
+    _git(directory, "commit", "-q", "-m", "base")
+    base = _git(directory, "rev-parse", "HEAD").strip()
+    (directory / "calc.py").write_text(FIXED)
+    _git(directory, "commit", "-q", "-am", "the fix")
+    return base, _git(directory, "rev-parse", "HEAD").strip()
+
+
 def test_a_linked_worktree_of_the_image_s_repository_keeps_no_later_commit(tmp_path):
     """An image whose repository has a linked worktree (`git worktree add`, elsewhere in the image) at a later
     commit: the harness layer's strip must leave no object of that commit, and no file of `.git` naming it, for a
     workspace's `git cat-file` or grep (`.git/worktrees/*/HEAD` is no ref `for-each-ref` lists, and `gc` keeps
     what it names)."""
     repository = tmp_path / "testbed"
-    repository.mkdir()
-    _git(repository, "init", "-q", "-b", "main")
-    (repository / "calc.py").write_text(BROKEN)
-    _git(repository, "add", "-A")
-    _git(repository, "commit", "-q", "-m", "base")
-    base = _git(repository, "rev-parse", "HEAD").strip()
-    (repository / "calc.py").write_text(FIXED)
-    _git(repository, "commit", "-q", "-am", "the fix")
-    later = _git(repository, "rev-parse", "HEAD").strip()
+    base, later = _base_then_fix(repository)
     _git(repository, "worktree", "add", "-q", "--detach", str(tmp_path / "elsewhere"), later)
     _git(repository, "checkout", "-q", "--detach", base)
     subprocess.run(["sh", "-ec", _history_strip(tmp_path, base)], cwd=repository, check=True, capture_output=True)
@@ -221,15 +226,7 @@ def test_an_image_s_clone_with_its_remote_s_head_is_stripped_not_refused(tmp_pat
     deletes both, never the branch twice (which `git update-ref` refuses, failing the build of every such image),
     and leaves nothing of the later commit the branch names."""
     upstream = tmp_path / "upstream"
-    upstream.mkdir()
-    _git(upstream, "init", "-q", "-b", "main")
-    (upstream / "calc.py").write_text(BROKEN)
-    _git(upstream, "add", "-A")
-    _git(upstream, "commit", "-q", "-m", "base")
-    base = _git(upstream, "rev-parse", "HEAD").strip()
-    (upstream / "calc.py").write_text(FIXED)
-    _git(upstream, "commit", "-q", "-am", "the fix")
-    later = _git(upstream, "rev-parse", "HEAD").strip()
+    base, later = _base_then_fix(upstream)
     repository = tmp_path / "app"
     subprocess.run(["git", "clone", "-q", f"file://{upstream}", str(repository)], check=True, capture_output=True)
     assert _git(repository, "symbolic-ref", "refs/remotes/origin/HEAD").strip() == "refs/remotes/origin/main"
